@@ -1,0 +1,3 @@
+from nvmeof_csi.main import app
+
+app()

@@ -1,0 +1,238 @@
+"""DEVELOPMENT-ONLY backend: a volume is a sparse file, "connecting" attaches it with ``losetup``.
+
+It exists so the whole CSI surface (controller and node, mount and block modes) runs on a machine without
+NVMe-oF, with real mkfs, mount and bind mounts. It implements exactly the ``TargetBackend`` and ``Connector``
+protocols of ``nvmeof_csi.service.ports``; it gives no durability, isolation or access control and must never
+be used for real data.
+
+Layout under ``root``: ``<uuid>.img`` (sparse backing file) and ``<uuid>.json`` (name, capacity, parameters,
+published nodes), the JSON written atomically *before* the image is created or changed.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import uuid
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from nvmeof_csi.errors import AlreadyExists, FailedPrecondition, NotFound, ResourceExhausted
+from nvmeof_csi.host.atomic import read_json, remove_durably, write_json_atomic
+from nvmeof_csi.host.executor import Executor
+from nvmeof_csi.host.filesystems import device_size
+from nvmeof_csi.service.ports import Condition, Health, Topology, Volume, VolumeRef
+
+LOCATION = "loop"
+CTX_BACKEND = "backend"
+CTX_PATH = "loop.path"
+LOSETUP_TIMEOUT = 60.0
+
+
+class LoopTargetBackend:
+    """Sparse files in ``root`` as volumes. Thread-safe for different volumes (callers lock per volume)."""
+
+    def __init__(self, root: Path, capacity_bytes: int, topology: Topology) -> None:
+        self._root = root
+        self._capacity = capacity_bytes
+        self._topology = dict(topology)
+
+    # -- records ---------------------------------------------------------------------------------------
+    def _meta_path(self, vol_uuid: str) -> Path:
+        return self._root / f"{vol_uuid}.json"
+
+    def _image_path(self, vol_uuid: str) -> Path:
+        return self._root / f"{vol_uuid}.img"
+
+    def _load(self, vol_uuid: str) -> dict[str, Any] | None:
+        try:
+            uuid.UUID(vol_uuid)
+        except ValueError:
+            return None
+        doc = read_json(self._meta_path(vol_uuid))
+        return doc if isinstance(doc, dict) else None
+
+    def _volume(self, vol_uuid: str, doc: Mapping[str, Any]) -> Volume:
+        return Volume(
+            ref=VolumeRef(LOCATION, vol_uuid),
+            name=str(doc["name"]),
+            capacity_bytes=int(doc["capacity_bytes"]),
+            parameters=dict(doc.get("parameters", {})),
+            context={CTX_BACKEND: LOCATION, CTX_PATH: str(self._image_path(vol_uuid))},
+            accessible_topology=(dict(self._topology),) if self._topology else (),
+            published_nodes=tuple(sorted(doc.get("published", {}))),
+        )
+
+    def _all(self) -> list[tuple[str, dict[str, Any]]]:
+        if not self._root.is_dir():
+            return []
+        found = []
+        for meta in sorted(self._root.glob("*.json")):
+            doc = self._load(meta.stem)
+            if doc is not None:
+                found.append((meta.stem, doc))
+        return found
+
+    def _require(self, ref: VolumeRef) -> dict[str, Any]:
+        doc = self._load(ref.uuid) if ref.location == LOCATION else None
+        if doc is None:
+            raise NotFound(f"volume {ref.uuid} does not exist")
+        return doc
+
+    # -- TargetBackend ---------------------------------------------------------------------------------
+    def health(self) -> Health:
+        try:
+            self._root.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            return Health(False, f"loop backend folder {self._root} is not usable: {exc}")
+        if not os.access(self._root, os.W_OK):
+            return Health(False, f"loop backend folder {self._root} is not writable")
+        return Health(True, "loop backend (development only)")
+
+    def _provisioned(self) -> int:
+        return sum(int(doc["capacity_bytes"]) for _, doc in self._all())
+
+    def create_volume(self, name: str, capacity_bytes: int, parameters: Mapping[str, str]) -> Volume:
+        existing = self.find_volume_by_name(name)
+        if existing is not None:
+            return existing
+        if self._provisioned() + capacity_bytes > self._capacity:
+            raise ResourceExhausted(
+                f"loop backend has {self._capacity - self._provisioned()} bytes left, {capacity_bytes} requested"
+            )
+        vol_uuid = str(uuid.uuid4())
+        doc = {"name": name, "capacity_bytes": capacity_bytes, "parameters": dict(parameters), "published": {}}
+        write_json_atomic(self._meta_path(vol_uuid), doc)
+        with open(self._image_path(vol_uuid), "ab") as image:
+            os.truncate(image.fileno(), capacity_bytes)
+        return self._volume(vol_uuid, doc)
+
+    def find_volume_by_name(self, name: str) -> Volume | None:
+        for vol_uuid, doc in self._all():
+            if doc.get("name") == name:
+                return self._volume(vol_uuid, doc)
+        return None
+
+    def get_volume(self, ref: VolumeRef) -> Volume | None:
+        doc = self._load(ref.uuid) if ref.location == LOCATION else None
+        return None if doc is None else self._volume(ref.uuid, doc)
+
+    def list_volumes(self) -> list[Volume]:
+        return [self._volume(vol_uuid, doc) for vol_uuid, doc in self._all()]
+
+    def delete_volume(self, ref: VolumeRef) -> None:
+        doc = self._load(ref.uuid) if ref.location == LOCATION else None
+        if doc is None:
+            return
+        if doc.get("published"):
+            raise FailedPrecondition(f"volume {ref.uuid} is still published to {sorted(doc['published'])}")
+        self._image_path(ref.uuid).unlink(missing_ok=True)
+        remove_durably(self._meta_path(ref.uuid))
+
+    def expand_volume(self, ref: VolumeRef, capacity_bytes: int) -> int:
+        doc = self._require(ref)
+        current = int(doc["capacity_bytes"])
+        if capacity_bytes <= current:
+            return current
+        if self._provisioned() - current + capacity_bytes > self._capacity:
+            raise ResourceExhausted(f"loop backend cannot grow volume {ref.uuid} to {capacity_bytes} bytes")
+        doc["capacity_bytes"] = capacity_bytes
+        write_json_atomic(self._meta_path(ref.uuid), doc)
+        os.truncate(self._image_path(ref.uuid), capacity_bytes)
+        return capacity_bytes
+
+    def publish(self, ref: VolumeRef, node_id: str, readonly: bool) -> Mapping[str, str]:
+        doc = self._require(ref)
+        published = doc.setdefault("published", {})
+        if node_id in published and published[node_id] != readonly:
+            raise AlreadyExists(
+                f"volume {ref.uuid} is already published to {node_id} with readonly={published[node_id]}"
+            )
+        if node_id not in published:
+            published[node_id] = readonly
+            write_json_atomic(self._meta_path(ref.uuid), doc)
+        return {"loop.readonly": "true" if readonly else "false"}
+
+    def unpublish(self, ref: VolumeRef, node_id: str) -> None:
+        doc = self._load(ref.uuid) if ref.location == LOCATION else None
+        if doc is None or node_id not in doc.get("published", {}):
+            return
+        del doc["published"][node_id]
+        write_json_atomic(self._meta_path(ref.uuid), doc)
+
+    def available_capacity(self, segment: Topology | None) -> int:
+        if segment and any(self._topology.get(k) != v for k, v in segment.items()):
+            return 0
+        free_disk = shutil.disk_usage(self._root).free if self._root.is_dir() else 0
+        return max(0, min(self._capacity - self._provisioned(), free_disk))
+
+    def max_volume_size(self) -> int:
+        return self._capacity
+
+    def condition(self, ref: VolumeRef) -> Condition:
+        if self.get_volume(ref) is None:
+            return Condition(True, "volume record is missing")
+        if not self._image_path(ref.uuid).exists():
+            return Condition(True, f"backing file {self._image_path(ref.uuid)} is missing")
+        return Condition(False, "backing file present")
+
+
+class LoopConnector:
+    """Attaches a loop volume's backing file with ``losetup``; devices are found through sysfs."""
+
+    def __init__(self, executor: Executor, sys_root: Path = Path("/sys")) -> None:
+        self._exec = executor
+        self._sys = sys_root
+
+    def health(self) -> Health:
+        if shutil.which("losetup") is None:
+            return Health(False, "losetup is not installed")
+        if not Path("/dev/loop-control").exists():
+            return Health(False, "/dev/loop-control is missing (loop module not loaded)")
+        return Health(True, "loop connector (development only)")
+
+    def _devices_for(self, path: str) -> list[str]:
+        found = []
+        for backing in sorted(self._sys.glob("block/loop*/loop/backing_file")):
+            try:
+                if backing.read_text().strip() == path:
+                    found.append("/dev/" + backing.parent.parent.name)
+            except OSError:
+                continue  # vanished mid-read: absent
+        return found
+
+    @staticmethod
+    def _path(ref: VolumeRef, context: Mapping[str, str]) -> str:
+        path = context.get(CTX_PATH)
+        if not path:
+            raise FailedPrecondition(f"volume {ref.uuid}: volume context has no {CTX_PATH!r} (not a loop volume)")
+        return path
+
+    def find_device(self, ref: VolumeRef, context: Mapping[str, str]) -> str | None:
+        devices = self._devices_for(self._path(ref, context))
+        return devices[0] if devices else None
+
+    def connect(self, ref: VolumeRef, context: Mapping[str, str], timeout: float) -> str:
+        path = self._path(ref, context)
+        existing = self._devices_for(path)
+        if existing:
+            return existing[0]
+        if not Path(path).exists():
+            raise NotFound(f"volume {ref.uuid}: backing file {path} does not exist")
+        res = self._exec.run(["losetup", "--find", "--show", path], timeout=min(timeout, LOSETUP_TIMEOUT))
+        return res.out.strip()
+
+    def disconnect(self, ref: VolumeRef, context: Mapping[str, str], in_use: frozenset[VolumeRef]) -> None:
+        for device in self._devices_for(self._path(ref, context)):
+            self._exec.run(["losetup", "-d", device], timeout=LOSETUP_TIMEOUT)
+
+    def refresh_size(self, ref: VolumeRef, context: Mapping[str, str], device: str) -> int:
+        self._exec.run(["losetup", "-c", device], timeout=LOSETUP_TIMEOUT)
+        return device_size(device, self._sys)
+
+    def condition(self, ref: VolumeRef, context: Mapping[str, str]) -> Condition:
+        device = self.find_device(ref, context)
+        if device is None:
+            return Condition(True, "loop device is not attached")
+        return Condition(False, f"attached as {device}")

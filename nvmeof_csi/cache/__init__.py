@@ -1,0 +1,1 @@
+"""Alluxio client and dataset tier (dataset issue)."""

@@ -1,0 +1,1 @@
+"""nvmeofctl, the admin CLI (one module per command group)."""

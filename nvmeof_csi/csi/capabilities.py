@@ -1,0 +1,70 @@
+"""Volume capabilities: validation as the CSI spec requires, and translation to :class:`AccessSpec`.
+
+Contract: :func:`access_spec` raises ``InvalidArgument`` naming the problem for a capability that is
+missing parts or that this driver cannot serve; :func:`unsupported_reason` returns the reason instead of
+raising (for ValidateVolumeCapabilities, which answers "not confirmed" rather than failing).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from nvmeof_csi.errors import InvalidArgument
+from nvmeof_csi.gen import csi_pb2
+from nvmeof_csi.host.filesystems import SUPPORTED_FS
+from nvmeof_csi.service.records import AccessSpec
+
+Mode = csi_pb2.VolumeCapability.AccessMode
+
+#: Access modes for filesystem volumes; block volumes additionally allow multi-node writers.
+FS_MODES = frozenset(
+    {
+        Mode.SINGLE_NODE_WRITER,
+        Mode.SINGLE_NODE_READER_ONLY,
+        Mode.SINGLE_NODE_SINGLE_WRITER,
+        Mode.SINGLE_NODE_MULTI_WRITER,
+        Mode.MULTI_NODE_READER_ONLY,
+    }
+)
+BLOCK_MODES = FS_MODES | {Mode.MULTI_NODE_MULTI_WRITER, Mode.MULTI_NODE_SINGLE_WRITER}
+READONLY_MODES = frozenset({Mode.SINGLE_NODE_READER_ONLY, Mode.MULTI_NODE_READER_ONLY})
+
+
+def unsupported_reason(cap: csi_pb2.VolumeCapability) -> str | None:
+    """Why ``cap`` cannot be served, or ``None`` when it can."""
+    kind = cap.WhichOneof("access_type")
+    if kind is None:
+        return "volume capability has no access_type (mount or block)"
+    if not cap.HasField("access_mode") or cap.access_mode.mode == Mode.UNKNOWN:
+        return "volume capability has no access_mode"
+    mode = cap.access_mode.mode
+    name = csi_pb2.VolumeCapability.AccessMode.Mode.Name(mode)
+    if kind == "block":
+        return None if mode in BLOCK_MODES else f"access mode {name} is not supported for block volumes"
+    if mode not in FS_MODES:
+        return f"access mode {name} is not supported with a filesystem (mount) volume; use block"
+    fs_type = cap.mount.fs_type
+    if fs_type and fs_type not in SUPPORTED_FS:
+        return f"fsType {fs_type!r} is not supported (use one of {', '.join(SUPPORTED_FS)})"
+    return None
+
+
+def access_spec(cap: csi_pb2.VolumeCapability) -> AccessSpec:
+    """Validated translation of one capability."""
+    reason = unsupported_reason(cap)
+    if reason:
+        raise InvalidArgument(reason)
+    if cap.WhichOneof("access_type") == "block":
+        return AccessSpec(block=True)
+    return AccessSpec(block=False, fs_type=cap.mount.fs_type, mount_flags=tuple(cap.mount.mount_flags))
+
+
+def check_all(caps: Iterable[csi_pb2.VolumeCapability]) -> list[AccessSpec]:
+    specs = [access_spec(c) for c in caps]
+    if not specs:
+        raise InvalidArgument("volume_capabilities must not be empty")
+    return specs
+
+
+def is_readonly_mode(cap: csi_pb2.VolumeCapability) -> bool:
+    return cap.access_mode.mode in READONLY_MODES

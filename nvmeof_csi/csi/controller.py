@@ -1,0 +1,210 @@
+"""CSI Controller service: validate, call :class:`VolumeService`, build the reply.
+
+Capabilities offered: CREATE_DELETE_VOLUME, PUBLISH_UNPUBLISH_VOLUME, LIST_VOLUMES,
+LIST_VOLUMES_PUBLISHED_NODES, GET_CAPACITY, EXPAND_VOLUME, GET_VOLUME, VOLUME_CONDITION,
+SINGLE_NODE_MULTI_WRITER, PUBLISH_READONLY. Snapshots, clones and ModifyVolume answer UNIMPLEMENTED until a
+backend offers them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import grpc
+from google.protobuf.wrappers_pb2 import Int64Value
+
+from nvmeof_csi.csi import capabilities, params, volume_id
+from nvmeof_csi.csi.common import blocking, require
+from nvmeof_csi.errors import InvalidArgument, NotFound, ResourceExhausted, Unimplemented
+from nvmeof_csi.gen import csi_pb2, csi_pb2_grpc
+from nvmeof_csi.service.ports import Topology, Volume, VolumeRef
+from nvmeof_csi.service.volumes import CapacityRange, VolumeService
+
+Ctx = grpc.aio.ServicerContext[Any, Any]
+RPC = csi_pb2.ControllerServiceCapability.RPC
+
+OFFERED = (
+    RPC.CREATE_DELETE_VOLUME,
+    RPC.PUBLISH_UNPUBLISH_VOLUME,
+    RPC.LIST_VOLUMES,
+    RPC.LIST_VOLUMES_PUBLISHED_NODES,
+    RPC.GET_CAPACITY,
+    RPC.EXPAND_VOLUME,
+    RPC.GET_VOLUME,
+    RPC.VOLUME_CONDITION,
+    RPC.SINGLE_NODE_MULTI_WRITER,
+    RPC.PUBLISH_READONLY,
+)
+
+
+def _range(msg: csi_pb2.CapacityRange) -> CapacityRange:
+    return CapacityRange(msg.required_bytes, msg.limit_bytes)
+
+
+def _topologies(items: Sequence[Topology]) -> list[csi_pb2.Topology]:
+    return [csi_pb2.Topology(segments=dict(t)) for t in items]
+
+
+def _reachable(volume_topology: Sequence[Topology], requirement: csi_pb2.TopologyRequirement) -> bool:
+    """True when the requisite topologies (if any) include a segment this volume is accessible from."""
+    wanted = list(requirement.requisite) or list(requirement.preferred)
+    if not wanted or not volume_topology:
+        return True
+    return any(all(seg.get(k) == v for k, v in t.segments.items()) for t in wanted for seg in volume_topology)
+
+
+class ControllerServicer(csi_pb2_grpc.ControllerServicer):
+    def __init__(self, volumes: VolumeService, topology: Sequence[Topology]) -> None:
+        self._volumes = volumes
+        self._topology = list(topology)
+
+    def _volume_msg(self, volume: Volume) -> csi_pb2.Volume:
+        return csi_pb2.Volume(
+            volume_id=volume_id.encode(volume.ref),
+            capacity_bytes=volume.capacity_bytes,
+            volume_context=dict(volume.context),
+            accessible_topology=_topologies(volume.accessible_topology),
+        )
+
+    async def CreateVolume(self, request: csi_pb2.CreateVolumeRequest, context: Ctx) -> csi_pb2.CreateVolumeResponse:
+        require(request.name, "name")
+        if len(request.name.encode()) > 128:
+            raise InvalidArgument("name must be at most 128 bytes")
+        capabilities.check_all(request.volume_capabilities)
+        params.parse(request.parameters)
+        if request.HasField("volume_content_source"):
+            raise InvalidArgument("volume_content_source: snapshots and clones are not offered by this backend")
+        if request.HasField("accessibility_requirements") and not _reachable(
+            self._topology, request.accessibility_requirements
+        ):
+            raise ResourceExhausted("no storage in the requested topology (requisite segments unreachable)")
+        stored = params.stored_parameters(request.parameters)
+        volume = await blocking(self._volumes.create, request.name, _range(request.capacity_range), stored)
+        return csi_pb2.CreateVolumeResponse(volume=self._volume_msg(volume))
+
+    async def DeleteVolume(self, request: csi_pb2.DeleteVolumeRequest, context: Ctx) -> csi_pb2.DeleteVolumeResponse:
+        try:
+            ref = volume_id.decode(request.volume_id)
+        except NotFound:
+            return csi_pb2.DeleteVolumeResponse()  # not ours, so nothing to delete
+        await blocking(self._volumes.delete, ref)
+        return csi_pb2.DeleteVolumeResponse()
+
+    async def ControllerPublishVolume(
+        self, request: csi_pb2.ControllerPublishVolumeRequest, context: Ctx
+    ) -> csi_pb2.ControllerPublishVolumeResponse:
+        require(request.volume_id, "volume_id")
+        require(request.node_id, "node_id")
+        if not request.HasField("volume_capability"):
+            raise InvalidArgument("volume_capability is required")
+        capabilities.access_spec(request.volume_capability)
+        ref = volume_id.decode(request.volume_id)
+        readonly = request.readonly or capabilities.is_readonly_mode(request.volume_capability)
+        publish_context = await blocking(self._volumes.publish, ref, request.node_id, readonly)
+        return csi_pb2.ControllerPublishVolumeResponse(publish_context=dict(publish_context))
+
+    async def ControllerUnpublishVolume(
+        self, request: csi_pb2.ControllerUnpublishVolumeRequest, context: Ctx
+    ) -> csi_pb2.ControllerUnpublishVolumeResponse:
+        try:
+            ref = volume_id.decode(request.volume_id)
+        except NotFound:
+            return csi_pb2.ControllerUnpublishVolumeResponse()
+        if request.node_id:
+            await blocking(self._volumes.unpublish, ref, request.node_id)
+        else:  # no node: unpublish from every node
+            volume = await blocking(self._volumes.get, ref)
+            for node in volume.published_nodes:
+                await blocking(self._volumes.unpublish, ref, node)
+        return csi_pb2.ControllerUnpublishVolumeResponse()
+
+    async def ValidateVolumeCapabilities(
+        self, request: csi_pb2.ValidateVolumeCapabilitiesRequest, context: Ctx
+    ) -> csi_pb2.ValidateVolumeCapabilitiesResponse:
+        require(request.volume_id, "volume_id")
+        if not request.volume_capabilities:
+            raise InvalidArgument("volume_capabilities must not be empty")
+        ref = volume_id.decode(request.volume_id)
+        volume = await blocking(self._volumes.get, ref)
+        reasons = [r for r in (capabilities.unsupported_reason(c) for c in request.volume_capabilities) if r]
+        if dict(volume.parameters) != params.stored_parameters(request.parameters) and request.parameters:
+            reasons.append("parameters differ from those the volume was created with")
+        if reasons:
+            return csi_pb2.ValidateVolumeCapabilitiesResponse(message="; ".join(reasons))
+        confirmed = csi_pb2.ValidateVolumeCapabilitiesResponse.Confirmed(
+            volume_context=request.volume_context,
+            volume_capabilities=request.volume_capabilities,
+            parameters=request.parameters,
+        )
+        return csi_pb2.ValidateVolumeCapabilitiesResponse(confirmed=confirmed)
+
+    async def ListVolumes(self, request: csi_pb2.ListVolumesRequest, context: Ctx) -> csi_pb2.ListVolumesResponse:
+        page = await blocking(self._volumes.list, request.max_entries, request.starting_token)
+        entries = [
+            csi_pb2.ListVolumesResponse.Entry(
+                volume=self._volume_msg(v),
+                status=csi_pb2.ListVolumesResponse.VolumeStatus(published_node_ids=list(v.published_nodes)),
+            )
+            for v in page.volumes
+        ]
+        return csi_pb2.ListVolumesResponse(entries=entries, next_token=page.next_token)
+
+    async def GetCapacity(self, request: csi_pb2.GetCapacityRequest, context: Ctx) -> csi_pb2.GetCapacityResponse:
+        for cap in request.volume_capabilities:
+            if capabilities.unsupported_reason(cap):
+                return csi_pb2.GetCapacityResponse(available_capacity=0)
+        segment: Mapping[str, str] | None = (
+            dict(request.accessible_topology.segments) if request.HasField("accessible_topology") else None
+        )
+        available = await blocking(self._volumes.capacity, segment)
+        largest = await blocking(self._volumes.max_volume_size)
+        return csi_pb2.GetCapacityResponse(
+            available_capacity=available, maximum_volume_size=Int64Value(value=min(largest, available))
+        )
+
+    async def ControllerGetCapabilities(
+        self, request: csi_pb2.ControllerGetCapabilitiesRequest, context: Ctx
+    ) -> csi_pb2.ControllerGetCapabilitiesResponse:
+        caps = [csi_pb2.ControllerServiceCapability(rpc=RPC(type=t)) for t in OFFERED]
+        return csi_pb2.ControllerGetCapabilitiesResponse(capabilities=caps)
+
+    async def ControllerExpandVolume(
+        self, request: csi_pb2.ControllerExpandVolumeRequest, context: Ctx
+    ) -> csi_pb2.ControllerExpandVolumeResponse:
+        require(request.volume_id, "volume_id")
+        if not request.HasField("capacity_range"):
+            raise InvalidArgument("capacity_range is required")
+        if request.HasField("volume_capability"):
+            capabilities.access_spec(request.volume_capability)
+        ref = volume_id.decode(request.volume_id)
+        size = await blocking(self._volumes.expand, ref, _range(request.capacity_range))
+        return csi_pb2.ControllerExpandVolumeResponse(capacity_bytes=size, node_expansion_required=True)
+
+    async def ControllerGetVolume(
+        self, request: csi_pb2.ControllerGetVolumeRequest, context: Ctx
+    ) -> csi_pb2.ControllerGetVolumeResponse:
+        ref: VolumeRef = volume_id.decode(request.volume_id)
+        volume = await blocking(self._volumes.get, ref)
+        condition = await blocking(self._volumes.condition, ref)
+        status = csi_pb2.ControllerGetVolumeResponse.VolumeStatus(
+            published_node_ids=list(volume.published_nodes),
+            volume_condition=csi_pb2.VolumeCondition(abnormal=condition.abnormal, message=condition.message),
+        )
+        return csi_pb2.ControllerGetVolumeResponse(volume=self._volume_msg(volume), status=status)
+
+    # -- not offered yet: explicit UNIMPLEMENTED (never INTERNAL) ------------------------------------------
+    async def CreateSnapshot(self, request: Any, context: Ctx) -> Any:
+        raise Unimplemented("snapshots are not offered by this backend")
+
+    async def DeleteSnapshot(self, request: Any, context: Ctx) -> Any:
+        raise Unimplemented("snapshots are not offered by this backend")
+
+    async def ListSnapshots(self, request: Any, context: Ctx) -> Any:
+        raise Unimplemented("snapshots are not offered by this backend")
+
+    async def GetSnapshot(self, request: Any, context: Ctx) -> Any:
+        raise Unimplemented("snapshots are not offered by this backend")
+
+    async def ControllerModifyVolume(self, request: Any, context: Ctx) -> Any:
+        raise Unimplemented("ControllerModifyVolume is not offered yet")

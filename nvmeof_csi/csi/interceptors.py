@@ -1,0 +1,87 @@
+"""The RPC edge around every unary call: request ID, one log line in and one out (with duration and status
+code, secrets stripped), the keyed try-locks of ``LOCK_TABLE``, and the single error boundary.
+
+Contract: a servicer raises domain errors; here they become the status code they carry. Unknown exceptions
+become INTERNAL and their traceback is logged. Nothing below the servicers calls ``context.abort``.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from typing import Any, cast
+
+import grpc
+from google.protobuf.message import Message
+
+from nvmeof_csi import logctx
+from nvmeof_csi.csi.errors import is_expected, to_status
+from nvmeof_csi.csi.locks import LOCK_TABLE, KeyedLocks
+from nvmeof_csi.csi.redact import safe_text
+
+log = logging.getLogger("nvmeof_csi.rpc")
+
+Handler = Callable[[Any, grpc.aio.ServicerContext[Any, Any]], Awaitable[Any]]
+
+
+def _request_id(context: grpc.aio.ServicerContext[Any, Any]) -> str:
+    for key, value in context.invocation_metadata() or ():
+        if key in ("x-request-id", "csi.requestid") and isinstance(value, str) and value:
+            return value[:64]
+    return uuid.uuid4().hex[:12]
+
+
+class EdgeInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[type-arg]
+    """Wraps every unary-unary handler; see the module docstring."""
+
+    def __init__(self, locks: KeyedLocks) -> None:
+        self._locks = locks
+
+    async def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler[Any, Any]]],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler[Any, Any]:
+        handler = await continuation(handler_call_details)
+        if handler is None or handler.unary_unary is None:
+            return handler
+        method: str = handler_call_details.method
+        inner = cast(Handler, handler.unary_unary)
+        wrapped = self._wrap(method, inner)
+        return grpc.unary_unary_rpc_method_handler(
+            wrapped,
+            request_deserializer=handler.request_deserializer,
+            response_serializer=handler.response_serializer,
+        )
+
+    def _wrap(self, method: str, inner: Handler) -> Handler:
+        lock_fields = LOCK_TABLE.get(method, ())
+        short = method.rsplit("/", 1)[-1]
+
+        async def call(request: Message, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
+            rid = logctx.request_id.set(_request_id(context))
+            vol = logctx.volume_id.set(str(getattr(request, "volume_id", "") or getattr(request, "name", "") or "-"))
+            start = time.monotonic()
+            log.info("> %s %s", short, safe_text(request))
+            code = grpc.StatusCode.OK
+            try:
+                keys = [f"{f}={getattr(request, f)}" for f in lock_fields if getattr(request, f, "")]
+                with self._locks.hold(*keys):
+                    response = await inner(request, context)
+                log.info("< %s OK %.3fs %s", short, time.monotonic() - start, safe_text(response))
+                return response
+            except Exception as exc:  # the one error boundary
+                code, message = to_status(exc)
+                if is_expected(exc):
+                    log.info("< %s %s %.3fs %s", short, code.name, time.monotonic() - start, message)
+                else:
+                    log.exception("< %s %s %.3fs unexpected error", short, code.name, time.monotonic() - start)
+                await context.abort(code, message)
+                raise  # abort() raises; keeps type checkers sure this path never returns
+            finally:
+                logctx.volume_id.reset(vol)
+                logctx.request_id.reset(rid)
+
+        return call

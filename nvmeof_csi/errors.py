@@ -1,0 +1,84 @@
+"""The domain exception hierarchy: every error the driver raises on purpose.
+
+Contract: each class carries the gRPC status code the CSI spec names for it (``code``), so the one error
+boundary (``nvmeof_csi.csi.errors``) maps an exception to a status by class, with ``isinstance``. Code below
+the servicers raises these and never touches gRPC contexts. Anything that is not a ``DriverError`` is a bug
+and becomes INTERNAL with its traceback logged.
+
+    DriverError                      INTERNAL (base; use a subclass)
+    ├── InvalidArgument              INVALID_ARGUMENT   bad or missing request field, unknown parameter
+    ├── NotFound                     NOT_FOUND          volume / snapshot / node / path does not exist
+    ├── AlreadyExists                ALREADY_EXISTS     same name, incompatible request
+    ├── FailedPrecondition           FAILED_PRECONDITION state does not allow it (published, multipath off)
+    ├── OutOfRange                   OUT_OF_RANGE       size outside what the backend can do
+    ├── ResourceExhausted            RESOURCE_EXHAUSTED no capacity, too many volumes
+    ├── Aborted                      ABORTED            an operation on the same key is in progress
+    ├── Unavailable                  UNAVAILABLE        a backend (agent, Alluxio, kernel) cannot be reached
+    ├── DeadlineExceeded             DEADLINE_EXCEEDED  a bounded wait ran out
+    ├── Unimplemented                UNIMPLEMENTED      capability not offered
+    └── CommandError                 INTERNAL           a host command failed (argv, rc, stdout, stderr)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import grpc
+
+
+class DriverError(Exception):
+    """Base of all intended errors; ``code`` is the gRPC status the boundary returns."""
+
+    code: grpc.StatusCode = grpc.StatusCode.INTERNAL
+
+
+class InvalidArgument(DriverError):
+    code = grpc.StatusCode.INVALID_ARGUMENT
+
+
+class NotFound(DriverError):
+    code = grpc.StatusCode.NOT_FOUND
+
+
+class AlreadyExists(DriverError):
+    code = grpc.StatusCode.ALREADY_EXISTS
+
+
+class FailedPrecondition(DriverError):
+    code = grpc.StatusCode.FAILED_PRECONDITION
+
+
+class OutOfRange(DriverError):
+    code = grpc.StatusCode.OUT_OF_RANGE
+
+
+class ResourceExhausted(DriverError):
+    code = grpc.StatusCode.RESOURCE_EXHAUSTED
+
+
+class Aborted(DriverError):
+    code = grpc.StatusCode.ABORTED
+
+
+class Unavailable(DriverError):
+    code = grpc.StatusCode.UNAVAILABLE
+
+
+class DeadlineExceeded(DriverError):
+    code = grpc.StatusCode.DEADLINE_EXCEEDED
+
+
+class Unimplemented(DriverError):
+    code = grpc.StatusCode.UNIMPLEMENTED
+
+
+class CommandError(DriverError):
+    """A host command exited non-zero or timed out. ``argv`` is already redacted."""
+
+    def __init__(self, argv: Sequence[str], rc: int, out: str, err: str) -> None:
+        self.argv = list(argv)
+        self.rc = rc
+        self.out = out
+        self.err = err
+        detail = (err or out).strip().splitlines()
+        super().__init__(f"{' '.join(self.argv)} exited {rc}: {detail[-1] if detail else 'no output'}")

@@ -1,0 +1,1 @@
+"""Side effects on the host behind small injectable interfaces (commands, mounts, filesystems, files)."""

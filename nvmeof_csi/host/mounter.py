@@ -1,0 +1,102 @@
+"""Mounts: read from ``/proc/self/mountinfo``, changed with ``mount``/``umount`` argv commands.
+
+Contract: every method is idempotent with respect to the state it reaches (mounting what is already
+mounted there is the caller's decision: :meth:`Mounter.mount_at` reports the existing mount). Errors from
+the commands raise ``CommandError``. Not locked: callers hold the per-volume lock.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from nvmeof_csi.host.executor import Executor
+
+MOUNT_TIMEOUT = 120.0
+_OCTAL = re.compile(r"\\([0-7]{3})")
+
+
+def _unescape(field: str) -> str:
+    return _OCTAL.sub(lambda m: chr(int(m.group(1), 8)), field)
+
+
+@dataclass(frozen=True)
+class MountInfo:
+    """One line of mountinfo: ``root`` is the path inside the source filesystem (bind mounts)."""
+
+    mount_point: str
+    root: str
+    device: str  # major:minor
+    fstype: str
+    source: str
+    options: frozenset[str]
+
+    @property
+    def readonly(self) -> bool:
+        return "ro" in self.options
+
+
+def parse_mountinfo(text: str) -> list[MountInfo]:
+    """Parse the mountinfo format (see proc(5)); malformed lines are skipped."""
+    mounts = []
+    for line in text.splitlines():
+        left, sep, right = line.partition(" - ")
+        fields = left.split()
+        tail = right.split()
+        if not sep or len(fields) < 6 or len(tail) < 2:
+            continue
+        mounts.append(
+            MountInfo(
+                mount_point=_unescape(fields[4]),
+                root=_unescape(fields[3]),
+                device=fields[2],
+                fstype=tail[0],
+                source=_unescape(tail[1]),
+                options=frozenset(fields[5].split(",")),
+            )
+        )
+    return mounts
+
+
+class Mounter:
+    """Mount operations over an injected :class:`Executor`; ``mountinfo`` path injectable for tests."""
+
+    def __init__(self, executor: Executor, mountinfo: Path = Path("/proc/self/mountinfo")) -> None:
+        self._exec = executor
+        self._mountinfo = mountinfo
+
+    def mounts(self) -> list[MountInfo]:
+        return parse_mountinfo(self._mountinfo.read_text())
+
+    def mount_at(self, path: str | Path) -> MountInfo | None:
+        """The top-most mount at ``path`` (after resolving symlinks), or ``None``."""
+        target = os.path.realpath(path)
+        found = None
+        for info in self.mounts():
+            if info.mount_point == target:
+                found = info
+        return found
+
+    def mount(self, source: str, target: str | Path, fstype: str | None, options: Sequence[str] = ()) -> None:
+        argv = ["mount"]
+        if fstype:
+            argv += ["-t", fstype]
+        if options:
+            argv += ["-o", ",".join(options)]
+        self._exec.run([*argv, source, str(target)], timeout=MOUNT_TIMEOUT)
+
+    def bind(self, source: str | Path, target: str | Path, readonly: bool, options: Sequence[str] = ()) -> None:
+        """Bind-mount ``source`` on ``target``; a read-only bind needs a second remount step."""
+        self._exec.run(["mount", "--bind", str(source), str(target)], timeout=MOUNT_TIMEOUT)
+        extra = [o for o in options if o not in ("bind", "ro", "rw")]
+        if readonly or extra:
+            opts = ",".join(["remount", "bind", "ro" if readonly else "rw", *extra])
+            self._exec.run(["mount", "-o", opts, str(target)], timeout=MOUNT_TIMEOUT)
+
+    def unmount(self, target: str | Path) -> None:
+        """Unmount every mount stacked at ``target``; nothing mounted is fine."""
+        while self.mount_at(target) is not None:
+            self._exec.run(["umount", str(target)], timeout=MOUNT_TIMEOUT)

@@ -1,0 +1,91 @@
+"""``nvmeof-csi``: the driver executable (``serve``; later ``agent`` and ``demo``).
+
+Flags can also be given as ``NVMEOF_CSI_<FLAG>`` environment variables (e.g. ``NVMEOF_CSI_ENDPOINT``).
+Invalid settings exit with code 2 and one line naming the setting.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from nvmeof_csi import DRIVER_NAME, __version__, logctx
+from nvmeof_csi.config import ENV_PREFIX, Backend, ConfigError, Endpoint, Mode, Settings, parse_size
+from nvmeof_csi.csi.server import serve as serve_grpc
+from nvmeof_csi.errors import DriverError
+from nvmeof_csi.wiring import build_services
+
+app = typer.Typer(help=f"{DRIVER_NAME}: NVMe-over-Fabrics CSI driver.", no_args_is_help=True, add_completion=False)
+log = logging.getLogger("nvmeof_csi")
+
+
+def _env(name: str) -> str:
+    return ENV_PREFIX + name
+
+
+@app.command()
+def serve(
+    mode: Annotated[Mode, typer.Option(envvar=_env("MODE"), help="Which CSI services to run.")] = Mode.ALL,
+    endpoint: Annotated[
+        str, typer.Option(envvar=_env("ENDPOINT"), help="unix:///path/csi.sock or tcp://127.0.0.1:PORT")
+    ] = "unix:///run/nvmeof-csi/csi.sock",
+    backend: Annotated[
+        Backend, typer.Option(envvar=_env("BACKEND"), help="Storage backend. 'loop' is DEVELOPMENT ONLY.")
+    ] = Backend.LOOP,
+    state_dir: Annotated[
+        Path, typer.Option(envvar=_env("STATE_DIR"), help="Where volumes (loop) and staging records live.")
+    ] = Path("/var/lib/nvmeof-csi"),
+    node_id: Annotated[str, typer.Option(envvar=_env("NODE_ID"), help="Node ID (default: hostname).")] = "",
+    fabric: Annotated[
+        str, typer.Option(envvar=_env("FABRIC"), help="Storage fabric domain of this node (topology).")
+    ] = "default",
+    loop_capacity: Annotated[
+        str, typer.Option(envvar=_env("LOOP_CAPACITY"), help="Capacity the loop backend offers, e.g. 1T.")
+    ] = "1T",
+    max_volumes_per_node: Annotated[
+        int, typer.Option(envvar=_env("MAX_VOLUMES_PER_NODE"), help="0 = no limit.")
+    ] = 0,
+    grace_seconds: Annotated[
+        float, typer.Option(envvar=_env("GRACE_SECONDS"), help="Time in-flight RPCs get on SIGTERM.")
+    ] = 30.0,
+    log_level: Annotated[str, typer.Option(envvar=_env("LOG_LEVEL"), help="DEBUG, INFO, WARNING, ERROR.")] = "INFO",
+) -> None:
+    """Run the CSI gRPC server (controller, node or both) until SIGTERM."""
+    try:
+        settings = Settings(
+            mode=mode,
+            endpoint=Endpoint.parse(endpoint),
+            backend=backend,
+            state_dir=state_dir.absolute(),
+            node_id=node_id,
+            fabric=fabric,
+            loop_capacity_bytes=parse_size(loop_capacity),
+            max_volumes_per_node=max_volumes_per_node,
+            grace_seconds=grace_seconds,
+            log_level=log_level,
+        )
+    except ConfigError as err:
+        typer.echo(f"nvmeof-csi: invalid setting: {err}", err=True)
+        raise typer.Exit(2) from err
+    logctx.install(settings.log_level)
+    if settings.backend is Backend.LOOP:
+        log.warning("backend 'loop' is for DEVELOPMENT ONLY: no durability, no access control")
+    try:
+        asyncio.run(serve_grpc(settings, build_services(settings)))
+    except DriverError as err:
+        typer.echo(f"nvmeof-csi: {err}", err=True)
+        raise typer.Exit(1) from err
+
+
+@app.command()
+def version() -> None:
+    """Print the driver name and version."""
+    typer.echo(f"{DRIVER_NAME} {__version__}")
+
+
+if __name__ == "__main__":
+    app()

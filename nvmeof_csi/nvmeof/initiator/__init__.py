@@ -1,0 +1,1 @@
+"""GPU-node side: kernel initiator connect/disconnect, sysfs model, device discovery (node issue)."""

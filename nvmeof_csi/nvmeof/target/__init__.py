@@ -1,0 +1,1 @@
+"""Storage-node side: nvmet configfs model, backing stores, agent service (target-agent issue)."""

@@ -1,0 +1,1 @@
+"""Backend-agnostic driver logic that the CSI servicers call."""

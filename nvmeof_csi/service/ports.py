@@ -1,0 +1,151 @@
+"""The interfaces every backend implements, and the domain values that cross them.
+
+Two sides:
+- :class:`TargetBackend` (controller side): where volumes live. The development ``loop`` backend and the
+  NVMe-oF agent backend implement it.
+- :class:`Connector` (node side): how a node reaches a volume's block device. ``loop`` (losetup) and the
+  kernel NVMe-oF initiator implement it.
+
+Shared contracts, for every method unless it says otherwise:
+- **Idempotency**: repeating a call with the same arguments reaches the same state and returns the same
+  result; deleting/disconnecting something absent succeeds.
+- **Concurrency**: callers hold the per-volume lock (see ``csi/locks.py``); implementations serialise only
+  their own shared objects (ports, pools, connection sets).
+- **Errors**: implementations raise ``nvmeof_csi.errors`` classes only (``NotFound``, ``ResourceExhausted``,
+  ``Unavailable``, ``CommandError`` ...); never gRPC errors.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Protocol
+
+Topology = Mapping[str, str]
+
+
+@dataclass(frozen=True)
+class VolumeRef:
+    """Where a volume lives (``location``: a backend/agent name) and its UUID; encoded in the CSI volume ID."""
+
+    location: str
+    uuid: str
+
+
+@dataclass(frozen=True)
+class Volume:
+    """A provisioned volume as a backend reports it."""
+
+    ref: VolumeRef
+    name: str
+    capacity_bytes: int
+    parameters: Mapping[str, str] = field(default_factory=dict)
+    context: Mapping[str, str] = field(default_factory=dict)  # what a node needs to connect
+    accessible_topology: tuple[Topology, ...] = ()
+    published_nodes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Health:
+    """Readiness of a backend or connector; ``message`` says why when not ready."""
+
+    ready: bool
+    message: str = ""
+
+
+@dataclass(frozen=True)
+class Condition:
+    """Health of one volume as seen from a node or a target."""
+
+    abnormal: bool
+    message: str
+
+
+class TargetBackend(Protocol):
+    """Controller-side storage. See the module docstring for the shared contracts."""
+
+    def health(self) -> Health:
+        """Cheap readiness check (Probe)."""
+        ...
+
+    def create_volume(self, name: str, capacity_bytes: int, parameters: Mapping[str, str]) -> Volume:
+        """Create a volume recorded under ``name``; returns the existing one if ``name`` exists (the caller
+        checks compatibility). Raises ``ResourceExhausted`` when no capacity is left."""
+        ...
+
+    def find_volume_by_name(self, name: str) -> Volume | None: ...
+
+    def get_volume(self, ref: VolumeRef) -> Volume | None: ...
+
+    def list_volumes(self) -> list[Volume]:
+        """All volumes in a stable order (by UUID), so pagination tokens stay valid."""
+        ...
+
+    def delete_volume(self, ref: VolumeRef) -> None:
+        """Delete; absent is success. Raises ``FailedPrecondition`` while still published."""
+        ...
+
+    def expand_volume(self, ref: VolumeRef, capacity_bytes: int) -> int:
+        """Grow to at least ``capacity_bytes``; returns the new size. Never shrinks."""
+        ...
+
+    def publish(self, ref: VolumeRef, node_id: str, readonly: bool) -> Mapping[str, str]:
+        """Allow ``node_id`` to reach the volume; returns the publish context. Already published to that node
+        with another ``readonly`` raises ``AlreadyExists``."""
+        ...
+
+    def unpublish(self, ref: VolumeRef, node_id: str) -> None:
+        """Revoke ``node_id``'s access; not published is success."""
+        ...
+
+    def available_capacity(self, segment: Topology | None) -> int:
+        """Bytes that can still be provisioned (in ``segment`` when given; 0 if it cannot be reached)."""
+        ...
+
+    def max_volume_size(self) -> int: ...
+
+    def condition(self, ref: VolumeRef) -> Condition: ...
+
+
+class Connector(Protocol):
+    """Node-side access to a volume's block device. See the module docstring for the shared contracts."""
+
+    def health(self) -> Health: ...
+
+    def connect(self, ref: VolumeRef, context: Mapping[str, str], timeout: float) -> str:
+        """Make the volume's block device present and return its path; "already connected" is success.
+        Waits at most ``timeout`` seconds, then raises ``DeadlineExceeded``."""
+        ...
+
+    def find_device(self, ref: VolumeRef, context: Mapping[str, str]) -> str | None:
+        """The volume's block device if it is present now (verified to be this volume), else ``None``."""
+        ...
+
+    def disconnect(self, ref: VolumeRef, context: Mapping[str, str], in_use: frozenset[VolumeRef]) -> None:
+        """Release the volume's connection; shared connections stay while another volume in ``in_use`` needs
+        them. Absent is success."""
+        ...
+
+    def refresh_size(self, ref: VolumeRef, context: Mapping[str, str], device: str) -> int:
+        """Make the device show the volume's current size (rescan); returns it in bytes."""
+        ...
+
+    def condition(self, ref: VolumeRef, context: Mapping[str, str]) -> Condition:
+        """Path health of a connected volume (all paths live = normal)."""
+        ...
+
+
+class NodeDirectory(Protocol):
+    """Which node IDs the controller may publish to (unknown node -> NOT_FOUND)."""
+
+    def knows(self, node_id: str) -> bool: ...
+
+
+@dataclass(frozen=True)
+class StaticNodes:
+    """A fixed set of node IDs (the embedded/development setup, where the one node is this host)."""
+
+    node_ids: frozenset[str]
+
+    def knows(self, node_id: str) -> bool:
+        return node_id in self.node_ids

@@ -1,0 +1,104 @@
+"""Staging records: one JSON file per staged volume on the node, written atomically before the kernel is
+touched, so Unstage and restart reconciliation never depend on memory.
+
+Contract: :meth:`StagingStore.save` is durable when it returns; :meth:`StagingStore.load` returns ``None`` for
+an absent record; a record that cannot be parsed is reported by name (never silently ignored).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from nvmeof_csi.errors import DriverError
+from nvmeof_csi.host.atomic import read_json, remove_durably, write_json_atomic
+from nvmeof_csi.service.ports import VolumeRef
+
+
+@dataclass(frozen=True)
+class AccessSpec:
+    """How the volume is consumed: a block device, or a filesystem with type and mount flags."""
+
+    block: bool
+    fs_type: str = ""
+    mount_flags: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class StagingRecord:
+    volume_id: str
+    ref: VolumeRef
+    staging_path: str
+    access: AccessSpec
+    context: Mapping[str, str]
+    device: str = ""
+    targets: Mapping[str, bool] = field(default_factory=dict)  # target path -> readonly
+
+    def with_device(self, device: str) -> StagingRecord:
+        return replace(self, device=device)
+
+    def with_target(self, target: str, readonly: bool) -> StagingRecord:
+        return replace(self, targets={**self.targets, target: readonly})
+
+    def without_target(self, target: str) -> StagingRecord:
+        return replace(self, targets={k: v for k, v in self.targets.items() if k != target})
+
+    def to_json(self) -> dict[str, Any]:
+        doc = asdict(self)
+        doc["access"]["mount_flags"] = list(self.access.mount_flags)
+        return doc
+
+    @classmethod
+    def from_json(cls, doc: Mapping[str, Any]) -> StagingRecord:
+        access = doc["access"]
+        return cls(
+            volume_id=str(doc["volume_id"]),
+            ref=VolumeRef(str(doc["ref"]["location"]), str(doc["ref"]["uuid"])),
+            staging_path=str(doc["staging_path"]),
+            access=AccessSpec(bool(access["block"]), str(access["fs_type"]), tuple(access["mount_flags"])),
+            context={str(k): str(v) for k, v in doc["context"].items()},
+            device=str(doc.get("device", "")),
+            targets={str(k): bool(v) for k, v in doc.get("targets", {}).items()},
+        )
+
+
+class CorruptRecord(DriverError):
+    """A staging record exists but cannot be read."""
+
+
+class StagingStore:
+    """Records under ``root`` (``<uuid>.json``)."""
+
+    def __init__(self, root: Path) -> None:
+        self._root = root
+
+    def _path(self, ref: VolumeRef) -> Path:
+        return self._root / f"{ref.location}.{ref.uuid}.json"
+
+    def load(self, ref: VolumeRef) -> StagingRecord | None:
+        path = self._path(ref)
+        doc = read_json(path)
+        if doc is None:
+            return None
+        try:
+            return StagingRecord.from_json(doc)
+        except (KeyError, TypeError, AttributeError) as exc:
+            raise CorruptRecord(f"staging record {path} is unreadable: {exc!r}") from exc
+
+    def save(self, record: StagingRecord) -> None:
+        write_json_atomic(self._path(record.ref), record.to_json())
+
+    def remove(self, ref: VolumeRef) -> None:
+        remove_durably(self._path(ref))
+
+    def all(self) -> list[StagingRecord]:
+        if not self._root.is_dir():
+            return []
+        records = []
+        for path in sorted(self._root.glob("*.json")):
+            doc = read_json(path)
+            if doc is not None:
+                records.append(StagingRecord.from_json(doc))
+        return records

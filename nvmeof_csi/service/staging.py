@@ -1,0 +1,209 @@
+"""Node logic, written once for every connector: stage, publish, unpublish, unstage, stats, expansion.
+
+Contract:
+- Idempotent: repeating an RPC that succeeded changes nothing and succeeds again; a call incompatible with
+  what is already there (another staging path, another access type) raises ``AlreadyExists``.
+- Save before you act: the staging record is written before the connector or a mount is touched, and a
+  failed stage is undone in reverse order (unmount, disconnect, drop the record).
+- Callers hold the per-volume lock; the connector serialises shared connections itself.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from nvmeof_csi.errors import AlreadyExists, FailedPrecondition, NotFound
+from nvmeof_csi.host.filesystems import Filesystems, Usage, device_size, usage
+from nvmeof_csi.host.mounter import Mounter
+from nvmeof_csi.service.ports import Condition, Connector, VolumeRef
+from nvmeof_csi.service.records import AccessSpec, StagingRecord, StagingStore
+
+log = logging.getLogger(__name__)
+DEFAULT_FS = "ext4"
+
+
+@dataclass(frozen=True)
+class VolumeStats:
+    """Usage of a published or staged volume; ``usage`` is ``None`` for block volumes."""
+
+    block: bool
+    capacity_bytes: int
+    usage: Usage | None
+    condition: Condition
+
+
+class StagingService:
+    """NodeStage/Publish/Unpublish/Unstage/Stats/Expand over injected connector, mounter and filesystems."""
+
+    def __init__(
+        self,
+        connector: Connector,
+        mounter: Mounter,
+        filesystems: Filesystems,
+        store: StagingStore,
+        size_of: Callable[[str], int] = device_size,
+    ) -> None:
+        self._connector = connector
+        self._mounter = mounter
+        self._fs = filesystems
+        self._store = store
+        self._size_of = size_of
+
+    # -- stage ---------------------------------------------------------------------------------------
+    def stage(
+        self,
+        volume_id: str,
+        ref: VolumeRef,
+        staging_path: str,
+        access: AccessSpec,
+        context: Mapping[str, str],
+        timeout: float,
+    ) -> None:
+        existing = self._store.load(ref)
+        if existing is not None:
+            if existing.staging_path != staging_path or existing.access.block != access.block:
+                raise AlreadyExists(
+                    f"volume {volume_id} is already staged at {existing.staging_path} "
+                    f"({'block' if existing.access.block else 'mount'})"
+                )
+            record = existing
+        else:
+            record = StagingRecord(volume_id, ref, staging_path, access, dict(context))
+            self._store.save(record)  # save before acting
+        connected = mounted = False
+        try:
+            device = self._connector.connect(ref, record.context, timeout)
+            connected = True
+            if device != record.device:
+                record = record.with_device(device)
+                self._store.save(record)
+            if not access.block:
+                mounted = self._mount_staging(record)
+        except BaseException:
+            if existing is None:
+                self._undo_stage(record, connected, mounted)
+            raise
+
+    def _mount_staging(self, record: StagingRecord) -> bool:
+        """Mount the filesystem at the staging path (mkfs only a blank device); True if this call mounted."""
+        path = record.staging_path
+        current = self._mounter.mount_at(path)
+        if current is not None:
+            if current.source != record.device:
+                raise AlreadyExists(f"staging path {path} already has {current.source} mounted")
+            return False
+        fs_type = record.access.fs_type or DEFAULT_FS
+        found = self._fs.probe(record.device)
+        if found is None:
+            log.info("creating %s on blank %s for %s", fs_type, record.device, record.volume_id)
+            self._fs.make(record.device, fs_type)
+        elif found != fs_type:
+            raise FailedPrecondition(
+                f"volume {record.volume_id} holds {found}, but {fs_type} was requested; refusing to reformat"
+            )
+        os.makedirs(path, exist_ok=True)
+        self._mounter.mount(record.device, path, fs_type, record.access.mount_flags)
+        return True
+
+    def _undo_stage(self, record: StagingRecord, connected: bool, mounted: bool) -> None:
+        """Reverse a failed first stage; each step is best-effort and logged."""
+        steps: list[tuple[str, Callable[[], None]]] = []
+        if mounted:
+            steps.append(("unmount", lambda: self._mounter.unmount(record.staging_path)))
+        if connected:
+            steps.append(("disconnect", lambda: self._disconnect(record)))
+        steps.append(("drop record", lambda: self._store.remove(record.ref)))
+        for what, step in steps:
+            try:
+                step()
+            except Exception:
+                log.exception("rollback of stage %s: %s failed", record.volume_id, what)
+
+    def _disconnect(self, record: StagingRecord) -> None:
+        in_use = frozenset(r.ref for r in self._store.all() if r.ref != record.ref)
+        self._connector.disconnect(record.ref, record.context, in_use)
+
+    # -- unstage -------------------------------------------------------------------------------------
+    def unstage(self, ref: VolumeRef, staging_path: str) -> None:
+        record = self._store.load(ref)
+        self._mounter.unmount(staging_path)
+        if record is None:
+            return
+        if record.targets:
+            live = [t for t in record.targets if self._mounter.mount_at(t) is not None]
+            if live:
+                raise FailedPrecondition(f"volume {record.volume_id} is still published at {', '.join(live)}")
+        self._disconnect(record)
+        self._store.remove(ref)
+
+    # -- publish -------------------------------------------------------------------------------------
+    def publish(self, ref: VolumeRef, staging_path: str, target: str, access: AccessSpec, readonly: bool) -> None:
+        record = self._store.load(ref)
+        if record is None or record.staging_path != staging_path:
+            raise FailedPrecondition(f"volume {ref.uuid} is not staged at {staging_path}")
+        if record.access.block != access.block:
+            raise AlreadyExists(f"volume {ref.uuid} was staged for {'block' if record.access.block else 'mount'}")
+        current = self._mounter.mount_at(target)
+        if current is not None:
+            if target in record.targets and record.targets[target] == readonly:
+                return
+            raise AlreadyExists(f"target path {target} is already in use with other options")
+        for other, ro in record.targets.items():
+            if other != target and ro != readonly and self._mounter.mount_at(other) is not None:
+                log.info("volume %s also published at %s (readonly=%s)", ref.uuid, other, ro)
+        record = record.with_target(target, readonly)
+        self._store.save(record)  # save before acting
+        if access.block:
+            Path(target).parent.mkdir(parents=True, exist_ok=True)
+            Path(target).touch(exist_ok=True)
+            source = self._connector.find_device(ref, record.context) or record.device
+            self._mounter.bind(source, target, readonly)
+        else:
+            os.makedirs(target, exist_ok=True)
+            self._mounter.bind(staging_path, target, readonly, access.mount_flags)
+
+    def unpublish(self, ref: VolumeRef, target: str) -> None:
+        self._mounter.unmount(target)
+        path = Path(target)
+        if path.is_dir() and not path.is_symlink():
+            path.rmdir()
+        elif path.exists() or path.is_symlink():
+            path.unlink()
+        record = self._store.load(ref)
+        if record is not None and target in record.targets:
+            self._store.save(record.without_target(target))
+
+    # -- stats / expand ------------------------------------------------------------------------------
+    def _record_for_path(self, ref: VolumeRef, volume_path: str) -> StagingRecord:
+        record = self._store.load(ref)
+        if record is None:
+            raise NotFound(f"volume {ref.uuid} is not staged on this node")
+        if volume_path != record.staging_path and volume_path not in record.targets:
+            raise NotFound(f"volume {ref.uuid} is not staged or published at {volume_path}")
+        if not os.path.exists(volume_path):
+            raise NotFound(f"path {volume_path} does not exist")
+        return record
+
+    def stats(self, ref: VolumeRef, volume_path: str) -> VolumeStats:
+        record = self._record_for_path(ref, volume_path)
+        condition = self._connector.condition(ref, record.context)
+        device = self._connector.find_device(ref, record.context)
+        size = self._size_of(device) if device else 0
+        if record.access.block:
+            return VolumeStats(True, size, None, condition)
+        return VolumeStats(False, size, usage(volume_path), condition)
+
+    def expand(self, ref: VolumeRef, volume_path: str) -> int:
+        record = self._record_for_path(ref, volume_path)
+        device = self._connector.find_device(ref, record.context)
+        if device is None:
+            raise FailedPrecondition(f"volume {ref.uuid} is staged but its device is not present")
+        size = self._connector.refresh_size(ref, record.context, device)
+        if not record.access.block:
+            fs_type = self._fs.probe(device) or record.access.fs_type or DEFAULT_FS
+            self._fs.grow(device, record.staging_path, fs_type)
+        return size

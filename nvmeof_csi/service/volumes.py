@@ -1,0 +1,145 @@
+"""Controller logic, written once for every backend: create by name, capacity ranges, publish, list,
+capacity, expansion.
+
+Contract: every method is idempotent (repeating it reaches the same state and returns the same answer);
+callers hold the per-volume/per-name lock; errors are ``nvmeof_csi.errors`` classes.
+"""
+
+from __future__ import annotations
+
+import uuid as uuidlib
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from nvmeof_csi.errors import Aborted, AlreadyExists, InvalidArgument, NotFound, OutOfRange
+from nvmeof_csi.service.ports import Condition, NodeDirectory, TargetBackend, Topology, Volume, VolumeRef
+
+MiB = 1 << 20
+GiB = 1 << 30
+DEFAULT_SIZE = 1 * GiB
+ALIGN = 1 * MiB
+
+
+@dataclass(frozen=True)
+class CapacityRange:
+    """CSI capacity range in bytes; 0 means "not set"."""
+
+    required: int = 0
+    limit: int = 0
+
+    def check(self) -> None:
+        if self.required < 0 or self.limit < 0:
+            raise InvalidArgument("capacity_range: required_bytes and limit_bytes must not be negative")
+        if self.limit and self.required > self.limit:
+            raise InvalidArgument(
+                f"capacity_range: required_bytes {self.required} is larger than limit_bytes {self.limit}"
+            )
+
+    def admits(self, size: int) -> bool:
+        return size >= self.required and (not self.limit or size <= self.limit)
+
+
+def choose_size(cap: CapacityRange, max_size: int) -> int:
+    """The size to provision for ``cap``: the required size (default 1 GiB) rounded up to 1 MiB, within the
+    limit. Raises ``OutOfRange`` when the range cannot be met."""
+    cap.check()
+    size = cap.required or min(DEFAULT_SIZE, cap.limit or DEFAULT_SIZE)
+    size = -(-size // ALIGN) * ALIGN
+    if cap.limit and size > cap.limit:
+        size = cap.limit  # an unaligned limit below the next MiB: take the limit itself
+        if size < cap.required:
+            raise OutOfRange(f"no size satisfies capacity range {cap.required}..{cap.limit}")
+    if size > max_size:
+        raise OutOfRange(f"{size} bytes requested, the largest volume here is {max_size} bytes")
+    return size
+
+
+@dataclass(frozen=True)
+class Page:
+    volumes: list[Volume]
+    next_token: str
+
+
+class VolumeService:
+    """Backend-agnostic controller operations over an injected :class:`TargetBackend`."""
+
+    def __init__(self, backend: TargetBackend, nodes: NodeDirectory, max_volumes_per_node: int = 0) -> None:
+        self._backend = backend
+        self._nodes = nodes
+        self._max_per_node = max_volumes_per_node
+
+    def create(self, name: str, cap: CapacityRange, parameters: Mapping[str, str]) -> Volume:
+        """Create ``name`` or return the existing compatible volume; incompatible existing -> ALREADY_EXISTS."""
+        cap.check()
+        existing = self._backend.find_volume_by_name(name)
+        if existing is not None:
+            if not cap.admits(existing.capacity_bytes):
+                raise AlreadyExists(
+                    f"volume {name!r} exists with {existing.capacity_bytes} bytes, outside the requested range"
+                )
+            if dict(existing.parameters) != dict(parameters):
+                raise AlreadyExists(f"volume {name!r} exists with different parameters")
+            return existing
+        size = choose_size(cap, self._backend.max_volume_size())
+        return self._backend.create_volume(name, size, parameters)
+
+    def get(self, ref: VolumeRef) -> Volume:
+        volume = self._backend.get_volume(ref)
+        if volume is None:
+            raise NotFound(f"volume {ref.uuid} does not exist")
+        return volume
+
+    def delete(self, ref: VolumeRef) -> None:
+        self._backend.delete_volume(ref)
+
+    def publish(self, ref: VolumeRef, node_id: str, readonly: bool) -> Mapping[str, str]:
+        volume = self.get(ref)
+        if not self._nodes.knows(node_id):
+            raise NotFound(f"node {node_id!r} is not known to this controller")
+        if self._max_per_node and node_id not in volume.published_nodes:
+            attached = sum(1 for v in self._backend.list_volumes() if node_id in v.published_nodes)
+            if attached >= self._max_per_node:
+                raise ResourceExhausted(
+                    f"node {node_id!r} already has {attached} volumes published (limit {self._max_per_node})"
+                )
+        return self._backend.publish(ref, node_id, readonly)
+
+    def unpublish(self, ref: VolumeRef, node_id: str) -> None:
+        if self._backend.get_volume(ref) is None:
+            return  # gone: nothing is published
+        self._backend.unpublish(ref, node_id)
+
+    def list(self, max_entries: int, starting_token: str) -> Page:
+        """Volumes ordered by UUID; the token is the UUID of the last volume returned, so deleting it or
+        adding volumes between pages neither repeats nor loses any volume that existed throughout."""
+        if max_entries < 0:
+            raise InvalidArgument("max_entries must not be negative")
+        volumes = sorted(self._backend.list_volumes(), key=lambda v: v.ref.uuid)
+        if starting_token:
+            try:
+                after = str(uuidlib.UUID(starting_token))
+            except ValueError as exc:
+                raise Aborted(f"starting_token {starting_token!r} is not one this driver issued") from exc
+            volumes = [v for v in volumes if v.ref.uuid > after]
+        if max_entries and len(volumes) > max_entries:
+            page = volumes[:max_entries]
+            return Page(page, page[-1].ref.uuid)
+        return Page(volumes, "")
+
+    def capacity(self, segment: Topology | None) -> int:
+        return self._backend.available_capacity(segment)
+
+    def max_volume_size(self) -> int:
+        return self._backend.max_volume_size()
+
+    def expand(self, ref: VolumeRef, cap: CapacityRange) -> int:
+        cap.check()
+        volume = self.get(ref)
+        if volume.capacity_bytes >= cap.required:
+            return volume.capacity_bytes  # already large enough; volumes never shrink
+        size = choose_size(CapacityRange(max(cap.required, volume.capacity_bytes), cap.limit), self.max_volume_size())
+        return self._backend.expand_volume(ref, size)
+
+    def condition(self, ref: VolumeRef) -> Condition:
+        self.get(ref)
+        return self._backend.condition(ref)

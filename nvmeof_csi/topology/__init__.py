@@ -1,0 +1,1 @@
+"""Fabric map and topology segments (controller issue)."""

@@ -1,0 +1,52 @@
+"""The composition root: builds every concrete dependency from :class:`Settings`.
+
+This is the only place that chooses implementations (real executor, loop or NVMe-oF backend); everything
+else receives its collaborators through constructors.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from nvmeof_csi import TOPOLOGY_FABRIC
+from nvmeof_csi.backends.loop import LoopConnector, LoopTargetBackend
+from nvmeof_csi.config import Backend, Settings
+from nvmeof_csi.host.executor import Executor, SubprocessExecutor
+from nvmeof_csi.host.filesystems import Filesystems
+from nvmeof_csi.host.mounter import Mounter
+from nvmeof_csi.service.ports import Connector, Health, StaticNodes, TargetBackend
+from nvmeof_csi.service.records import StagingStore
+from nvmeof_csi.service.staging import StagingService
+from nvmeof_csi.service.volumes import VolumeService
+
+
+@dataclass
+class Services:
+    """What the servicers need; ``None`` for a side that does not run in this mode."""
+
+    volumes: VolumeService | None = None
+    staging: StagingService | None = None
+    topology: dict[str, str] = field(default_factory=dict)
+    checks: list[Callable[[], Health]] = field(default_factory=list)
+
+
+def build_services(settings: Settings, executor: Executor | None = None) -> Services:
+    executor = executor or SubprocessExecutor()
+    topology = {TOPOLOGY_FABRIC: settings.fabric}
+    services = Services(topology=topology)
+    if settings.backend is not Backend.LOOP:  # pragma: no cover - enum has one member today
+        raise ValueError(f"unknown backend {settings.backend}")
+    if settings.mode.controller:
+        backend: TargetBackend = LoopTargetBackend(
+            settings.state_dir / "loop", settings.loop_capacity_bytes, topology
+        )
+        services.volumes = VolumeService(backend, StaticNodes(frozenset({settings.node_id})))
+        services.checks.append(backend.health)
+    if settings.mode.node:
+        connector: Connector = LoopConnector(executor)
+        services.staging = StagingService(
+            connector, Mounter(executor), Filesystems(executor), StagingStore(settings.state_dir / "staging")
+        )
+        services.checks.append(connector.health)
+    return services
