@@ -41,7 +41,9 @@ def build_services(settings: Settings, executor: Executor | None = None) -> Serv
         backend: TargetBackend = LoopTargetBackend(
             settings.state_dir / "loop", settings.loop_capacity_bytes, topology
         )
-        services.volumes = VolumeService(backend, StaticNodes(frozenset({settings.node_id})))
+        services.volumes = VolumeService(
+            backend, StaticNodes(frozenset({settings.node_id})), settings.max_volumes_per_node
+        )
         services.checks.append(backend.health)
     if settings.mode.node:
         connector: Connector = LoopConnector(executor)

@@ -11,7 +11,7 @@ import uuid as uuidlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from nvmeof_csi.errors import Aborted, AlreadyExists, InvalidArgument, NotFound, OutOfRange
+from nvmeof_csi.errors import Aborted, AlreadyExists, InvalidArgument, NotFound, OutOfRange, ResourceExhausted
 from nvmeof_csi.service.ports import Condition, NodeDirectory, TargetBackend, Topology, Volume, VolumeRef
 
 MiB = 1 << 20
