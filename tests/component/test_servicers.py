@@ -1,0 +1,224 @@
+"""The CSI servicers driven with real protobuf messages over a real (in-process) gRPC channel."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+
+import grpc
+import pytest
+
+from nvmeof_csi import DRIVER_NAME, __version__
+from nvmeof_csi.gen import csi_pb2
+from tests.component.conftest import Stack
+
+Mode = csi_pb2.VolumeCapability.AccessMode
+GiB = 1 << 30
+
+
+def mount_cap(mode: int = Mode.SINGLE_NODE_WRITER, fs: str = "ext4") -> csi_pb2.VolumeCapability:
+    return csi_pb2.VolumeCapability(
+        access_mode=Mode(mode=mode),  # type: ignore[arg-type]
+        mount=csi_pb2.VolumeCapability.MountVolume(fs_type=fs),
+    )
+
+
+def block_cap(mode: int = Mode.SINGLE_NODE_WRITER) -> csi_pb2.VolumeCapability:
+    return csi_pb2.VolumeCapability(
+        access_mode=Mode(mode=mode),  # type: ignore[arg-type]
+        block=csi_pb2.VolumeCapability.BlockVolume(),
+    )
+
+
+async def create(stack: Stack, name: str = "pvc-1", size: int = GiB) -> csi_pb2.Volume:
+    resp = await stack.controller.CreateVolume(
+        csi_pb2.CreateVolumeRequest(
+            name=name, capacity_range=csi_pb2.CapacityRange(required_bytes=size), volume_capabilities=[mount_cap()]
+        )
+    )
+    return resp.volume
+
+
+async def test_identity(stack: Stack) -> None:
+    info = await stack.identity.GetPluginInfo(csi_pb2.GetPluginInfoRequest())
+    assert (info.name, info.vendor_version) == (DRIVER_NAME, __version__)
+    caps = await stack.identity.GetPluginCapabilities(csi_pb2.GetPluginCapabilitiesRequest())
+    kinds = {c.service.type for c in caps.capabilities}
+    Service = csi_pb2.PluginCapability.Service
+    assert kinds == {Service.CONTROLLER_SERVICE, Service.VOLUME_ACCESSIBILITY_CONSTRAINTS}
+    assert (await stack.identity.Probe(csi_pb2.ProbeRequest())).ready.value is True
+    stack.backend.healthy = False
+    assert (await stack.identity.Probe(csi_pb2.ProbeRequest())).ready.value is False
+
+
+async def test_full_lifecycle_and_every_repeat_is_harmless(stack: Stack) -> None:
+    vol = await create(stack)
+    assert (await create(stack)).volume_id == vol.volume_id
+    assert vol.capacity_bytes == GiB
+    assert dict(vol.accessible_topology[0].segments) == {"topology.csi.nvmeof.io/fabric": "f1"}
+    pub = csi_pb2.ControllerPublishVolumeRequest(volume_id=vol.volume_id, node_id="node-1", volume_capability=mount_cap())
+    ctx1 = (await stack.controller.ControllerPublishVolume(pub)).publish_context
+    ctx2 = (await stack.controller.ControllerPublishVolume(pub)).publish_context
+    assert ctx1 == ctx2
+    staging = str(stack.tmp / "staging")
+    target = str(stack.tmp / "target")
+    stage = csi_pb2.NodeStageVolumeRequest(
+        volume_id=vol.volume_id, staging_target_path=staging, volume_capability=mount_cap(),
+        publish_context=ctx1, volume_context=vol.volume_context,
+    )
+    await stack.node.NodeStageVolume(stage)
+    await stack.node.NodeStageVolume(stage)
+    publish = csi_pb2.NodePublishVolumeRequest(
+        volume_id=vol.volume_id, staging_target_path=staging, target_path=target, volume_capability=mount_cap()
+    )
+    await stack.node.NodePublishVolume(publish)
+    await stack.node.NodePublishVolume(publish)
+    stats = await stack.node.NodeGetVolumeStats(csi_pb2.NodeGetVolumeStatsRequest(volume_id=vol.volume_id, volume_path=target))
+    assert {u.unit for u in stats.usage} == {csi_pb2.VolumeUsage.BYTES, csi_pb2.VolumeUsage.INODES}
+    assert not stats.volume_condition.abnormal
+    listed = await stack.controller.ListVolumes(csi_pb2.ListVolumesRequest())
+    assert [e.status.published_node_ids for e in listed.entries] == [["node-1"]]
+    expand = csi_pb2.ControllerExpandVolumeRequest(volume_id=vol.volume_id, capacity_range=csi_pb2.CapacityRange(required_bytes=2 * GiB))
+    assert (await stack.controller.ControllerExpandVolume(expand)).capacity_bytes == 2 * GiB
+    node_exp = csi_pb2.NodeExpandVolumeRequest(volume_id=vol.volume_id, volume_path=target)
+    assert (await stack.node.NodeExpandVolume(node_exp)).capacity_bytes == GiB  # the fake connector's size
+    for _ in range(2):
+        await stack.node.NodeUnpublishVolume(csi_pb2.NodeUnpublishVolumeRequest(volume_id=vol.volume_id, target_path=target))
+    for _ in range(2):
+        await stack.node.NodeUnstageVolume(csi_pb2.NodeUnstageVolumeRequest(volume_id=vol.volume_id, staging_target_path=staging))
+    unpub = csi_pb2.ControllerUnpublishVolumeRequest(volume_id=vol.volume_id, node_id="node-1")
+    for _ in range(2):
+        await stack.controller.ControllerUnpublishVolume(unpub)
+    for _ in range(2):
+        await stack.controller.DeleteVolume(csi_pb2.DeleteVolumeRequest(volume_id=vol.volume_id))
+    assert stack.backend.volumes == {}
+    assert stack.host.mountinfo.read_text().strip() == ""
+
+
+GOOD_ID = "nvmeof-v1.fake." + str(uuid.UUID(int=1))
+C = "controller"
+N = "node"
+BAD = [
+    (C, "CreateVolume", csi_pb2.CreateVolumeRequest(volume_capabilities=[mount_cap()]), "INVALID_ARGUMENT", "name"),
+    (C, "CreateVolume", csi_pb2.CreateVolumeRequest(name="a"), "INVALID_ARGUMENT", "volume_capabilities"),
+    (C, "CreateVolume", csi_pb2.CreateVolumeRequest(name="n" * 129, volume_capabilities=[mount_cap()]), "INVALID_ARGUMENT", "128"),
+    (C, "CreateVolume", csi_pb2.CreateVolumeRequest(name="a", volume_capabilities=[mount_cap()], capacity_range=csi_pb2.CapacityRange(required_bytes=-1)), "INVALID_ARGUMENT", "negative"),
+    (C, "CreateVolume", csi_pb2.CreateVolumeRequest(name="a", volume_capabilities=[mount_cap()], capacity_range=csi_pb2.CapacityRange(required_bytes=10, limit_bytes=5)), "INVALID_ARGUMENT", "larger than limit"),
+    (C, "CreateVolume", csi_pb2.CreateVolumeRequest(name="a", volume_capabilities=[mount_cap()], parameters={"bogus": "1"}), "INVALID_ARGUMENT", "bogus"),
+    (C, "CreateVolume", csi_pb2.CreateVolumeRequest(name="a", volume_capabilities=[mount_cap(fs="ntfs")]), "INVALID_ARGUMENT", "ntfs"),
+    (C, "CreateVolume", csi_pb2.CreateVolumeRequest(name="a", volume_capabilities=[mount_cap(Mode.MULTI_NODE_MULTI_WRITER)]), "INVALID_ARGUMENT", "MULTI_NODE_MULTI_WRITER"),
+    (C, "CreateVolume", csi_pb2.CreateVolumeRequest(name="a", volume_capabilities=[mount_cap()], capacity_range=csi_pb2.CapacityRange(required_bytes=1 << 50)), "OUT_OF_RANGE", "largest"),
+    (C, "CreateVolume", csi_pb2.CreateVolumeRequest(name="a", volume_capabilities=[mount_cap()], accessibility_requirements=csi_pb2.TopologyRequirement(requisite=[csi_pb2.Topology(segments={"topology.csi.nvmeof.io/fabric": "elsewhere"})])), "RESOURCE_EXHAUSTED", "topology"),
+    (C, "DeleteVolume", csi_pb2.DeleteVolumeRequest(), "INVALID_ARGUMENT", "volume_id"),
+    (C, "ControllerPublishVolume", csi_pb2.ControllerPublishVolumeRequest(node_id="node-1", volume_capability=mount_cap()), "INVALID_ARGUMENT", "volume_id"),
+    (C, "ControllerPublishVolume", csi_pb2.ControllerPublishVolumeRequest(volume_id=GOOD_ID, volume_capability=mount_cap()), "INVALID_ARGUMENT", "node_id"),
+    (C, "ControllerPublishVolume", csi_pb2.ControllerPublishVolumeRequest(volume_id=GOOD_ID, node_id="node-1"), "INVALID_ARGUMENT", "volume_capability"),
+    (C, "ControllerPublishVolume", csi_pb2.ControllerPublishVolumeRequest(volume_id=GOOD_ID, node_id="node-1", volume_capability=mount_cap()), "NOT_FOUND", "does not exist"),
+    (C, "ControllerPublishVolume", csi_pb2.ControllerPublishVolumeRequest(volume_id="x" * 129, node_id="node-1", volume_capability=mount_cap()), "INVALID_ARGUMENT", "128"),
+    (C, "ControllerUnpublishVolume", csi_pb2.ControllerUnpublishVolumeRequest(), "INVALID_ARGUMENT", "volume_id"),
+    (C, "ValidateVolumeCapabilities", csi_pb2.ValidateVolumeCapabilitiesRequest(volume_capabilities=[mount_cap()]), "INVALID_ARGUMENT", "volume_id"),
+    (C, "ValidateVolumeCapabilities", csi_pb2.ValidateVolumeCapabilitiesRequest(volume_id=GOOD_ID), "INVALID_ARGUMENT", "volume_capabilities"),
+    (C, "ValidateVolumeCapabilities", csi_pb2.ValidateVolumeCapabilitiesRequest(volume_id=GOOD_ID, volume_capabilities=[mount_cap()]), "NOT_FOUND", "does not exist"),
+    (C, "ListVolumes", csi_pb2.ListVolumesRequest(starting_token="not-a-token"), "ABORTED", "starting_token"),
+    (C, "ListVolumes", csi_pb2.ListVolumesRequest(max_entries=-1), "INVALID_ARGUMENT", "max_entries"),
+    (C, "ControllerExpandVolume", csi_pb2.ControllerExpandVolumeRequest(volume_id=GOOD_ID), "INVALID_ARGUMENT", "capacity_range"),
+    (C, "ControllerExpandVolume", csi_pb2.ControllerExpandVolumeRequest(volume_id=GOOD_ID, capacity_range=csi_pb2.CapacityRange(required_bytes=1)), "NOT_FOUND", "does not exist"),
+    (C, "ControllerGetVolume", csi_pb2.ControllerGetVolumeRequest(volume_id="bogus"), "NOT_FOUND", "not an ID"),
+    (C, "CreateSnapshot", csi_pb2.CreateSnapshotRequest(name="s", source_volume_id=GOOD_ID), "UNIMPLEMENTED", "snapshots"),
+    (C, "ControllerModifyVolume", csi_pb2.ControllerModifyVolumeRequest(volume_id=GOOD_ID), "UNIMPLEMENTED", "ModifyVolume"),
+    (N, "NodeStageVolume", csi_pb2.NodeStageVolumeRequest(staging_target_path="/s", volume_capability=mount_cap()), "INVALID_ARGUMENT", "volume_id"),
+    (N, "NodeStageVolume", csi_pb2.NodeStageVolumeRequest(volume_id=GOOD_ID, volume_capability=mount_cap()), "INVALID_ARGUMENT", "staging_target_path"),
+    (N, "NodeStageVolume", csi_pb2.NodeStageVolumeRequest(volume_id=GOOD_ID, staging_target_path="/s"), "INVALID_ARGUMENT", "volume_capability"),
+    (N, "NodeStageVolume", csi_pb2.NodeStageVolumeRequest(volume_id="some-id", staging_target_path="/s", volume_capability=mount_cap()), "NOT_FOUND", "not an ID"),
+    (N, "NodePublishVolume", csi_pb2.NodePublishVolumeRequest(volume_id=GOOD_ID, staging_target_path="/s", volume_capability=mount_cap()), "INVALID_ARGUMENT", "target_path"),
+    (N, "NodePublishVolume", csi_pb2.NodePublishVolumeRequest(volume_id=GOOD_ID, target_path="/t", volume_capability=mount_cap()), "INVALID_ARGUMENT", "staging_target_path"),
+    (N, "NodePublishVolume", csi_pb2.NodePublishVolumeRequest(volume_id=GOOD_ID, target_path="/t", staging_target_path="/s", volume_capability=mount_cap()), "FAILED_PRECONDITION", "not staged"),
+    (N, "NodeUnpublishVolume", csi_pb2.NodeUnpublishVolumeRequest(volume_id=GOOD_ID), "INVALID_ARGUMENT", "target_path"),
+    (N, "NodeUnstageVolume", csi_pb2.NodeUnstageVolumeRequest(volume_id=GOOD_ID), "INVALID_ARGUMENT", "staging_target_path"),
+    (N, "NodeGetVolumeStats", csi_pb2.NodeGetVolumeStatsRequest(volume_id=GOOD_ID), "INVALID_ARGUMENT", "volume_path"),
+    (N, "NodeGetVolumeStats", csi_pb2.NodeGetVolumeStatsRequest(volume_id=GOOD_ID, volume_path="/p"), "NOT_FOUND", "not staged"),
+    (N, "NodeExpandVolume", csi_pb2.NodeExpandVolumeRequest(volume_id=GOOD_ID), "INVALID_ARGUMENT", "volume_path"),
+]
+
+
+@pytest.mark.parametrize(("side", "rpc", "request_msg", "code", "needle"), BAD, ids=[f"{b[1]}-{i}" for i, b in enumerate(BAD)])
+async def test_malformed_requests_get_the_spec_code(
+    stack: Stack, side: str, rpc: str, request_msg: object, code: str, needle: str
+) -> None:
+    stub = stack.controller if side == C else stack.node
+    with pytest.raises(grpc.aio.AioRpcError) as info:
+        await getattr(stub, rpc)(request_msg)
+    assert info.value.code().name == code, info.value.details()
+    assert needle in (info.value.details() or "")
+
+
+async def test_busy_name_is_aborted_then_succeeds(stack: Stack) -> None:
+    import threading
+
+    stack.backend.gate = threading.Event()
+    first = asyncio.ensure_future(create(stack, "racy"))
+    await asyncio.to_thread(stack.backend.entered.wait, 5)
+    with pytest.raises(grpc.aio.AioRpcError) as info:
+        await create(stack, "racy")
+    assert info.value.code() == grpc.StatusCode.ABORTED
+    stack.backend.gate.set()
+    vol = await first
+    assert (await create(stack, "racy")).volume_id == vol.volume_id
+    assert len(stack.backend.volumes) == 1
+
+
+async def test_unexpected_exception_is_internal_with_traceback(stack: Stack, caplog: pytest.LogCaptureFixture) -> None:
+    def broken(name: str) -> None:
+        raise KeyError("bug in backend")
+
+    stack.backend.find_volume_by_name = broken  # type: ignore[assignment,method-assign]
+    with caplog.at_level(logging.INFO), pytest.raises(grpc.aio.AioRpcError) as info:
+        await create(stack, "x")
+    assert info.value.code() == grpc.StatusCode.INTERNAL
+    assert any(r.exc_info and "bug in backend" in str(r.exc_info[1]) for r in caplog.records)
+
+
+async def test_log_lines_in_and_out_without_secrets(stack: Stack, caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.INFO, logger="nvmeof_csi.rpc"):
+        await stack.controller.CreateVolume(
+            csi_pb2.CreateVolumeRequest(name="s1", volume_capabilities=[mount_cap()], secrets={"key": "TOPSECRET"})
+        )
+    lines = [r.getMessage() for r in caplog.records if r.name == "nvmeof_csi.rpc"]
+    assert lines[0].startswith("> CreateVolume") and lines[-1].startswith("< CreateVolume OK")
+    assert all("TOPSECRET" not in line for line in lines)
+    assert "s" in lines[-1].split()[3]  # duration like 0.004s
+
+
+async def test_node_info_and_capabilities(stack: Stack) -> None:
+    info = await stack.node.NodeGetInfo(csi_pb2.NodeGetInfoRequest())
+    assert info.node_id == "node-1"
+    assert dict(info.accessible_topology.segments) == {"topology.csi.nvmeof.io/fabric": "f1"}
+    caps = await stack.node.NodeGetCapabilities(csi_pb2.NodeGetCapabilitiesRequest())
+    R = csi_pb2.NodeServiceCapability.RPC
+    got = {c.rpc.type for c in caps.capabilities}
+    assert {R.STAGE_UNSTAGE_VOLUME, R.GET_VOLUME_STATS, R.EXPAND_VOLUME} <= got
+    ccaps = await stack.controller.ControllerGetCapabilities(csi_pb2.ControllerGetCapabilitiesRequest())
+    CR = csi_pb2.ControllerServiceCapability.RPC
+    cgot = {c.rpc.type for c in ccaps.capabilities}
+    assert {CR.CREATE_DELETE_VOLUME, CR.PUBLISH_UNPUBLISH_VOLUME, CR.LIST_VOLUMES, CR.GET_CAPACITY, CR.EXPAND_VOLUME} <= cgot
+
+
+async def test_validate_and_capacity(stack: Stack) -> None:
+    vol = await create(stack)
+    ok = await stack.controller.ValidateVolumeCapabilities(
+        csi_pb2.ValidateVolumeCapabilitiesRequest(volume_id=vol.volume_id, volume_capabilities=[mount_cap()])
+    )
+    assert ok.HasField("confirmed")
+    no = await stack.controller.ValidateVolumeCapabilities(
+        csi_pb2.ValidateVolumeCapabilitiesRequest(
+            volume_id=vol.volume_id, volume_capabilities=[mount_cap(Mode.MULTI_NODE_MULTI_WRITER)]
+        )
+    )
+    assert not no.HasField("confirmed") and "MULTI_NODE_MULTI_WRITER" in no.message
+    cap = await stack.controller.GetCapacity(csi_pb2.GetCapacityRequest())
+    assert cap.available_capacity == 99 * GiB
+    other = await stack.controller.GetCapacity(
+        csi_pb2.GetCapacityRequest(accessible_topology=csi_pb2.Topology(segments={"topology.csi.nvmeof.io/fabric": "x"}))
+    )
+    assert other.available_capacity == 0

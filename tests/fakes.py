@@ -1,0 +1,191 @@
+"""Fakes of our own interfaces for fast tests: an in-memory target backend, a connector, and a host
+executor that simulates mount/umount/blkid/mkfs by editing a fake mountinfo file (MockTransport style: the
+real Mounter and Filesystems classes run unchanged on top of it)."""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from nvmeof_csi.errors import CommandError, FailedPrecondition, NotFound, ResourceExhausted
+from nvmeof_csi.host.executor import Result
+from nvmeof_csi.service.ports import Condition, Health, Topology, Volume, VolumeRef
+
+TOPO = {"topology.csi.nvmeof.io/fabric": "f1"}
+
+
+class FakeBackend:
+    """In-memory TargetBackend. ``gate`` (if set) blocks create_volume until released (for lock tests)."""
+
+    def __init__(self, capacity: int = 1 << 40, location: str = "fake") -> None:
+        self.capacity = capacity
+        self.location = location
+        self.volumes: dict[str, Volume] = {}
+        self.readonly: dict[tuple[str, str], bool] = {}
+        self.gate: threading.Event | None = None
+        self.entered = threading.Event()
+        self.healthy = True
+
+    def health(self) -> Health:
+        return Health(self.healthy, "fake")
+
+    def create_volume(self, name: str, capacity_bytes: int, parameters: Mapping[str, str]) -> Volume:
+        self.entered.set()
+        if self.gate is not None:
+            self.gate.wait(10)
+        found = self.find_volume_by_name(name)
+        if found:
+            return found
+        if sum(v.capacity_bytes for v in self.volumes.values()) + capacity_bytes > self.capacity:
+            raise ResourceExhausted("fake backend full")
+        ref = VolumeRef(self.location, str(uuid.uuid4()))
+        vol = Volume(ref, name, capacity_bytes, dict(parameters), {"fake": ref.uuid}, (dict(TOPO),))
+        self.volumes[ref.uuid] = vol
+        return vol
+
+    def find_volume_by_name(self, name: str) -> Volume | None:
+        return next((v for v in self.volumes.values() if v.name == name), None)
+
+    def get_volume(self, ref: VolumeRef) -> Volume | None:
+        return self.volumes.get(ref.uuid) if ref.location == self.location else None
+
+    def list_volumes(self) -> list[Volume]:
+        return sorted(self.volumes.values(), key=lambda v: v.ref.uuid)
+
+    def delete_volume(self, ref: VolumeRef) -> None:
+        vol = self.get_volume(ref)
+        if vol and vol.published_nodes:
+            raise FailedPrecondition("published")
+        self.volumes.pop(ref.uuid, None)
+
+    def expand_volume(self, ref: VolumeRef, capacity_bytes: int) -> int:
+        vol = self.volumes[ref.uuid]
+        self.volumes[ref.uuid] = replace(vol, capacity_bytes=max(vol.capacity_bytes, capacity_bytes))
+        return self.volumes[ref.uuid].capacity_bytes
+
+    def publish(self, ref: VolumeRef, node_id: str, readonly: bool) -> Mapping[str, str]:
+        vol = self.volumes[ref.uuid]
+        from nvmeof_csi.errors import AlreadyExists
+
+        if self.readonly.get((ref.uuid, node_id), readonly) != readonly:
+            raise AlreadyExists("other readonly")
+        self.readonly[(ref.uuid, node_id)] = readonly
+        nodes = tuple(sorted({*vol.published_nodes, node_id}))
+        self.volumes[ref.uuid] = replace(vol, published_nodes=nodes)
+        return {"node": node_id}
+
+    def unpublish(self, ref: VolumeRef, node_id: str) -> None:
+        vol = self.volumes.get(ref.uuid)
+        if vol:
+            self.readonly.pop((ref.uuid, node_id), None)
+            self.volumes[ref.uuid] = replace(vol, published_nodes=tuple(n for n in vol.published_nodes if n != node_id))
+
+    def available_capacity(self, segment: Topology | None) -> int:
+        if segment and any(TOPO.get(k) != v for k, v in segment.items()):
+            return 0
+        return self.capacity - sum(v.capacity_bytes for v in self.volumes.values())
+
+    def max_volume_size(self) -> int:
+        return self.capacity
+
+    def condition(self, ref: VolumeRef) -> Condition:
+        return Condition(False, "ok")
+
+
+@dataclass
+class FakeConnector:
+    """Connector whose devices are paths under ``dev_dir``; records calls."""
+
+    dev_dir: Path
+    calls: list[tuple[str, str]] = field(default_factory=list)
+    connected: dict[str, str] = field(default_factory=dict)
+    fail_connect: Exception | None = None
+    sizes: dict[str, int] = field(default_factory=dict)
+
+    def health(self) -> Health:
+        return Health(True, "fake")
+
+    def connect(self, ref: VolumeRef, context: Mapping[str, str], timeout: float) -> str:
+        self.calls.append(("connect", ref.uuid))
+        if self.fail_connect:
+            raise self.fail_connect
+        dev = str(self.dev_dir / f"dev-{ref.uuid[:8]}")
+        Path(dev).touch()
+        self.connected[ref.uuid] = dev
+        return dev
+
+    def find_device(self, ref: VolumeRef, context: Mapping[str, str]) -> str | None:
+        return self.connected.get(ref.uuid)
+
+    def disconnect(self, ref: VolumeRef, context: Mapping[str, str], in_use: frozenset[VolumeRef]) -> None:
+        self.calls.append(("disconnect", ref.uuid))
+        self.connected.pop(ref.uuid, None)
+
+    def refresh_size(self, ref: VolumeRef, context: Mapping[str, str], device: str) -> int:
+        self.calls.append(("refresh", ref.uuid))
+        return self.sizes.get(ref.uuid, 1 << 30)
+
+    def condition(self, ref: VolumeRef, context: Mapping[str, str]) -> Condition:
+        return Condition(ref.uuid not in self.connected, "fake paths")
+
+
+class FakeHost:
+    """Executor that simulates mount, umount, blkid and mkfs against a fake mountinfo file."""
+
+    def __init__(self, mountinfo: Path) -> None:
+        self.mountinfo = mountinfo
+        mountinfo.write_text("")
+        self.signatures: dict[str, str] = {}
+        self.argvs: list[list[str]] = []
+        self.fail: dict[str, CommandError] = {}
+        self._next = 100
+
+    def _lines(self) -> list[str]:
+        return [line for line in self.mountinfo.read_text().splitlines() if line]
+
+    def run(
+        self,
+        argv: Sequence[str],
+        *,
+        timeout: float,
+        check: bool = True,
+        stdin: str | None = None,
+        secrets: Sequence[str] = (),
+    ) -> Result:
+        argv = list(argv)
+        self.argvs.append(argv)
+        tool = argv[0]
+        if tool in self.fail:
+            raise self.fail[tool]
+        if tool == "blkid":
+            sig = self.signatures.get(argv[-1])
+            return Result(0, sig + "\n", "") if sig else Result(2, "", "")
+        if tool.startswith("mkfs."):
+            self.signatures[argv[-1]] = tool.split(".", 1)[1]
+            return Result(0, "", "")
+        if tool == "mount":
+            if "-o" in argv and argv[argv.index("-o") + 1].startswith("remount"):
+                return Result(0, "", "")
+            source, target = argv[-2], argv[-1]
+            fstype = argv[argv.index("-t") + 1] if "-t" in argv else "none"
+            self._next += 1
+            lines = self._lines()
+            lines.append(f"{self._next} 1 0:{self._next} / {target} rw - {fstype} {source} rw")
+            self.mountinfo.write_text("\n".join(lines) + "\n")
+            return Result(0, "", "")
+        if tool == "umount":
+            lines = self._lines()
+            for i in range(len(lines) - 1, -1, -1):
+                if lines[i].split()[4] == argv[-1]:
+                    del lines[i]
+                    break
+            else:
+                raise CommandError(argv, 32, "", "not mounted")
+            self.mountinfo.write_text("".join(line + "\n" for line in lines))
+            return Result(0, "", "")
+        if tool in ("resize2fs", "xfs_growfs"):
+            return Result(0, "", "")
+        raise NotFound(f"FakeHost does not simulate {tool}")

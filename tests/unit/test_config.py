@@ -1,0 +1,65 @@
+from pathlib import Path
+
+import pytest
+
+from nvmeof_csi.config import ConfigError, Endpoint, Mode, Settings, parse_size
+
+
+@pytest.mark.parametrize(
+    ("text", "scheme", "where"),
+    [
+        ("unix:///run/csi/csi.sock", "unix", "/run/csi/csi.sock"),
+        ("tcp://127.0.0.1:10000", "tcp", "127.0.0.1:10000"),
+        ("tcp://[::1]:5", "tcp", "[::1]:5"),
+    ],
+)
+def test_endpoint_parse(text: str, scheme: str, where: str) -> None:
+    ep = Endpoint.parse(text)
+    assert ep.scheme == scheme
+    assert where in ep.grpc_address
+    assert str(ep) == text
+
+
+@pytest.mark.parametrize("text", ["unix://relative.sock", "tcp://host", "tcp://h:70000", "http://x:1", "/tmp/x.sock"])
+def test_endpoint_rejects(text: str) -> None:
+    with pytest.raises(ConfigError, match="endpoint"):
+        Endpoint.parse(text)
+
+
+def _settings(**kw: object) -> Settings:
+    base: dict[str, object] = {"mode": Mode.ALL, "endpoint": Endpoint.parse("unix:///tmp/x.sock")}
+    base.update(kw)
+    return Settings(**base)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "needle"),
+    [
+        ("fabric", "Not_A_Label", "fabric"),
+        ("loop_capacity_bytes", 0, "loop-capacity"),
+        ("max_volumes_per_node", -1, "max-volumes-per-node"),
+        ("grace_seconds", 0, "grace-seconds"),
+        ("log_level", "LOUD", "log-level"),
+        ("state_dir", Path("relative"), "state-dir"),
+        ("node_id", "n" * 193, "node-id"),
+    ],
+)
+def test_settings_reject_with_named_setting(field: str, value: object, needle: str) -> None:
+    with pytest.raises(ConfigError, match=needle):
+        _settings(**{field: value})
+
+
+def test_settings_default_node_id_is_hostname() -> None:
+    import socket
+
+    assert _settings().node_id == socket.gethostname()
+
+
+@pytest.mark.parametrize(("text", "value"), [("1", 1), ("4K", 4096), ("10G", 10 << 30), ("1Ti", 1 << 40), ("2MiB", 2 << 20)])
+def test_parse_size(text: str, value: int) -> None:
+    assert parse_size(text) == value
+
+
+def test_parse_size_rejects() -> None:
+    with pytest.raises(ConfigError):
+        parse_size("ten gigs")

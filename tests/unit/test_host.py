@@ -1,0 +1,62 @@
+import os
+from pathlib import Path
+
+import pytest
+
+from nvmeof_csi.errors import CommandError
+from nvmeof_csi.host import atomic
+from nvmeof_csi.host.executor import SubprocessExecutor, redact
+from nvmeof_csi.host.mounter import parse_mountinfo
+
+
+def test_mountinfo_parse_with_escapes_and_optional_fields() -> None:
+    text = (
+        "36 35 98:0 /mnt1 /mnt/with\\040space rw,noatime master:1 - ext3 /dev/root rw,errors=continue\n"
+        "37 35 7:0 / /staging ro shared:5 unbindable - xfs /dev/loop0 ro\n"
+        "garbage line\n"
+    )
+    mounts = parse_mountinfo(text)
+    assert [m.mount_point for m in mounts] == ["/mnt/with space", "/staging"]
+    assert mounts[0].root == "/mnt1" and mounts[0].fstype == "ext3" and not mounts[0].readonly
+    assert mounts[1].source == "/dev/loop0" and mounts[1].readonly and mounts[1].device == "7:0"
+
+
+def test_atomic_write_keeps_old_content_when_rename_fails(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    target = tmp_path / "state.json"
+    atomic.write_json_atomic(target, {"v": 1})
+
+    def broken(src: str, dst: str) -> None:
+        raise OSError("disk gone")
+
+    monkeypatch.setattr(os, "replace", broken)
+    with pytest.raises(OSError, match="disk gone"):
+        atomic.write_json_atomic(target, {"v": 2})
+    assert atomic.read_json(target) == {"v": 1}
+    assert [p.name for p in tmp_path.iterdir()] == ["state.json"]  # no temp files left
+
+
+def test_atomic_read_absent_and_remove(tmp_path: Path) -> None:
+    assert atomic.read_json(tmp_path / "none.json") is None
+    atomic.write_atomic(tmp_path / "a", b"x")
+    assert oct((tmp_path / "a").stat().st_mode & 0o777) == "0o600"
+    atomic.remove_durably(tmp_path / "a")
+    atomic.remove_durably(tmp_path / "a")
+    assert not (tmp_path / "a").exists()
+
+
+def test_executor_redacts_secrets_in_errors() -> None:
+    with pytest.raises(CommandError) as info:
+        SubprocessExecutor().run(["sh", "-c", "exit 3", "--dhchap-secret=HIDE"], timeout=5, secrets=["HIDE"])
+    assert "HIDE" not in str(info.value) and "***" in str(info.value)
+    assert info.value.rc == 3
+
+
+def test_executor_timeout_and_missing_tool() -> None:
+    with pytest.raises(CommandError) as info:
+        SubprocessExecutor().run(["sleep", "5"], timeout=0.2)
+    assert info.value.rc == -9
+    with pytest.raises(CommandError) as info:
+        SubprocessExecutor().run(["no-such-tool-xyz"], timeout=1)
+    assert info.value.rc == 127
+    assert SubprocessExecutor().run(["sh", "-c", "exit 4"], timeout=5, check=False).rc == 4
+    assert redact(["a=s", "b"], ["s"]) == ["a=***", "b"]

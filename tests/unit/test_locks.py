@@ -1,0 +1,72 @@
+import threading
+
+import pytest
+
+from nvmeof_csi.csi.locks import LOCK_TABLE, KeyedLocks
+from nvmeof_csi.errors import Aborted
+
+
+def test_second_holder_is_aborted_and_entry_removed_on_release() -> None:
+    locks = KeyedLocks()
+    with locks.hold("volume_id=a"):
+        assert locks.held() == {"volume_id=a"}
+        with pytest.raises(Aborted, match="volume_id=a"), locks.hold("volume_id=a"):
+            pass
+        with locks.hold("volume_id=b"):  # other keys are independent
+            pass
+    assert locks.held() == frozenset()
+
+
+def test_all_or_nothing() -> None:
+    locks = KeyedLocks()
+    with locks.hold("b"):
+        with pytest.raises(Aborted), locks.hold("a", "b"):
+            pass
+        assert locks.held() == {"b"}  # "a" was not left behind
+
+
+def test_released_after_exception() -> None:
+    locks = KeyedLocks()
+    with pytest.raises(RuntimeError), locks.hold("k"):
+        raise RuntimeError("boom")
+    assert locks.held() == frozenset()
+
+
+def test_threads_exactly_one_wins() -> None:
+    locks = KeyedLocks()
+    start = threading.Barrier(8)
+    inside = threading.Event()
+    release = threading.Event()
+    results: list[str] = []
+
+    def worker() -> None:
+        start.wait()
+        try:
+            with locks.hold("same"):
+                inside.set()
+                release.wait(5)
+                results.append("won")
+        except Aborted:
+            results.append("aborted")
+
+    threads = [threading.Thread(target=worker) for _ in range(8)]
+    for t in threads:
+        t.start()
+    inside.wait(5)
+    release.set()
+    for t in threads:
+        t.join()
+    assert sorted(results).count("won") >= 1
+    assert results.count("won") + results.count("aborted") == 8
+    assert locks.held() == frozenset()
+
+
+def test_table_names_real_request_fields() -> None:
+    from nvmeof_csi.gen import csi_pb2
+
+    services = {s.name: s for s in csi_pb2.DESCRIPTOR.services_by_name.values()}
+    for method, fields in LOCK_TABLE.items():
+        _, service, rpc = method.split("/")
+        desc = services[service.split(".")[-1]].methods_by_name[rpc]
+        for f in fields:
+            assert f in desc.input_type.fields_by_name, (method, f)

@@ -1,0 +1,145 @@
+import uuid
+from pathlib import Path
+
+import pytest
+
+from nvmeof_csi.errors import AlreadyExists, CommandError, FailedPrecondition, NotFound, Unavailable
+from nvmeof_csi.host.filesystems import Filesystems
+from nvmeof_csi.host.mounter import Mounter
+from nvmeof_csi.service.ports import VolumeRef
+from nvmeof_csi.service.records import AccessSpec, StagingStore
+from nvmeof_csi.service.staging import StagingService
+from tests.fakes import FakeConnector, FakeHost
+
+MOUNT = AccessSpec(block=False, fs_type="ext4")
+BLOCK = AccessSpec(block=True)
+
+
+class Env:
+    def __init__(self, tmp: Path) -> None:
+        (tmp / "dev").mkdir()
+        self.tmp = tmp
+        self.host = FakeHost(tmp / "mountinfo")
+        self.conn = FakeConnector(tmp / "dev")
+        self.store = StagingStore(tmp / "records")
+        self.svc = StagingService(
+            self.conn, Mounter(self.host, tmp / "mountinfo"), Filesystems(self.host), self.store, size_of=lambda d: 7
+        )
+        self.ref = VolumeRef("fake", str(uuid.uuid4()))
+        self.vid = f"nvmeof-v1.fake.{self.ref.uuid}"
+        self.mounter = Mounter(self.host, tmp / "mountinfo")
+
+    def stage(self, access: AccessSpec = MOUNT, path: str = "") -> str:
+        path = path or str(self.tmp / "staging")
+        self.svc.stage(self.vid, self.ref, path, access, {"k": "v"}, 30)
+        return path
+
+
+@pytest.fixture
+def env(tmp_path: Path) -> Env:
+    return Env(tmp_path)
+
+
+def test_stage_formats_blank_device_once_and_is_idempotent(env: Env) -> None:
+    path = env.stage()
+    env.stage()
+    mkfs = [a for a in env.host.argvs if a[0].startswith("mkfs")]
+    assert len(mkfs) == 1
+    assert env.mounter.mount_at(path) is not None
+    rec = env.store.load(env.ref)
+    assert rec is not None and rec.device.endswith(env.ref.uuid[:8]) and rec.context == {"k": "v"}
+
+
+def test_stage_never_reformats_a_different_filesystem(env: Env) -> None:
+    dev = str(env.tmp / "dev" / f"dev-{env.ref.uuid[:8]}")
+    env.host.signatures[dev] = "xfs"
+    with pytest.raises(FailedPrecondition, match="refusing to reformat"):
+        env.stage()
+    assert not any(a[0].startswith("mkfs") for a in env.host.argvs)
+    assert env.store.load(env.ref) is None  # rolled back
+    assert ("disconnect", env.ref.uuid) in env.conn.calls
+
+
+def test_failed_mount_rolls_back_in_reverse(env: Env) -> None:
+    env.host.fail["mount"] = CommandError(["mount"], 32, "", "wrong fs type")
+    with pytest.raises(CommandError):
+        env.stage()
+    assert env.conn.calls == [("connect", env.ref.uuid), ("disconnect", env.ref.uuid)]
+    assert env.store.load(env.ref) is None
+
+
+def test_failed_connect_leaves_nothing(env: Env) -> None:
+    env.conn.fail_connect = Unavailable("target unreachable")
+    with pytest.raises(Unavailable):
+        env.stage()
+    assert env.store.load(env.ref) is None
+
+
+def test_stage_elsewhere_is_already_exists(env: Env) -> None:
+    env.stage()
+    with pytest.raises(AlreadyExists, match="already staged"):
+        env.stage(path=str(env.tmp / "other"))
+    with pytest.raises(AlreadyExists):
+        env.stage(access=BLOCK)
+
+
+def test_publish_unpublish_mount(env: Env) -> None:
+    staging = env.stage()
+    target = str(env.tmp / "pods" / "t1")
+    with pytest.raises(FailedPrecondition, match="not staged"):
+        env.svc.publish(env.ref, "/elsewhere", target, MOUNT, False)
+    env.svc.publish(env.ref, staging, target, MOUNT, True)
+    env.svc.publish(env.ref, staging, target, MOUNT, True)  # idempotent
+    with pytest.raises(AlreadyExists):
+        env.svc.publish(env.ref, staging, target, MOUNT, False)
+    info = env.mounter.mount_at(target)
+    assert info is not None and info.source == staging
+    assert ["mount", "-o", "remount,bind,ro", target] in env.host.argvs
+    with pytest.raises(FailedPrecondition, match="still published"):
+        env.svc.unstage(env.ref, staging)
+    env.svc.unpublish(env.ref, target)
+    env.svc.unpublish(env.ref, target)
+    assert not Path(target).exists()
+    env.svc.unstage(env.ref, staging)
+    env.svc.unstage(env.ref, staging)
+    assert env.store.load(env.ref) is None and env.mounter.mounts() == []
+
+
+def test_block_publish_binds_device_onto_a_file(env: Env) -> None:
+    staging = env.stage(BLOCK)
+    target = str(env.tmp / "pods" / "blk")
+    env.svc.publish(env.ref, staging, target, BLOCK, False)
+    assert Path(target).is_file()
+    info = env.mounter.mount_at(target)
+    assert info is not None and info.source == env.conn.connected[env.ref.uuid]
+    stats = env.svc.stats(env.ref, target)
+    assert stats.block and stats.capacity_bytes == 7 and stats.usage is None
+    env.svc.unpublish(env.ref, target)
+    assert not Path(target).exists()
+
+
+def test_stats_and_expand_need_the_right_path(env: Env) -> None:
+    staging = env.stage()
+    with pytest.raises(NotFound):
+        env.svc.stats(env.ref, "/not/its/path")
+    with pytest.raises(NotFound):
+        env.svc.stats(VolumeRef("fake", str(uuid.uuid4())), staging)
+    env.conn.sizes[env.ref.uuid] = 5 << 30
+    assert env.svc.expand(env.ref, staging) == 5 << 30
+    assert any(a[0] == "resize2fs" for a in env.host.argvs)
+
+
+def test_unstage_keeps_connections_other_volumes_use(env: Env) -> None:
+    env.stage()
+    other = VolumeRef("fake", str(uuid.uuid4()))
+    env.svc.stage("v2", other, str(env.tmp / "s2"), BLOCK, {}, 30)
+    seen: list[frozenset[VolumeRef]] = []
+    real = env.conn.disconnect
+
+    def spy(ref: VolumeRef, ctx: object, in_use: frozenset[VolumeRef]) -> None:
+        seen.append(in_use)
+        real(ref, {}, in_use)
+
+    env.conn.disconnect = spy  # type: ignore[method-assign]
+    env.svc.unstage(env.ref, str(env.tmp / "staging"))
+    assert seen == [frozenset({other})]
