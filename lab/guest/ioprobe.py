@@ -1,0 +1,80 @@
+"""I/O probe for failover tests (runs in the guest; standard library only).
+
+usage: python3 ioprobe.py DEVICE SECONDS [--stall-ms 200] [--blocks 4096] [--mode verify|write|read]
+
+O_DIRECT 4 KiB I/O in a loop over the first BLOCKS blocks of DEVICE for SECONDS. In ``verify`` mode each
+block is written with a pattern naming its sequence number and offset and read back at once; a mismatch is
+a verify error (data corruption), an OSError an I/O error. Prints one JSON object: ios, io_errors,
+verify_errors, max_gap_s (the longest time between two completions), stalls ([[start_s, gap_s], ...] over the
+threshold), ios_after_last_stall (proves I/O resumed), seconds.
+"""
+
+import argparse
+import json
+import mmap
+import os
+import time
+
+BS = 4096
+
+
+def pattern(seq: int, offset: int) -> bytes:
+    head = f"nvmeof-csi-probe seq={seq:016d} off={offset:016d} ".encode()
+    return (head * (BS // len(head) + 1))[:BS]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("device")
+    ap.add_argument("seconds", type=float)
+    ap.add_argument("--stall-ms", type=float, default=200.0)
+    ap.add_argument("--blocks", type=int, default=4096)
+    ap.add_argument("--mode", choices=("verify", "write", "read"), default="verify")
+    a = ap.parse_args()
+    flags = os.O_RDONLY if a.mode == "read" else os.O_RDWR
+    fd = os.open(a.device, flags | os.O_DIRECT)
+    nblocks = max(1, min(os.lseek(fd, 0, os.SEEK_END) // BS, a.blocks))
+    wbuf, rbuf = mmap.mmap(-1, BS), mmap.mmap(-1, BS)
+    ios = io_errors = verify_errors = after_stall = 0
+    errlog: list[list[object]] = []
+    stalls: list[list[float]] = []
+    max_gap = 0.0
+    t0 = last = time.monotonic()
+    seq = 0
+    while time.monotonic() - t0 < a.seconds:
+        off = (seq % nblocks) * BS
+        try:
+            if a.mode == "read":
+                os.preadv(fd, [rbuf], off)
+            else:
+                wbuf[:] = pattern(seq, off)
+                os.pwritev(fd, [wbuf], off)
+                if a.mode == "verify":
+                    os.preadv(fd, [rbuf], off)
+                    if rbuf[:] != wbuf[:]:
+                        verify_errors += 1
+                        if len(errlog) < 5:
+                            errlog.append([round(time.monotonic() - t0, 3), f"verify mismatch at {off}"])
+            ios += 1
+            after_stall += 1
+        except OSError as e:
+            io_errors += 1
+            if len(errlog) < 5:
+                errlog.append([round(time.monotonic() - t0, 3), str(e)])
+            time.sleep(0.01)
+        done = time.monotonic()
+        gap = done - last
+        max_gap = max(max_gap, gap)
+        if gap * 1000 > a.stall_ms:
+            stalls.append([round(last - t0, 3), round(gap, 3)])
+            after_stall = 0
+        last = done
+        seq += 1
+    os.close(fd)
+    print(json.dumps({"ios": ios, "io_errors": io_errors, "verify_errors": verify_errors, "errlog": errlog,
+                      "max_gap_s": round(max_gap, 4), "stalls": stalls[:50],
+                      "ios_after_last_stall": after_stall, "seconds": round(time.monotonic() - t0, 3)}))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,48 @@
+"""Host side of the guest I/O probe (``lab/guest/ioprobe.py``): start it in the background, read its result."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+from lab.build import LAB_DIR
+from lab.vm import GuestError, LabVM, Pending
+
+PROBE = LAB_DIR / "guest" / "ioprobe.py"
+
+
+@dataclass(frozen=True)
+class ProbeResult:
+    ios: int
+    io_errors: int
+    verify_errors: int
+    max_gap_s: float
+    stalls: list[list[float]]
+    ios_after_last_stall: int
+    seconds: float
+    errlog: list[list[object]]
+
+    @property
+    def errors(self) -> int:
+        return self.io_errors + self.verify_errors
+
+    def line(self) -> str:
+        return (f"ios={self.ios} errors={self.errors} (io={self.io_errors} verify={self.verify_errors}) "
+                f"longest_stall={self.max_gap_s:.3f}s stalls={self.stalls[:3]} resumed_ios={self.ios_after_last_stall}")
+
+
+class IoProbe:
+    """An I/O probe running on a guest device."""
+
+    def __init__(self, vm: LabVM, device: str, seconds: float, stall_ms: float = 200.0) -> None:
+        self.device, self.seconds = device, seconds
+        argv = [vm.python, str(PROBE), device, str(seconds), "--stall-ms", str(stall_ms)]
+        self._pending: Pending = vm.submit(argv, timeout=seconds + 180)
+
+    def result(self) -> ProbeResult:
+        out = self._pending.check()
+        try:
+            doc = json.loads(out.strip().splitlines()[-1])
+        except (ValueError, IndexError) as exc:
+            raise GuestError("ioprobe output", self._pending.wait()) from exc
+        return ProbeResult(**doc)

@@ -1,0 +1,337 @@
+"""Host side of the lab: boot the QEMU VM and drive its guest agent.
+
+Contract:
+- :meth:`LabVM.start` boots and returns once the guest agent is ready (or raises :class:`LabError` with the
+  console tail). :meth:`LabVM.stop` always leaves no QEMU process behind (poweroff, then terminate, then
+  kill); QEMU also gets SIGKILL if this Python process dies (PR_SET_PDEATHSIG).
+- Every guest command has a timeout; the host waits at most that long plus a margin, then raises
+  :class:`GuestTimeout`. :meth:`LabVM.submit` runs a command in the background and returns a handle.
+- :meth:`LabVM.reboot` power-cycles the VM; the scratch disk (a sparse image on the host) survives it.
+- The VM has no network card; traffic stays inside the guest.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import itertools
+import json
+import os
+import queue
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from lab.build import CACHE, LAB_DIR, BuildInfo
+
+AGENT = LAB_DIR / "guest" / "agent.py"
+VM_NAME = "nvmeof-csi-lab"
+MARGIN = 30.0
+PR_SET_PDEATHSIG = 1
+
+
+class LabError(RuntimeError):
+    """The VM could not be started or the agent connection broke."""
+
+
+class GuestError(RuntimeError):
+    """A guest command failed (non-zero exit)."""
+
+    def __init__(self, what: str, result: Result) -> None:
+        self.result = result
+        super().__init__(f"{what} -> rc={result.rc}\n{result.out[-2000:]}{result.err[-2000:]}")
+
+
+class GuestTimeout(GuestError):
+    """No answer from the guest within the command's timeout plus a margin."""
+
+
+@dataclass(frozen=True)
+class Result:
+    rc: int
+    out: str
+    err: str
+    seconds: float
+
+
+@dataclass
+class Pending:
+    """A command running in the guest; :meth:`wait` returns its :class:`Result`."""
+
+    what: str
+    timeout: float
+    _box: queue.Queue[dict[str, Any]] = field(default_factory=lambda: queue.Queue(1))
+
+    def wait(self) -> Result:
+        try:
+            msg = self._box.get(timeout=self.timeout + MARGIN)
+        except queue.Empty as exc:
+            raise GuestTimeout(self.what, Result(-9, "", "no reply from the guest", self.timeout)) from exc
+        return Result(int(msg.get("rc", -1)), msg.get("out", ""), msg.get("err", ""), float(msg.get("t", 0.0)))
+
+    def check(self) -> str:
+        res = self.wait()
+        if res.rc != 0:
+            raise GuestError(self.what, res)
+        return res.out
+
+
+def kvm_usable() -> bool:
+    """KVM with hardware virtualisation. A PVM host (kvm_pvm) cannot run a stock kernel: use TCG there."""
+    if not os.access("/dev/kvm", os.R_OK | os.W_OK):
+        return False
+    return any(Path("/sys/module", m).is_dir() for m in ("kvm_intel", "kvm_amd"))
+
+
+def _die_with_parent() -> None:
+    ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+def lab_qemu_pids() -> list[int]:
+    """PIDs of every running lab QEMU on this host (found by the VM name in their command line)."""
+    pids = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            cmdline = (proc / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if cmdline and cmdline[0].endswith(b"qemu-system-x86_64") and VM_NAME.encode() in cmdline:
+            pids.append(int(proc.name))
+    return pids
+
+
+class LabVM:
+    """One lab VM. Use as a context manager, or call :meth:`start` and :meth:`stop`."""
+
+    def __init__(
+        self,
+        mem_mb: int = 2048,
+        cpus: int = 2,
+        scratch_gb: int = 8,
+        boot_timeout: float | None = None,
+        cache: Path = CACHE,
+    ) -> None:
+        self.info = BuildInfo.load(cache)
+        self.mem_mb, self.cpus = mem_mb, cpus
+        self.accel = os.environ.get("LAB_ACCEL") or ("kvm" if kvm_usable() else "tcg")
+        self.boot_timeout = boot_timeout or (60.0 if self.accel == "kvm" else 300.0)
+        self.rundir = Path(tempfile.mkdtemp(prefix="labvm-"))
+        self.scratch = self.rundir / "scratch.img"
+        with open(self.scratch, "wb") as img:
+            img.truncate(scratch_gb << 30)
+        self.console_log = self.rundir / "console.log"
+        self.proc: subprocess.Popen[bytes] | None = None
+        self._sock: socket.socket | None = None
+        self._ids = itertools.count(1)
+        self._pending: dict[int, Pending] = {}
+        self._lock = threading.Lock()
+        self.boot_seconds = 0.0
+        self.ready: dict[str, Any] = {}
+
+    # -- lifecycle ---------------------------------------------------------------------------------------
+    def _argv(self, sock: Path) -> list[str]:
+        if self.accel == "kvm":
+            accel = ["-accel", "kvm", "-cpu", "host"]
+        else:
+            accel = ["-accel", "tcg,thread=multi", "-cpu", "max"]
+        qboot = Path("/usr/share/qemu/qboot.rom")
+        python = os.environ.get("LAB_GUEST_PYTHON", "/usr/bin/python3")
+        append = f"console=ttyS0 quiet panic=-1 lab.agent={AGENT} lab.python={python}"
+        return [
+            "qemu-system-x86_64", "-name", VM_NAME, *accel, *(["-bios", str(qboot)] if qboot.exists() else []),
+            "-M", "q35", "-m", str(self.mem_mb), "-smp", str(self.cpus),
+            "-nodefaults", "-no-user-config", "-nographic", "-no-reboot", "-nic", "none",
+            "-kernel", self.info.vmlinuz, "-initrd", self.info.initrd, "-append", append,
+            "-serial", f"file:{self.console_log}",
+            "-virtfs", "local,path=/,mount_tag=hostroot,security_model=none,readonly=on,multidevs=remap",
+            "-drive", f"file={self.scratch},if=virtio,format=raw,cache=writeback,discard=unmap",
+            "-device", "virtio-serial-pci",
+            "-chardev", f"socket,id=ctl,path={sock},server=on,wait=on",
+            "-device", "virtserialport,chardev=ctl,name=ctl",
+        ]
+
+    def start(self) -> LabVM:
+        sock_path = self.rundir / "ctl.sock"
+        sock_path.unlink(missing_ok=True)
+        t0 = time.monotonic()
+        with open(self.rundir / "qemu.out", "ab") as qemu_out:
+            self.proc = subprocess.Popen(
+                self._argv(sock_path), stdin=subprocess.DEVNULL, stdout=qemu_out, stderr=subprocess.STDOUT,
+                preexec_fn=_die_with_parent,  # noqa: PLW1509 - only prctl, no locks taken
+            )
+        sock = socket.socket(socket.AF_UNIX)
+        while True:  # QEMU waits (wait=on) for us before it runs the guest
+            try:
+                sock.connect(str(sock_path))
+                break
+            except OSError:
+                if self.proc.poll() is not None:
+                    raise LabError("qemu exited: " + self._tail("qemu.out")) from None
+                if time.monotonic() - t0 > 30:
+                    self.stop()
+                    raise LabError("qemu control socket never appeared") from None
+                time.sleep(0.02)
+        self._sock = sock
+        ready: queue.Queue[dict[str, Any]] = queue.Queue()
+        threading.Thread(target=self._reader, args=(sock, ready), daemon=True).start()
+        while True:
+            try:
+                self.ready = ready.get(timeout=0.5)
+                break
+            except queue.Empty:
+                if self.proc.poll() is not None or time.monotonic() - t0 > self.boot_timeout:
+                    why = "qemu exited" if self.proc.poll() is not None else f"timeout {self.boot_timeout:.0f}s"
+                    self.stop()
+                    raise LabError(f"guest agent not ready ({why}); console:\n{self._tail('console.log')}") from None
+        self.boot_seconds = time.monotonic() - t0
+        if not str(self.ready.get("scratch", "")).startswith(("mounted", "formatted")):
+            raise LabError(f"scratch disk not usable in the guest: {self.ready.get('scratch')}")
+        return self
+
+    def _reader(self, sock: socket.socket, ready: queue.Queue[dict[str, Any]]) -> None:
+        with sock.makefile("rb") as lines:
+            for line in lines:
+                try:
+                    msg = json.loads(line)
+                except ValueError:
+                    continue
+                if msg.get("ready"):
+                    ready.put(msg)
+                    continue
+                with self._lock:
+                    pending = self._pending.pop(msg.get("id"), None)
+                if pending is not None:
+                    pending._box.put(msg)
+        with self._lock:  # connection gone: wake every waiter
+            for pending in self._pending.values():
+                pending._box.put({"rc": -1, "out": "", "err": "[host] guest connection closed"})
+            self._pending.clear()
+
+    def _tail(self, name: str, size: int = 4000) -> str:
+        try:
+            return (self.rundir / name).read_bytes()[-size:].decode(errors="replace")
+        except OSError:
+            return ""
+
+    def stop(self) -> None:
+        """Power off (the guest syncs first), then terminate and kill: no QEMU survives this call."""
+        proc = self.proc
+        if proc is not None and proc.poll() is None and self._sock is not None:
+            try:
+                self._send({"id": -1, "op": "poweroff"})
+                proc.wait(timeout=15)
+            except (OSError, subprocess.TimeoutExpired):
+                pass
+        self._kill()
+
+    def _kill(self) -> None:
+        proc = self.proc
+        if proc is not None and proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        if self._sock is not None:
+            self._sock.close()
+            self._sock = None
+
+    def reboot(self, hard: bool = False) -> float:
+        """Power-cycle: clean poweroff (or, with ``hard``, pull the plug) and boot again on the same scratch
+        disk. Returns the new boot-to-ready seconds."""
+        if hard:
+            self._kill()
+        else:
+            self.stop()
+        self.start()
+        return self.boot_seconds
+
+    def close(self) -> None:
+        """Stop and remove the run folder (scratch image included) unless LAB_KEEP is set."""
+        self.stop()
+        if not os.environ.get("LAB_KEEP"):
+            shutil.rmtree(self.rundir, ignore_errors=True)
+
+    def __enter__(self) -> LabVM:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- commands ----------------------------------------------------------------------------------------
+    def _send(self, request: Mapping[str, Any]) -> None:
+        if self._sock is None:
+            raise LabError("the VM is not running")
+        self._sock.sendall((json.dumps(request) + "\n").encode())
+
+    def _request(self, what: str, timeout: float, **request: Any) -> Pending:
+        rid = next(self._ids)
+        pending = Pending(what, timeout)
+        with self._lock:
+            self._pending[rid] = pending
+        self._send({"id": rid, "timeout": timeout, **request})
+        return pending
+
+    def submit(self, argv: Sequence[str], timeout: float, env: Mapping[str, str] | None = None) -> Pending:
+        """Start ``argv`` in the guest (no shell) and return at once."""
+        return self._request(" ".join(argv), timeout, op="exec", argv=list(argv), env=dict(env or {}))
+
+    def run(self, argv: Sequence[str], timeout: float = 60, env: Mapping[str, str] | None = None) -> Result:
+        return self.submit(argv, timeout, env).wait()
+
+    def check(self, argv: Sequence[str], timeout: float = 60, env: Mapping[str, str] | None = None) -> str:
+        """Run ``argv``; raise :class:`GuestError` on a non-zero exit; return stdout."""
+        return self.submit(argv, timeout, env).check()
+
+    def sh(self, cmd: str, timeout: float = 60) -> Result:
+        """A bash command line in the guest, for tests and diagnostics (product code uses argv)."""
+        return self._request(cmd, timeout, op="sh", cmd=cmd).wait()
+
+    def _file(self, op: str, path: str, **extra: Any) -> str:
+        return self._request(f"{op} {path}", 30, op=op, path=path, **extra).check()
+
+    def write(self, path: str, data: str) -> None:
+        self._file("write", path, data=data)
+
+    def read(self, path: str) -> str:
+        return self._file("read", path)
+
+    def mkdir(self, path: str) -> None:
+        self._file("mkdir", path)
+
+    def rmdir(self, path: str) -> None:
+        self._file("rmdir", path)
+
+    def unlink(self, path: str) -> None:
+        self._file("unlink", path)
+
+    def symlink(self, src: str, path: str) -> None:
+        self._file("symlink", path, src=src)
+
+    def listdir(self, path: str) -> list[str]:
+        out = self._file("listdir", path)
+        return out.split("\n") if out else []
+
+    def exists(self, path: str) -> bool:
+        return self.run(["test", "-e", path], timeout=10).rc == 0
+
+    # -- facts -------------------------------------------------------------------------------------------
+    @property
+    def hostnqn(self) -> str:
+        return str(self.ready["hostnqn"])
+
+    @property
+    def python(self) -> str:
+        """The host's (venv) interpreter, which the guest runs through the 9p root share with our code."""
+        return sys.executable

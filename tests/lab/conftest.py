@@ -1,0 +1,47 @@
+"""The lab tier: one VM for the whole session, per-test cleanup of configfs, controllers, tc and mounts.
+Under CI=true a lab that cannot start fails the run instead of skipping it. After the session, no lab QEMU
+process may remain (checked in ``pytest_sessionfinish``)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from lab import BuildError, BuildInfo, Fabric, LabError, LabVM, lab_qemu_pids
+from tests.conftest import in_ci, need
+
+
+@pytest.fixture(scope="session")
+def lab_vm() -> Iterator[LabVM]:
+    try:
+        BuildInfo.load()
+    except BuildError as err:
+        need(False, str(err))
+    try:
+        vm = LabVM().start()
+    except LabError as err:
+        if in_ci():
+            pytest.fail(f"lab VM did not start: {err}")
+        pytest.skip(f"lab VM did not start: {err}")
+    print(f"\nlab: boot-to-ready {vm.boot_seconds:.1f}s ({vm.accel}, kernel {vm.ready['kernel']})")
+    Fabric(vm).load(rdma=True)
+    try:
+        yield vm
+    finally:
+        vm.close()
+
+
+@pytest.fixture
+def fabric(lab_vm: LabVM) -> Iterator[Fabric]:
+    fab = Fabric(lab_vm)
+    fab.clear()
+    yield fab
+    fab.clear()
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    left = lab_qemu_pids()
+    if left:
+        print(f"\nlab: QEMU processes outlived the test run: {left}")
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
