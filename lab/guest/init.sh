@@ -36,9 +36,9 @@ mkdir -p /newroot/dev/pts /newroot/dev/shm
 mount -t devpts devpts /newroot/dev/pts
 mount -t tmpfs shm /newroot/dev/shm
 mount -t tmpfs run /newroot/run
-mount -t tmpfs tmp /newroot/tmp
 mount -t configfs configfs /newroot/sys/kernel/config
 mount -t cgroup2 cgroup2 /newroot/sys/fs/cgroup
+# /tmp stays the overlay's: the repository may live under the host's /tmp and must stay visible
 # host identity must not leak into the guest: the agent generates a fresh host NQN / host ID
 rm -f /newroot/etc/nvme/hostnqn /newroot/etc/nvme/hostid
 echo "lab init: root ready at $(cut -d' ' -f1 /proc/uptime)s"
