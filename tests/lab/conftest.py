@@ -4,7 +4,7 @@ process may remain (checked in ``pytest_sessionfinish``)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 
@@ -24,7 +24,6 @@ def lab_vm() -> Iterator[LabVM]:
         if in_ci():
             pytest.fail(f"lab VM did not start: {err}")
         pytest.skip(f"lab VM did not start: {err}")
-    print(f"\nlab: boot-to-ready {vm.boot_seconds:.1f}s ({vm.accel}, kernel {vm.ready['kernel']})")
     Fabric(vm).load(rdma=True)
     try:
         yield vm
@@ -45,3 +44,17 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if left:
         print(f"\nlab: QEMU processes outlived the test run: {left}")
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+@pytest.fixture
+def report(
+    capsys: pytest.CaptureFixture[str], record_property: Callable[[str, object], None]
+) -> Callable[[str, str], None]:
+    """Show a measurement in the test output (even when the test passes) and record it in the JUnit XML."""
+
+    def emit(name: str, value: str) -> None:
+        record_property(name, value)
+        with capsys.disabled():
+            print(f"\nlab: {name}: {value}", flush=True)
+
+    return emit

@@ -6,7 +6,7 @@ from __future__ import annotations
 import hashlib
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import pytest
@@ -19,6 +19,7 @@ NQN = "nqn.2026-11.io.nvmeof:vol:0b6d5bd6-4c1e-4f55-9d7a-3e0f6f1a7c01"
 P1 = Portal(1, "tcp", "127.0.0.1", 4420)
 P2 = Portal(2, "tcp", "127.0.0.2", 4421)
 MiB = 1 << 20
+Reporter = Callable[[str, str], None]
 
 
 @dataclass
@@ -52,12 +53,8 @@ def two_paths(fabric: Fabric, lab_vm: LabVM) -> Iterator[Target]:
     yield Target(NQN, ns_uuid, head, 256 * MiB)
 
 
-def report(name: str, line: str) -> None:
-    print(f"\nlab: {name}: {line}")
-
-
-def test_boot_gives_a_stock_kernel_with_unique_host_identity(lab_vm: LabVM, fabric: Fabric) -> None:
-    report("boot-to-ready", f"{lab_vm.boot_seconds:.1f}s")
+def test_boot_gives_a_stock_kernel_with_unique_host_identity(lab_vm: LabVM, fabric: Fabric, report: Reporter) -> None:
+    report("boot-to-ready", f"{lab_vm.boot_seconds:.1f}s ({lab_vm.accel}, kernel {lab_vm.ready['kernel']})")
     assert lab_vm.ready["kernel"] == lab_vm.info.kernel_release
     nqn = lab_vm.read("/etc/nvme/hostnqn").strip()
     assert nqn == lab_vm.hostnqn and not nqn.endswith("00000000-0000-0000-0000-000000000000")
@@ -111,7 +108,7 @@ def test_rdma_connect_over_soft_roce(lab_vm: LabVM, fabric: Fabric) -> None:
     lab_vm.check(["cmp", "-n", str(4 * MiB), "/tmp/rpat", head])
 
 
-def test_ana_flip_under_io_loses_nothing(lab_vm: LabVM, fabric: Fabric, two_paths: Target) -> None:
+def test_ana_flip_under_io_loses_nothing(lab_vm: LabVM, fabric: Fabric, two_paths: Target, report: Reporter) -> None:
     probe = IoProbe(lab_vm, two_paths.head, seconds=9)
     time.sleep(3)
     fabric.set_ana(1, "inaccessible")
@@ -122,7 +119,7 @@ def test_ana_flip_under_io_loses_nothing(lab_vm: LabVM, fabric: Fabric, two_path
     assert result.ios_after_last_stall > 0
 
 
-def test_port_removal_under_io_loses_nothing_and_path_returns(lab_vm: LabVM, fabric: Fabric, two_paths: Target) -> None:
+def test_port_removal_under_io_loses_nothing_and_path_returns(lab_vm: LabVM, fabric: Fabric, two_paths: Target, report: Reporter) -> None:
     probe = IoProbe(lab_vm, two_paths.head, seconds=9)
     time.sleep(3)
     fabric.remove_port(1)
@@ -135,7 +132,7 @@ def test_port_removal_under_io_loses_nothing_and_path_returns(lab_vm: LabVM, fab
     fabric.wait_paths(NQN, live=2, timeout=30)
 
 
-def test_blackholed_path_fails_over(lab_vm: LabVM, fabric: Fabric, two_paths: Target) -> None:
+def test_blackholed_path_fails_over(lab_vm: LabVM, fabric: Fabric, two_paths: Target, report: Reporter) -> None:
     probe = IoProbe(lab_vm, two_paths.head, seconds=16)
     time.sleep(3)
     fabric.blackhole(P1.trsvcid, on=True)
@@ -146,7 +143,7 @@ def test_blackholed_path_fails_over(lab_vm: LabVM, fabric: Fabric, two_paths: Ta
     fabric.wait_paths(NQN, live=2, timeout=30)
 
 
-def test_all_paths_down_10s_then_restored(lab_vm: LabVM, fabric: Fabric, two_paths: Target) -> None:
+def test_all_paths_down_10s_then_restored(lab_vm: LabVM, fabric: Fabric, two_paths: Target, report: Reporter) -> None:
     probe = IoProbe(lab_vm, two_paths.head, seconds=22)
     time.sleep(3)
     outage = threading.Thread(target=fabric.all_paths_down, args=(NQN, [1, 2], 10.0))
@@ -160,7 +157,7 @@ def test_all_paths_down_10s_then_restored(lab_vm: LabVM, fabric: Fabric, two_pat
     fabric.wait_paths(NQN, live=2, timeout=30)
 
 
-def test_zz_reboot_keeps_the_scratch_disk(lab_vm: LabVM, fabric: Fabric) -> None:
+def test_zz_reboot_keeps_the_scratch_disk(lab_vm: LabVM, fabric: Fabric, report: Reporter) -> None:
     payload = "".join(f"{i:08d}" for i in range(20000))
     lab_vm.write("/scratch/keep.txt", payload)
     lab_vm.check(["sync"])
