@@ -11,6 +11,7 @@ from enum import StrEnum
 from pathlib import Path
 
 from nvmeof_csi.csi.volume_id import valid_location
+from nvmeof_csi.nvmeof.target.configfs import PortSpec
 
 ENV_PREFIX = "NVMEOF_CSI_"
 
@@ -112,3 +113,84 @@ def parse_size(text: str) -> int:
         raise ConfigError(f"size {text!r} must be a number with an optional K/M/G/T/P suffix")
     power = " KMGTP".index(match.group(2).upper() or " ")
     return int(match.group(1)) << (10 * power)
+
+
+LOOPBACK_HOSTS = ("localhost", "[::1]", "::1")
+
+
+def is_loopback(host: str) -> bool:
+    return host in LOOPBACK_HOSTS or host.startswith("127.")
+
+
+@dataclass(frozen=True)
+class TlsFiles:
+    """Mutual TLS: our certificate and key, and the CA that signs the peers we accept."""
+
+    cert: Path
+    key: Path
+    ca: Path
+
+    @classmethod
+    def from_options(cls, cert: Path | None, key: Path | None, ca: Path | None) -> TlsFiles | None:
+        """All three files, or none (no TLS); anything in between is a configuration error."""
+        if cert is None and key is None and ca is None:
+            return None
+        if cert is None or key is None or ca is None:
+            raise ConfigError("tls-cert, tls-key and tls-ca go together")
+        return cls(cert, key, ca)
+
+    def __post_init__(self) -> None:
+        for name in ("cert", "key", "ca"):
+            path = getattr(self, name)
+            if not path.is_file():
+                raise ConfigError(f"tls-{name} {path} is not a readable file")
+
+
+@dataclass(frozen=True)
+class AgentSettings:
+    """Everything ``nvmeof-csi agent`` needs; see ``nvmeof-csi agent --help``."""
+
+    name: str
+    state_dir: Path
+    pool_dir: Path
+    portals: tuple[PortSpec, ...]
+    unix_endpoint: Endpoint | None
+    tcp_endpoint: Endpoint | None = None
+    tls: TlsFiles | None = None
+    allow_plaintext_loopback: bool = False
+    prune: bool = False
+    capacity_limit_bytes: int = 0
+    configfs_root: Path = Path("/sys/kernel/config/nvmet")
+    buffered_io: bool = False
+    grace_seconds: float = 30.0
+    log_level: str = "INFO"
+
+    def __post_init__(self) -> None:
+        if not valid_location(self.name):
+            raise ConfigError(f"agent name {self.name!r} must be a DNS label (it becomes part of volume IDs)")
+        if not self.portals:
+            raise ConfigError("at least one --portal is required (ID:TRTYPE:TRADDR:TRSVCID[:GROUP])")
+        ids = [p.port_id for p in self.portals]
+        if len(set(ids)) != len(ids):
+            raise ConfigError(f"portal IDs must be unique, got {ids}")
+        if self.unix_endpoint is None and self.tcp_endpoint is None:
+            raise ConfigError("the agent needs --listen-unix and/or --listen-tcp")
+        if self.unix_endpoint is not None and self.unix_endpoint.scheme != "unix":
+            raise ConfigError("listen-unix must be a unix:///path endpoint")
+        self._check_tcp()
+        if self.capacity_limit_bytes < 0:
+            raise ConfigError("capacity-limit must not be negative")
+        for name in ("state_dir", "pool_dir", "configfs_root"):
+            if not getattr(self, name).is_absolute():
+                raise ConfigError(f"{name.replace('_', '-')} must be an absolute path")
+
+    def _check_tcp(self) -> None:
+        if self.tcp_endpoint is None:
+            return
+        if self.tcp_endpoint.scheme != "tcp":
+            raise ConfigError("listen-tcp must be a tcp://HOST:PORT endpoint")
+        if self.tls is None:
+            if not self.allow_plaintext_loopback:
+                raise ConfigError("TCP needs mutual TLS (--tls-cert/--tls-key/--tls-ca); plaintext is refused")
+            if not is_loopback(self.tcp_endpoint.host):
+                raise ConfigError("plaintext TCP is allowed on loopback addresses only")

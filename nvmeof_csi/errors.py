@@ -82,3 +82,12 @@ class CommandError(DriverError):
         self.err = err
         detail = (err or out).strip().splitlines()
         super().__init__(f"{' '.join(self.argv)} exited {rc}: {detail[-1] if detail else 'no output'}")
+
+
+def error_for(code: grpc.StatusCode, message: str) -> DriverError:
+    """The domain error for a status a peer returned (the reverse of the boundary's mapping)."""
+    for cls in (InvalidArgument, NotFound, AlreadyExists, FailedPrecondition, OutOfRange, ResourceExhausted,
+                Aborted, Unavailable, DeadlineExceeded, Unimplemented):
+        if cls.code == code:
+            return cls(message)
+    return DriverError(f"{code.name}: {message}")

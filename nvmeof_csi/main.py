@@ -14,6 +14,7 @@ from typing import Annotated
 import typer
 
 from nvmeof_csi import DRIVER_NAME, __version__, logctx
+from nvmeof_csi.agent_cmd import agent_command
 from nvmeof_csi.config import ENV_PREFIX, Backend, ConfigError, Endpoint, Mode, Settings, parse_size
 from nvmeof_csi.csi.server import serve as serve_grpc
 from nvmeof_csi.errors import DriverError
@@ -86,6 +87,8 @@ def version() -> None:
     """Print the driver name and version."""
     typer.echo(f"{DRIVER_NAME} {__version__}")
 
+
+app.command(name="agent")(agent_command)
 
 if __name__ == "__main__":
     app()

@@ -1,5 +1,6 @@
-"""Protobuf messages made safe to log: every ``secrets`` map and every field the CSI spec marks
-``csi_secret`` is replaced by a placeholder, at any depth. The input message is never modified.
+"""Protobuf messages made safe to log: every ``secrets`` map, every field whose name ends in ``secret``
+(our agent API) and every field the CSI spec marks ``csi_secret`` is replaced by a placeholder, at any
+depth. The input message is never modified.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ SECRET_OPTION = csi_pb2.DESCRIPTOR.package + ".csi_secret"
 
 
 def _is_secret(field: FieldDescriptor) -> bool:
-    if field.name == "secrets":
+    if field.name == "secrets" or field.name.endswith("secret"):
         return True
     return any(opt.full_name == SECRET_OPTION and bool(value) for opt, value in field.GetOptions().ListFields())
 

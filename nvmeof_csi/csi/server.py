@@ -89,23 +89,32 @@ def bind(server: grpc.aio.Server, endpoint: Endpoint) -> int:
     return port
 
 
-async def serve(settings: Settings, services: Services, stop: asyncio.Event | None = None) -> None:
-    """Serve until a signal (or ``stop``), then stop gracefully and remove the socket file."""
+async def run_until_stopped(
+    server: grpc.aio.Server, grace_seconds: float, sockets: list[Path], stop: asyncio.Event | None = None
+) -> None:
+    """Start ``server``; on SIGTERM/SIGINT (or ``stop``) stop it, giving in-flight RPCs ``grace_seconds``;
+    remove the unix socket files."""
     stop = stop or asyncio.Event()
-    server = build_server(settings, services)
-    bind(server, settings.endpoint)
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     await server.start()
-    log.info("serving %s (mode=%s, node=%s)", settings.endpoint, settings.mode.value, settings.node_id)
     try:
         await stop.wait()
-        log.info("stopping: in-flight RPCs get %.0f s", settings.grace_seconds)
-        await server.stop(settings.grace_seconds)
+        log.info("stopping: in-flight RPCs get %.0f s", grace_seconds)
+        await server.stop(grace_seconds)
     finally:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.remove_signal_handler(sig)
-        if settings.endpoint.path is not None:
-            settings.endpoint.path.unlink(missing_ok=True)
+        for path in sockets:
+            path.unlink(missing_ok=True)
         log.info("stopped")
+
+
+async def serve(settings: Settings, services: Services, stop: asyncio.Event | None = None) -> None:
+    """Serve CSI until a signal (or ``stop``), then stop gracefully and remove the socket file."""
+    server = build_server(settings, services)
+    bind(server, settings.endpoint)
+    log.info("serving %s (mode=%s, node=%s)", settings.endpoint, settings.mode.value, settings.node_id)
+    sockets = [settings.endpoint.path] if settings.endpoint.path is not None else []
+    await run_until_stopped(server, settings.grace_seconds, sockets, stop)

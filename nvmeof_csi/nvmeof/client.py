@@ -1,0 +1,128 @@
+"""A typed, synchronous client of one target agent (used by nvmeofctl and the controller).
+
+Contract: every call has a timeout; a gRPC failure is raised as the matching ``nvmeof_csi.errors`` class
+(UNAVAILABLE -> ``Unavailable`` ...), with the agent's name in the message. TCP needs mutual TLS, except on a
+loopback address when plaintext is explicitly allowed. Thread-safe (one channel, many calls).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import grpc
+
+from nvmeof_csi.config import ConfigError, Endpoint, TlsFiles, is_loopback
+from nvmeof_csi.errors import error_for
+from nvmeof_csi.gen import nvmeof_agent_pb2 as pb
+from nvmeof_csi.gen import nvmeof_agent_pb2_grpc as pb_grpc
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class AgentTarget:
+    """How to reach one agent."""
+
+    name: str
+    endpoint: Endpoint
+    tls: TlsFiles | None = None
+    allow_plaintext_loopback: bool = False
+
+    def __post_init__(self) -> None:
+        plaintext_ok = self.allow_plaintext_loopback and is_loopback(self.endpoint.host)
+        if self.endpoint.scheme == "tcp" and self.tls is None and not plaintext_ok:
+            raise ConfigError(f"agent {self.name}: TCP needs mutual TLS (plaintext only on loopback, if allowed)")
+
+
+class AgentClient:
+    def __init__(self, target: AgentTarget, timeout: float = 30.0) -> None:
+        self.target = target
+        self.timeout = timeout
+        address = target.endpoint.grpc_address
+        if target.tls is not None:
+            creds = grpc.ssl_channel_credentials(
+                root_certificates=target.tls.ca.read_bytes(),
+                private_key=target.tls.key.read_bytes(),
+                certificate_chain=target.tls.cert.read_bytes(),
+            )
+            self._channel = grpc.secure_channel(address, creds)
+        else:
+            self._channel = grpc.insecure_channel(address)
+        self._stub = pb_grpc.AgentStub(self._channel)
+
+    def close(self) -> None:
+        self._channel.close()
+
+    def __enter__(self) -> AgentClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _call(self, method: Callable[..., T], request: Any, timeout: float | None = None) -> T:
+        try:
+            return method(request, timeout=timeout or self.timeout)
+        except grpc.RpcError as err:
+            code = err.code() if hasattr(err, "code") else grpc.StatusCode.UNKNOWN
+            details = err.details() if hasattr(err, "details") else str(err)
+            raise error_for(code, f"agent {self.target.name}: {details}") from err
+
+    def health(self) -> pb.HealthResponse:
+        return self._call(self._stub.Health, pb.HealthRequest())
+
+    def create_volume(
+        self, name: str, capacity_bytes: int, parameters: Mapping[str, str] | None = None,
+        labels: Mapping[str, str] | None = None, source_volume: str = "", source_snapshot: str = "",
+    ) -> pb.Volume:
+        source = None
+        if source_volume:
+            source = pb.VolumeSource(volume_uuid=source_volume)
+        elif source_snapshot:
+            source = pb.VolumeSource(snapshot_uuid=source_snapshot)
+        request = pb.CreateVolumeRequest(
+            name=name, capacity_bytes=capacity_bytes, parameters=dict(parameters or {}), labels=dict(labels or {}),
+            source=source,
+        )
+        return self._call(self._stub.CreateVolume, request)
+
+    def delete_volume(self, vol_uuid: str) -> None:
+        self._call(self._stub.DeleteVolume, pb.DeleteVolumeRequest(uuid=vol_uuid))
+
+    def resize_volume(self, vol_uuid: str, capacity_bytes: int) -> pb.Volume:
+        return self._call(self._stub.ResizeVolume, pb.ResizeVolumeRequest(uuid=vol_uuid, capacity_bytes=capacity_bytes))
+
+    def get_volume(self, vol_uuid: str = "", name: str = "") -> pb.Volume:
+        request = pb.GetVolumeRequest(name=name) if name else pb.GetVolumeRequest(uuid=vol_uuid)
+        return self._call(self._stub.GetVolume, request)
+
+    def list_volumes(self) -> list[pb.Volume]:
+        return list(self._call(self._stub.ListVolumes, pb.ListVolumesRequest()).volumes)
+
+    def create_snapshot(self, name: str, source_volume: str) -> pb.Snapshot:
+        request = pb.CreateSnapshotRequest(name=name, source_volume_uuid=source_volume)
+        return self._call(self._stub.CreateSnapshot, request)
+
+    def delete_snapshot(self, snap_uuid: str) -> None:
+        self._call(self._stub.DeleteSnapshot, pb.DeleteSnapshotRequest(uuid=snap_uuid))
+
+    def list_snapshots(self, source_volume: str = "", snapshot_uuid: str = "") -> list[pb.Snapshot]:
+        request = pb.ListSnapshotsRequest(source_volume_uuid=source_volume, snapshot_uuid=snapshot_uuid)
+        return list(self._call(self._stub.ListSnapshots, request).snapshots)
+
+    def allow_host(self, vol_uuid: str, host_nqn: str, secret: str = "") -> pb.Volume:
+        request = pb.AllowHostRequest(volume_uuid=vol_uuid, host_nqn=host_nqn, dhchap_secret=secret)
+        return self._call(self._stub.AllowHost, request)
+
+    def deny_host(self, vol_uuid: str, host_nqn: str) -> pb.Volume:
+        return self._call(self._stub.DenyHost, pb.DenyHostRequest(volume_uuid=vol_uuid, host_nqn=host_nqn))
+
+    def list_portals(self) -> list[pb.Portal]:
+        return list(self._call(self._stub.ListPortals, pb.ListPortalsRequest()).portals)
+
+    def set_ana(self, group: str, state: str) -> list[pb.Portal]:
+        return list(self._call(self._stub.SetAnaState, pb.SetAnaStateRequest(group=group, state=state)).portals)
+
+    def capacity(self) -> list[pb.Pool]:
+        return list(self._call(self._stub.GetCapacity, pb.GetCapacityRequest()).pools)

@@ -1,0 +1,134 @@
+"""The agent's gRPC servicer: translate ``nvmeof_agent.proto`` messages to :class:`TargetAgent` calls.
+
+Validation that needs no state happens here; everything else is the service's. Blocking work runs in
+worker threads; errors cross the shared edge interceptor (one error boundary).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import grpc
+
+from nvmeof_csi import __version__
+from nvmeof_csi.csi.common import blocking, require
+from nvmeof_csi.gen import nvmeof_agent_pb2 as pb
+from nvmeof_csi.gen import nvmeof_agent_pb2_grpc as pb_grpc
+from nvmeof_csi.nvmeof.target.configfs import PortSpec
+from nvmeof_csi.nvmeof.target.service import TargetAgent, VolumeView
+from nvmeof_csi.nvmeof.target.state import SnapshotRecord
+
+Ctx = grpc.aio.ServicerContext[Any, Any]
+
+
+def portal_msg(portal: PortSpec, ana_state: str) -> pb.Portal:
+    return pb.Portal(
+        port_id=portal.port_id, trtype=portal.trtype, traddr=portal.traddr, trsvcid=portal.trsvcid,
+        group=portal.group, ana_state=ana_state,
+    )
+
+
+def volume_msg(view: VolumeView) -> pb.Volume:
+    rec = view.record
+    return pb.Volume(
+        uuid=rec.uuid, name=rec.name, capacity_bytes=rec.capacity_bytes, parameters=dict(rec.parameters),
+        labels=dict(rec.labels), nqn=view.nqn, namespace_uuid=view.namespace_uuid,
+        namespace_nguid=view.namespace_nguid, allowed_hosts=sorted(rec.hosts),
+        source_volume_uuid=rec.source_volume, source_snapshot_uuid=rec.source_snapshot,
+        portals=[portal_msg(p, s) for p, s in view.portals], status=rec.status,
+    )
+
+
+def snapshot_msg(snap: SnapshotRecord) -> pb.Snapshot:
+    return pb.Snapshot(
+        uuid=snap.uuid, name=snap.name, source_volume_uuid=snap.source_volume, size_bytes=snap.size_bytes,
+        created_at_unix=int(snap.created_at), ready=snap.status == "ready",
+    )
+
+
+class AgentServicer(pb_grpc.AgentServicer):
+    def __init__(self, agent: TargetAgent, unknown: list[str]) -> None:
+        self._agent = agent
+        self._unknown = unknown
+
+    async def Health(self, request: pb.HealthRequest, context: Ctx) -> pb.HealthResponse:
+        ready = await blocking(self._agent.nvmet.available)
+        message = "ready" if ready else f"nvmet configfs not available at {self._agent.nvmet.root}"
+        return pb.HealthResponse(
+            ready=ready, message=message, version=__version__, agent_name=self._agent.name,
+            unknown_objects=self._unknown,
+        )
+
+    async def CreateVolume(self, request: pb.CreateVolumeRequest, context: Ctx) -> pb.Volume:
+        require(request.name, "name")
+        source = request.source.WhichOneof("source") if request.HasField("source") else None
+        view = await blocking(
+            self._agent.create_volume, request.name, request.capacity_bytes, dict(request.parameters),
+            dict(request.labels), request.source.volume_uuid if source == "volume_uuid" else "",
+            request.source.snapshot_uuid if source == "snapshot_uuid" else "",
+        )
+        return volume_msg(view)
+
+    async def DeleteVolume(self, request: pb.DeleteVolumeRequest, context: Ctx) -> pb.DeleteVolumeResponse:
+        require(request.uuid, "uuid")
+        await blocking(self._agent.delete_volume, request.uuid)
+        return pb.DeleteVolumeResponse()
+
+    async def ResizeVolume(self, request: pb.ResizeVolumeRequest, context: Ctx) -> pb.Volume:
+        require(request.uuid, "uuid")
+        return volume_msg(await blocking(self._agent.resize_volume, request.uuid, request.capacity_bytes))
+
+    async def GetVolume(self, request: pb.GetVolumeRequest, context: Ctx) -> pb.Volume:
+        key = request.WhichOneof("key")
+        require(key, "uuid or name")
+        view = await blocking(self._agent.get_volume, request.uuid, request.name)
+        return volume_msg(view)
+
+    async def ListVolumes(self, request: pb.ListVolumesRequest, context: Ctx) -> pb.ListVolumesResponse:
+        views = await blocking(self._agent.list_volumes)
+        return pb.ListVolumesResponse(volumes=[volume_msg(v) for v in views])
+
+    async def CreateSnapshot(self, request: pb.CreateSnapshotRequest, context: Ctx) -> pb.Snapshot:
+        require(request.name, "name")
+        require(request.source_volume_uuid, "source_volume_uuid")
+        return snapshot_msg(await blocking(self._agent.create_snapshot, request.name, request.source_volume_uuid))
+
+    async def DeleteSnapshot(self, request: pb.DeleteSnapshotRequest, context: Ctx) -> pb.DeleteSnapshotResponse:
+        require(request.uuid, "uuid")
+        await blocking(self._agent.delete_snapshot, request.uuid)
+        return pb.DeleteSnapshotResponse()
+
+    async def ListSnapshots(self, request: pb.ListSnapshotsRequest, context: Ctx) -> pb.ListSnapshotsResponse:
+        snaps = await blocking(self._agent.list_snapshots, request.source_volume_uuid, request.snapshot_uuid)
+        return pb.ListSnapshotsResponse(snapshots=[snapshot_msg(s) for s in snaps])
+
+    async def AllowHost(self, request: pb.AllowHostRequest, context: Ctx) -> pb.Volume:
+        require(request.volume_uuid, "volume_uuid")
+        require(request.host_nqn, "host_nqn")
+        view = await blocking(self._agent.allow_host, request.volume_uuid, request.host_nqn, request.dhchap_secret)
+        return volume_msg(view)
+
+    async def DenyHost(self, request: pb.DenyHostRequest, context: Ctx) -> pb.Volume:
+        require(request.volume_uuid, "volume_uuid")
+        require(request.host_nqn, "host_nqn")
+        return volume_msg(await blocking(self._agent.deny_host, request.volume_uuid, request.host_nqn))
+
+    async def ListPortals(self, request: pb.ListPortalsRequest, context: Ctx) -> pb.ListPortalsResponse:
+        portals = await blocking(self._agent.list_portals)
+        return pb.ListPortalsResponse(portals=[portal_msg(p, s) for p, s in portals])
+
+    async def SetAnaState(self, request: pb.SetAnaStateRequest, context: Ctx) -> pb.ListPortalsResponse:
+        require(request.group, "group")
+        require(request.state, "state")
+        portals = await blocking(self._agent.set_ana, request.group, request.state)
+        return pb.ListPortalsResponse(portals=[portal_msg(p, s) for p, s in portals])
+
+    async def GetCapacity(self, request: pb.GetCapacityRequest, context: Ctx) -> pb.GetCapacityResponse:
+        usage = await blocking(self._agent.store.usage)
+        total = self._agent.capacity_bytes()
+        provisioned = self._agent.provisioned_bytes()
+        pool = pb.Pool(
+            name=str(self._agent.store.pool), total_bytes=total,
+            free_bytes=max(0, min(total - provisioned, usage.free_bytes)), provisioned_bytes=provisioned,
+        )
+        return pb.GetCapacityResponse(pools=[pool])

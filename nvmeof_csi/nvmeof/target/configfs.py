@@ -1,0 +1,354 @@
+"""The kernel NVMe target's configfs tree (``/sys/kernel/config/nvmet``) as a small object model.
+
+Contract:
+- Observe, then converge: every ``ensure_*`` reads the current value and writes only what differs, so
+  applying the same desired state twice changes nothing (no namespace is re-enabled, no port re-bound).
+- Objects are matched by whole NQN and whole port ID; there is no prefix matching anywhere.
+- ``root`` is injectable: unit tests run against a temp folder. In a plain folder the attribute files and
+  default groups that configfs creates by itself do not exist, so the model creates folders with
+  ``exist_ok`` and treats an absent attribute as empty.
+- Not thread-safe: the agent serialises access per volume and for the shared port objects.
+- Errors: a refused configfs write raises :class:`ConfigfsError` naming the path and the errno text;
+  asking for DH-HMAC-CHAP on a kernel without it raises ``FailedPrecondition``.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from nvmeof_csi.errors import DriverError, FailedPrecondition, InvalidArgument
+
+DEFAULT_ROOT = Path("/sys/kernel/config/nvmet")
+ANA_STATES = ("optimized", "non-optimized", "inaccessible", "persistent-loss", "change")
+TRTYPES = ("tcp", "rdma")
+DEFAULT_ANA_GROUP = 1
+
+
+class ConfigfsError(DriverError):
+    """The kernel refused a configfs operation."""
+
+
+@dataclass(frozen=True)
+class PortSpec:
+    """One target portal: nvmet port ``port_id`` listening on ``trtype``/``traddr``/``trsvcid``, member of
+    portal group ``group`` (ANA states are set per group)."""
+
+    port_id: int
+    trtype: str
+    traddr: str
+    trsvcid: int
+    group: str = "a"
+
+    def __post_init__(self) -> None:
+        if self.trtype not in TRTYPES:
+            raise InvalidArgument(f"portal {self.port_id}: transport must be one of {', '.join(TRTYPES)}")
+        if not 0 < self.port_id < 65535:
+            raise InvalidArgument(f"portal id {self.port_id} must be within 1..65534")
+        if not 0 < self.trsvcid < 65536:
+            raise InvalidArgument(f"portal {self.port_id}: service id {self.trsvcid} must be a TCP port")
+
+    @property
+    def adrfam(self) -> str:
+        return "ipv6" if ":" in self.traddr else "ipv4"
+
+    @classmethod
+    def parse(cls, text: str) -> PortSpec:
+        """``ID:TRTYPE:TRADDR:TRSVCID[:GROUP]``, e.g. ``1:tcp:10.0.0.5:4420:a`` (IPv6 in brackets)."""
+        rest = text
+        addr = ""
+        if "[" in text:
+            before, _, after = text.partition("[")
+            addr, _, tail = after.partition("]")
+            rest = before + "ADDR" + tail
+        parts = rest.split(":")
+        if len(parts) not in (4, 5):
+            raise InvalidArgument(f"portal {text!r} must be ID:TRTYPE:TRADDR:TRSVCID[:GROUP]")
+        try:
+            return cls(int(parts[0]), parts[1], addr or parts[2], int(parts[3]), parts[4] if len(parts) == 5 else "a")
+        except ValueError as exc:
+            raise InvalidArgument(f"portal {text!r}: ID and TRSVCID must be numbers") from exc
+
+
+def _why(exc: OSError) -> str:
+    return exc.strerror or errno.errorcode.get(exc.errno or 0, str(exc))
+
+
+class Nvmet:
+    """Operations on one nvmet configfs tree."""
+
+    def __init__(self, root: Path = DEFAULT_ROOT, plain_tree: bool = False) -> None:
+        """``plain_tree``: ``root`` is an ordinary folder standing in for configfs (tests), so removing an
+        object also removes the attribute files and default groups configfs would drop by itself."""
+        self.root = root
+        self._plain = plain_tree
+
+    # -- primitives ----------------------------------------------------------------------------------------
+    def _read(self, path: Path) -> str:
+        try:
+            return path.read_text().strip()
+        except (FileNotFoundError, NotADirectoryError):
+            return ""
+        except OSError as exc:
+            raise ConfigfsError(f"read {path}: {_why(exc)}") from exc
+
+    def _write(self, path: Path, value: str) -> bool:
+        """Write ``value`` unless the attribute already holds it; True when it wrote."""
+        if self._read(path) == value:
+            return False
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            try:
+                os.write(fd, value.encode())
+            finally:
+                os.close(fd)
+        except OSError as exc:
+            raise ConfigfsError(f"write {value!r} to {path}: {_why(exc)}") from exc
+        return True
+
+    def _mkdir(self, path: Path) -> None:
+        try:
+            path.mkdir(exist_ok=True)
+        except OSError as exc:
+            raise ConfigfsError(f"mkdir {path}: {_why(exc)}") from exc
+
+    def _rmdir(self, path: Path) -> None:
+        try:
+            path.rmdir()
+        except FileNotFoundError:
+            return
+        except OSError as exc:
+            if exc.errno == errno.ENOTEMPTY and self._plain:
+                self._rmdir_plain(path)
+                return
+            raise ConfigfsError(f"rmdir {path}: {_why(exc)}") from exc
+
+    def _rmdir_plain(self, path: Path) -> None:
+        """What configfs does on rmdir of an object: its attributes and empty default groups go with it."""
+        for child in path.iterdir():
+            if child.is_symlink():
+                raise ConfigfsError(f"rmdir {path}: still linked from {child.name}")
+            if child.is_dir():
+                self._rmdir_plain(child)
+            else:
+                child.unlink()
+        path.rmdir()
+
+    def _link(self, target: Path, link: Path) -> None:
+        if link.is_symlink():
+            return
+        try:
+            link.symlink_to(target)
+        except FileExistsError:
+            return
+        except OSError as exc:
+            raise ConfigfsError(f"link {link} -> {target}: {_why(exc)}") from exc
+
+    def _unlink(self, link: Path) -> None:
+        try:
+            link.unlink()
+        except FileNotFoundError:
+            return
+        except OSError as exc:
+            raise ConfigfsError(f"unlink {link}: {_why(exc)}") from exc
+
+    @staticmethod
+    def _names(folder: Path) -> list[str]:
+        try:
+            return sorted(p.name for p in folder.iterdir())
+        except (FileNotFoundError, NotADirectoryError):
+            return []
+
+    # -- state ---------------------------------------------------------------------------------------------
+    def available(self) -> bool:
+        return (self.root / "subsystems").is_dir() and (self.root / "ports").is_dir()
+
+    def subsystems(self) -> list[str]:
+        return self._names(self.root / "subsystems")
+
+    def ports(self) -> list[int]:
+        return sorted(int(p) for p in self._names(self.root / "ports") if p.isdigit())
+
+    def hosts(self) -> list[str]:
+        return self._names(self.root / "hosts")
+
+    def supports_dhchap(self) -> bool:
+        """True when this kernel's nvmet has DH-HMAC-CHAP (CONFIG_NVME_TARGET_AUTH)."""
+        probe = self.root / "hosts"
+        for host in self._names(probe):
+            return (probe / host / "dhchap_key").exists()
+        return False
+
+    # -- subsystems and namespaces -----------------------------------------------------------------------
+    def _sub(self, nqn: str) -> Path:
+        if not nqn or "/" in nqn:
+            raise InvalidArgument(f"invalid subsystem NQN {nqn!r}")
+        return self.root / "subsystems" / nqn
+
+    def ensure_subsystem(self, nqn: str, serial: str, model: str) -> None:
+        sub = self._sub(nqn)
+        self._mkdir(sub)
+        for group in ("namespaces", "allowed_hosts"):
+            self._mkdir(sub / group)
+        self._write(sub / "attr_allow_any_host", "0")
+        if not self.namespaces(nqn):  # identity attributes are frozen once a namespace exists
+            self._write(sub / "attr_serial", serial)
+            self._write(sub / "attr_model", model)
+
+    def namespaces(self, nqn: str) -> list[int]:
+        return sorted(int(n) for n in self._names(self._sub(nqn) / "namespaces") if n.isdigit())
+
+    def ensure_namespace(
+        self, nqn: str, nsid: int, device_path: str, ns_uuid: str, nguid: str, buffered_io: bool = False
+    ) -> None:
+        """Namespace ``nsid`` on ``device_path`` with the given identity, enabled. Re-enables only when an
+        identity attribute must change (a disabled namespace is enabled)."""
+        ns = self._sub(nqn) / "namespaces" / str(nsid)
+        self._mkdir(ns)
+        wanted = {"device_path": device_path, "device_uuid": ns_uuid, "device_nguid": nguid,
+                  "buffered_io": "1" if buffered_io else "0", "ana_grpid": str(DEFAULT_ANA_GROUP)}
+        differs = {k: v for k, v in wanted.items() if self._read(ns / k) != v}
+        enabled = self._read(ns / "enable") == "1"
+        if enabled and not differs:
+            return
+        if enabled:
+            self._write(ns / "enable", "0")
+        for key, value in differs.items():
+            self._write(ns / key, value)
+        self._write(ns / "enable", "1")
+
+    def namespace_attrs(self, nqn: str, nsid: int) -> dict[str, str]:
+        ns = self._sub(nqn) / "namespaces" / str(nsid)
+        return {k: self._read(ns / k) for k in ("device_path", "device_uuid", "device_nguid", "enable")}
+
+    def revalidate(self, nqn: str, nsid: int) -> None:
+        """Make the namespace report its backing file's new size to hosts (after a resize)."""
+        attr = self._sub(nqn) / "namespaces" / str(nsid) / "revalidate_size"
+        try:
+            fd = os.open(attr, os.O_WRONLY | os.O_CREAT, 0o644)
+            try:
+                os.write(fd, b"1")
+            finally:
+                os.close(fd)
+        except OSError as exc:
+            raise ConfigfsError(f"revalidate {attr}: {_why(exc)}") from exc
+
+    def remove_subsystem(self, nqn: str) -> None:
+        """Unlink from every port, drop host grants, disable and remove namespaces, remove the subsystem."""
+        sub = self._sub(nqn)
+        for port in self.ports():
+            self._unlink(self.root / "ports" / str(port) / "subsystems" / nqn)
+        for host in self._names(sub / "allowed_hosts"):
+            self._unlink(sub / "allowed_hosts" / host)
+        for nsid in self.namespaces(nqn):
+            ns = sub / "namespaces" / str(nsid)
+            if self._read(ns / "enable") == "1":
+                self._write(ns / "enable", "0")
+            self._rmdir(ns)
+        self._rmdir(sub)
+
+    # -- hosts -----------------------------------------------------------------------------------------------
+    def allowed_hosts(self, nqn: str) -> list[str]:
+        return self._names(self._sub(nqn) / "allowed_hosts")
+
+    def ensure_host(self, host_nqn: str, dhchap_key: str = "") -> None:
+        if not host_nqn or "/" in host_nqn:
+            raise InvalidArgument(f"invalid host NQN {host_nqn!r}")
+        host = self.root / "hosts" / host_nqn
+        self._mkdir(self.root / "hosts")
+        self._mkdir(host)
+        if dhchap_key:
+            if not (host / "dhchap_key").exists():
+                raise FailedPrecondition(
+                    "this kernel's nvmet has no DH-HMAC-CHAP support (CONFIG_NVME_TARGET_AUTH); "
+                    "cannot set a host secret"
+                )
+            self._write(host / "dhchap_key", dhchap_key)
+
+    def allow(self, nqn: str, host_nqn: str) -> None:
+        self._link(self.root / "hosts" / host_nqn, self._sub(nqn) / "allowed_hosts" / host_nqn)
+
+    def deny(self, nqn: str, host_nqn: str) -> None:
+        self._unlink(self._sub(nqn) / "allowed_hosts" / host_nqn)
+
+    def remove_host(self, host_nqn: str) -> None:
+        """Remove a host entry that no subsystem allows any more (still allowed: left alone)."""
+        if any(host_nqn in self.allowed_hosts(nqn) for nqn in self.subsystems()):
+            return
+        self._rmdir(self.root / "hosts" / host_nqn)
+
+    # -- ports -----------------------------------------------------------------------------------------------
+    def _port(self, port_id: int) -> Path:
+        return self.root / "ports" / str(port_id)
+
+    def ensure_port(self, spec: PortSpec) -> None:
+        """Port with the spec's address; an address change briefly unlinks the port's subsystems (the
+        kernel refuses to change a bound port) and links them again."""
+        port = self._port(spec.port_id)
+        self._mkdir(port)
+        for group in ("subsystems", "ana_groups", f"ana_groups/{DEFAULT_ANA_GROUP}"):
+            self._mkdir(port / group)
+        wanted = {"addr_trtype": spec.trtype, "addr_adrfam": spec.adrfam, "addr_traddr": spec.traddr,
+                  "addr_trsvcid": str(spec.trsvcid)}
+        if all(self._read(port / k) == v for k, v in wanted.items()):
+            return
+        linked = self.linked(spec.port_id)
+        for nqn in linked:
+            self._unlink(port / "subsystems" / nqn)
+        for key, value in wanted.items():
+            self._write(port / key, value)
+        for nqn in linked:
+            self.link(spec.port_id, nqn)
+
+    def linked(self, port_id: int) -> list[str]:
+        return self._names(self._port(port_id) / "subsystems")
+
+    def link(self, port_id: int, nqn: str) -> None:
+        self._link(self._sub(nqn), self._port(port_id) / "subsystems" / nqn)
+
+    def unlink(self, port_id: int, nqn: str) -> None:
+        self._unlink(self._port(port_id) / "subsystems" / nqn)
+
+    def set_ana(self, port_id: int, state: str, group: int = DEFAULT_ANA_GROUP) -> bool:
+        if state not in ANA_STATES:
+            raise InvalidArgument(f"ANA state {state!r} must be one of {', '.join(ANA_STATES)}")
+        folder = self._port(port_id) / "ana_groups" / str(group)
+        self._mkdir(folder)
+        return self._write(folder / "ana_state", state)
+
+    def ana_state(self, port_id: int, group: int = DEFAULT_ANA_GROUP) -> str:
+        return self._read(self._port(port_id) / "ana_groups" / str(group) / "ana_state") or "optimized"
+
+    def remove_port(self, port_id: int) -> None:
+        port = self._port(port_id)
+        for nqn in self.linked(port_id):
+            self._unlink(port / "subsystems" / nqn)
+        for group in self._names(port / "ana_groups"):
+            if group != str(DEFAULT_ANA_GROUP):
+                self._rmdir(port / "ana_groups" / group)
+        self._rmdir(port)
+
+    # -- whole tree ------------------------------------------------------------------------------------------
+    def dump(self) -> dict[str, Any]:
+        """Everything the agent manages, as plain data (for comparisons and diagnostics)."""
+        subsystems = {}
+        for nqn in self.subsystems():
+            sub = self._sub(nqn)
+            subsystems[nqn] = {
+                "allow_any_host": self._read(sub / "attr_allow_any_host"),
+                "serial": self._read(sub / "attr_serial"),
+                "hosts": self.allowed_hosts(nqn),
+                "namespaces": {str(n): self.namespace_attrs(nqn, n) for n in self.namespaces(nqn)},
+            }
+        ports = {}
+        for port_id in self.ports():
+            port = self._port(port_id)
+            ports[str(port_id)] = {
+                "addr": [self._read(port / k) for k in ("addr_trtype", "addr_traddr", "addr_trsvcid")],
+                "subsystems": self.linked(port_id),
+                "ana": self.ana_state(port_id),
+            }
+        return {"subsystems": subsystems, "ports": ports, "hosts": self.hosts()}

@@ -1,0 +1,84 @@
+"""``nvmeof-csi agent``: converge configfs and the pool to the saved state, then serve the agent API on a
+unix socket and/or TCP with mutual TLS until SIGTERM.
+
+Contract: the agent refuses to start on plaintext TCP unless explicitly allowed on a loopback address;
+convergence happens before the first RPC is accepted; unknown objects are logged (and removed only with
+``--prune``).
+"""
+
+from __future__ import annotations
+
+import logging
+
+import grpc
+
+from nvmeof_csi.config import AgentSettings
+from nvmeof_csi.csi.interceptors import EdgeInterceptor
+from nvmeof_csi.csi.locks import KeyedLocks
+from nvmeof_csi.csi.server import bind, run_until_stopped
+from nvmeof_csi.errors import FailedPrecondition
+from nvmeof_csi.gen import nvmeof_agent_pb2_grpc as pb_grpc
+from nvmeof_csi.nvmeof.target.api import AgentServicer
+from nvmeof_csi.nvmeof.target.configfs import Nvmet
+from nvmeof_csi.nvmeof.target.service import TargetAgent
+from nvmeof_csi.nvmeof.target.state import StateStore
+from nvmeof_csi.nvmeof.target.store import FileStore
+
+log = logging.getLogger(__name__)
+
+
+def build_agent(settings: AgentSettings, plain_tree: bool = False) -> TargetAgent:
+    settings.state_dir.mkdir(parents=True, exist_ok=True)
+    return TargetAgent(
+        name=settings.name,
+        nvmet=Nvmet(settings.configfs_root, plain_tree=plain_tree),
+        store=FileStore(settings.pool_dir),
+        state=StateStore(settings.state_dir / "agent-state.json"),
+        portals=settings.portals,
+        capacity_limit=settings.capacity_limit_bytes,
+        buffered_io=settings.buffered_io,
+    )
+
+
+def _credentials(settings: AgentSettings) -> grpc.ServerCredentials:
+    assert settings.tls is not None
+    return grpc.ssl_server_credentials(
+        [(settings.tls.key.read_bytes(), settings.tls.cert.read_bytes())],
+        root_certificates=settings.tls.ca.read_bytes(),
+        require_client_auth=True,
+    )
+
+
+async def serve_agent(settings: AgentSettings, plain_tree: bool = False) -> None:
+    agent = build_agent(settings, plain_tree)
+    if not agent.nvmet.available():
+        raise FailedPrecondition(
+            f"nvmet configfs is not available at {settings.configfs_root} (modprobe nvmet nvmet-tcp; mount configfs)"
+        )
+    report = agent.converge(prune=settings.prune)
+    for line in report.applied:
+        log.info("converge: %s", line)
+    for line in report.unknown:
+        log.warning("unknown object (kept; --prune removes it): %s", line)
+    for line in report.pruned:
+        log.warning("pruned unknown object: %s", line)
+    for line in report.problems:
+        log.error("converge problem: %s", line)
+    server = grpc.aio.server(interceptors=[EdgeInterceptor(KeyedLocks())])
+    pb_grpc.add_AgentServicer_to_server(AgentServicer(agent, report.unknown), server)
+    sockets = []
+    if settings.unix_endpoint is not None:
+        bind(server, settings.unix_endpoint)
+        assert settings.unix_endpoint.path is not None
+        sockets.append(settings.unix_endpoint.path)
+    if settings.tcp_endpoint is not None:
+        address = settings.tcp_endpoint.grpc_address
+        port = server.add_secure_port(address, _credentials(settings)) if settings.tls else bind(
+            server, settings.tcp_endpoint
+        )
+        if port == 0:
+            raise FailedPrecondition(f"cannot listen on {settings.tcp_endpoint}")
+    log.info("agent %s serving (%s%s), %d volumes, portals %s", agent.name, settings.unix_endpoint or "",
+             f" {settings.tcp_endpoint} (mTLS)" if settings.tls else "", len(agent.list_volumes()),
+             ", ".join(f"{p.trtype}:{p.traddr}:{p.trsvcid}/{p.group}" for p in agent.portals))
+    await run_until_stopped(server, settings.grace_seconds, sockets)

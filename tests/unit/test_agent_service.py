@@ -1,0 +1,173 @@
+"""The target agent's logic over a temp configfs tree and a temp pool."""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from nvmeof_csi.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound, OutOfRange, ResourceExhausted
+from nvmeof_csi.nvmeof.target.service import namespace_nguid, volume_nqn
+from nvmeof_csi.nvmeof.target.state import CREATING, DELETING
+from tests.agent_fixtures import make_agent
+
+MiB = 1 << 20
+HOST = "nqn.2014-08.org.nvmexpress:uuid:0f0f0f0f-0000-0000-0000-000000000001"
+
+
+def test_create_materialises_file_subsystem_and_links(tmp_path: Path) -> None:
+    agent = make_agent(tmp_path)
+    agent.converge()
+    view = agent.create_volume("pvc-1", 64 * MiB, {"queueSize": "64"}, {"team": "ml"})
+    rec = view.record
+    image = agent.store.volume_path(rec.uuid)
+    assert image.stat().st_size == 64 * MiB and image.stat().st_blocks == 0
+    dump = agent.nvmet.dump()
+    sub = dump["subsystems"][volume_nqn(rec.uuid)]
+    assert sub["allow_any_host"] == "0" and sub["hosts"] == []
+    assert sub["namespaces"]["1"]["device_uuid"] == rec.uuid
+    assert sub["namespaces"]["1"]["device_nguid"] == namespace_nguid(rec.uuid) != rec.uuid
+    assert all(volume_nqn(rec.uuid) in p["subsystems"] for p in dump["ports"].values())
+    assert agent.create_volume("pvc-1", 64 * MiB, {"queueSize": "64"}, {"team": "ml"}).record.uuid == rec.uuid
+    with pytest.raises(AlreadyExists):
+        agent.create_volume("pvc-1", 128 * MiB, {"queueSize": "64"}, {})
+    assert agent.get_volume(name="pvc-1").record.uuid == rec.uuid
+
+
+def test_delete_removes_everything_and_repeats(tmp_path: Path) -> None:
+    agent = make_agent(tmp_path)
+    agent.converge()
+    rec = agent.create_volume("v", MiB, {}, {}).record
+    agent.allow_host(rec.uuid, HOST)
+    agent.delete_volume(rec.uuid)
+    agent.delete_volume(rec.uuid)
+    assert agent.nvmet.subsystems() == [] and agent.nvmet.hosts() == []
+    assert agent.store.files() == [] and agent.state.current.volumes == {}
+    assert all(p["subsystems"] == [] for p in agent.nvmet.dump()["ports"].values())
+    with pytest.raises(NotFound):
+        agent.get_volume(rec.uuid)
+
+
+def test_restart_converge_changes_nothing(tmp_path: Path) -> None:
+    agent = make_agent(tmp_path)
+    agent.converge()
+    for i in range(3):
+        rec = agent.create_volume(f"v{i}", MiB, {}, {}).record
+        agent.allow_host(rec.uuid, HOST)
+    agent.set_ana("b", "non-optimized")
+    before = agent.nvmet.dump()
+    report = make_agent(tmp_path).converge()
+    assert report.applied == [] and report.unknown == [] and report.problems == []
+    assert make_agent(tmp_path).nvmet.dump() == before
+
+
+def test_crash_after_state_save_finishes_create_and_delete(tmp_path: Path) -> None:
+    agent = make_agent(tmp_path)
+    agent.converge()
+    done = agent.create_volume("keep", MiB, {}, {}).record
+    # a create interrupted right after its record was saved: no file, no configfs yet
+    pending = done.evolve(uuid="3f6c1f8e-0000-4000-8000-000000000001", name="half", status=CREATING)
+    agent.state.put_volume(pending)
+    # a delete interrupted after its tombstone: configfs and file still there
+    agent.state.put_volume(done.evolve(status=DELETING))
+    (agent.store.volumes / "x.tmp").write_bytes(b"partial clone")
+    restarted = make_agent(tmp_path)
+    report = restarted.converge()
+    assert any("finished creating" in a for a in report.applied)
+    assert any("finished deleting" in a for a in report.applied)
+    assert set(restarted.state.current.volumes) == {pending.uuid}
+    assert restarted.nvmet.subsystems() == [volume_nqn(pending.uuid)]
+    assert restarted.store.files() == [restarted.store.volume_path(pending.uuid)]
+
+
+def test_unknown_objects_reported_then_pruned(tmp_path: Path) -> None:
+    agent = make_agent(tmp_path)
+    agent.converge()
+    agent.nvmet.ensure_subsystem("nqn.2026-11.io.nvmeof:vol:stray", "s", "m")
+    (agent.store.volumes / "orphan.img").write_bytes(b"")
+    report = make_agent(tmp_path).converge()
+    assert sorted(report.unknown) == sorted(
+        ["subsystem nqn.2026-11.io.nvmeof:vol:stray", f"file {agent.store.volumes / 'orphan.img'}"]
+    )
+    assert agent.nvmet.subsystems() == ["nqn.2026-11.io.nvmeof:vol:stray"]
+    report = make_agent(tmp_path).converge(prune=True)
+    assert len(report.pruned) == 2 and agent.nvmet.subsystems() == [] and agent.store.files() == []
+
+
+def test_snapshot_and_clones_keep_data(tmp_path: Path) -> None:
+    agent = make_agent(tmp_path)
+    agent.converge()
+    src = agent.create_volume("src", 8 * MiB, {}, {}).record
+    payload = os.urandom(MiB)
+    with open(agent.store.volume_path(src.uuid), "r+b") as f:
+        f.seek(3 * MiB)
+        f.write(payload)
+    snap = agent.create_snapshot("snap-1", src.uuid)
+    assert agent.create_snapshot("snap-1", src.uuid) == snap
+    with pytest.raises(AlreadyExists):
+        agent.create_snapshot("snap-1", "another-volume")
+    with open(agent.store.volume_path(src.uuid), "r+b") as f:
+        f.seek(3 * MiB)
+        f.write(b"\0" * MiB)  # the source changes after the snapshot
+    from_snap = agent.create_volume("from-snap", 16 * MiB, {}, {}, source_snapshot=snap.uuid).record
+    from_vol = agent.create_volume("from-vol", 8 * MiB, {}, {}, source_volume=src.uuid).record
+    with open(agent.store.volume_path(from_snap.uuid), "rb") as f:
+        f.seek(3 * MiB)
+        assert f.read(MiB) == payload
+    assert agent.store.volume_path(from_snap.uuid).stat().st_size == 16 * MiB
+    with open(agent.store.volume_path(from_vol.uuid), "rb") as f:
+        f.seek(3 * MiB)
+        assert f.read(MiB) == b"\0" * MiB
+    with pytest.raises(OutOfRange):
+        agent.create_volume("too-small", MiB, {}, {}, source_snapshot=snap.uuid)
+    with pytest.raises(NotFound):
+        agent.create_volume("no-source", 8 * MiB, {}, {}, source_snapshot="00000000-0000-0000-0000-000000000000")
+    assert [s.uuid for s in agent.list_snapshots(source_volume=src.uuid)] == [snap.uuid]
+    agent.delete_snapshot(snap.uuid)
+    agent.delete_snapshot(snap.uuid)
+    assert agent.list_snapshots() == []
+
+
+def test_hosts_resize_capacity_and_ana(tmp_path: Path) -> None:
+    agent = make_agent(tmp_path, capacity=10 * MiB)
+    agent.converge()
+    rec = agent.create_volume("v", 4 * MiB, {}, {}).record
+    with pytest.raises(ResourceExhausted):
+        agent.create_volume("w", 7 * MiB, {}, {})
+    with pytest.raises(InvalidArgument, match="host NQN"):
+        agent.allow_host(rec.uuid, "not an nqn")
+    with pytest.raises(FailedPrecondition, match="DH-HMAC-CHAP"):
+        agent.allow_host(rec.uuid, HOST, "DHHC-1:00:secret:")
+    assert agent.state.current.volumes[rec.uuid].hosts == {}  # nothing saved for a refused grant
+    assert agent.allow_host(rec.uuid, HOST).record.hosts == {HOST: ""}
+    assert agent.resize_volume(rec.uuid, 8 * MiB).record.capacity_bytes == 8 * MiB
+    assert agent.store.volume_path(rec.uuid).stat().st_size == 8 * MiB
+    revalidate = agent.nvmet.root / "subsystems" / volume_nqn(rec.uuid) / "namespaces" / "1" / "revalidate_size"
+    assert revalidate.read_text() == "1"
+    with pytest.raises(ResourceExhausted):
+        agent.resize_volume(rec.uuid, 11 * MiB)
+    portals = dict((p.port_id, s) for p, s in agent.set_ana("a", "inaccessible"))
+    assert portals == {1: "inaccessible", 2: "optimized"}
+    with pytest.raises(NotFound, match="portal group"):
+        agent.set_ana("zz", "optimized")
+    assert json.loads(agent.state.path.read_text())["ana"] == {"a": "inaccessible"}
+    assert oct(agent.state.path.stat().st_mode & 0o777) == "0o600"
+
+
+def test_fifty_concurrent_creates_over_ten_names_make_ten_volumes(tmp_path: Path) -> None:
+    agent = make_agent(tmp_path)
+    agent.converge()
+    start = threading.Barrier(50)
+
+    def create(i: int) -> str:
+        start.wait()
+        return agent.create_volume(f"name-{i % 10}", MiB, {}, {}).record.uuid
+
+    with ThreadPoolExecutor(50) as pool:
+        uuids = list(pool.map(create, range(50)))
+    assert len(set(uuids)) == 10 and len(agent.list_volumes()) == 10
+    assert len(agent.nvmet.subsystems()) == 10 and len(agent.store.files()) == 10
