@@ -10,7 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from nvmeof_csi.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound, OutOfRange, ResourceExhausted
+from nvmeof_csi.errors import (
+    AlreadyExists,
+    FailedPrecondition,
+    InvalidArgument,
+    NotFound,
+    OutOfRange,
+    ResourceExhausted,
+)
 from nvmeof_csi.nvmeof.target.service import namespace_nguid, volume_nqn
 from nvmeof_csi.nvmeof.target.state import CREATING, DELETING
 from tests.agent_fixtures import make_agent
