@@ -1,0 +1,203 @@
+"""The agent process on the host (configfs replaced by a plain folder): its gRPC API over a unix socket,
+mutual TLS on TCP, nvmeofctl against it, and the SIGKILL crash loop."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from nvmeof_csi.cli.main import app as nvmeofctl
+from nvmeof_csi.config import ConfigError, Endpoint, TlsFiles
+from nvmeof_csi.errors import DriverError, InvalidArgument, NotFound, Unavailable
+from nvmeof_csi.nvmeof.client import AgentClient, AgentTarget
+from tests.agent_fixtures import plain_configfs
+
+HOST = "nqn.2014-08.org.nvmexpress:uuid:0f0f0f0f-0000-0000-0000-000000000001"
+MiB = 1 << 20
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class Running:
+    proc: subprocess.Popen[bytes]
+    work: Path
+    unix: str
+    tcp: str = ""
+
+
+def start_agent(work: Path, extra: list[str] = (), wait_for: Path | None = None) -> Running:  # type: ignore[assignment]
+    sock = work / "agent.sock"
+    argv = [sys.executable, "-m", "nvmeof_csi", "agent", "--name", "store-a",
+            "--portal", "1:tcp:127.0.0.1:4420:a", "--portal", "2:tcp:127.0.0.2:4421:b",
+            "--state-dir", str(work / "state"), "--pool-dir", str(work / "pool"),
+            "--listen-unix", f"unix://{sock}", "--configfs-root", str(plain_configfs(work / "nvmet")),
+            "--configfs-plain-tree", *extra]
+    log = open(work / "agent.log", "ab")  # noqa: SIM115
+    proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 30
+    while not sock.exists():
+        assert proc.poll() is None, (work / "agent.log").read_text()
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    return Running(proc, work, f"unix://{sock}")
+
+
+@pytest.fixture
+def agent(tmp_path: Path) -> Iterator[Running]:
+    running = start_agent(tmp_path)
+    yield running
+    running.proc.terminate()
+    assert running.proc.wait(30) == 0
+    assert not Path(running.unix.removeprefix("unix://")).exists()
+
+
+def client_for(running: Running) -> AgentClient:
+    return AgentClient(AgentTarget("store-a", Endpoint.parse(running.unix)), 10)
+
+
+def test_api_round_trip(agent: Running) -> None:
+    with client_for(agent) as c:
+        assert c.health().ready
+        vol = c.create_volume("pvc-1", 8 * MiB, {"queueSize": "64"}, {"team": "ml"})
+        assert c.create_volume("pvc-1", 8 * MiB, {"queueSize": "64"}, {"team": "ml"}).uuid == vol.uuid
+        assert vol.nqn == f"nqn.2026-11.io.nvmeof:vol:{vol.uuid}" and vol.namespace_uuid == vol.uuid
+        assert [p.trsvcid for p in vol.portals] == [4420, 4421] and vol.status == "ready"
+        assert list(c.allow_host(vol.uuid, HOST).allowed_hosts) == [HOST]
+        assert c.get_volume(name="pvc-1").uuid == vol.uuid
+        snap = c.create_snapshot("s1", vol.uuid)
+        clone = c.create_volume("clone", 8 * MiB, source_snapshot=snap.uuid)
+        assert clone.source_snapshot_uuid == snap.uuid
+        assert c.resize_volume(vol.uuid, 16 * MiB).capacity_bytes == 16 * MiB
+        assert {p.group: p.ana_state for p in c.set_ana("b", "non-optimized")} == {"a": "optimized", "b": "non-optimized"}
+        assert c.capacity()[0].provisioned_bytes == 24 * MiB
+        with pytest.raises(NotFound):
+            c.get_volume("00000000-0000-0000-0000-000000000000")
+        with pytest.raises(InvalidArgument):
+            c.create_volume("", MiB)
+        c.delete_volume(clone.uuid)
+        c.delete_snapshot(snap.uuid)
+        c.deny_host(vol.uuid, HOST)
+        c.delete_volume(vol.uuid)
+        assert c.list_volumes() == []
+
+
+def test_secrets_never_reach_the_log(agent: Running, tmp_path: Path) -> None:
+    with client_for(agent) as c:
+        vol = c.create_volume("v", MiB)
+        with pytest.raises(DriverError, match="DH-HMAC-CHAP"):
+            c.allow_host(vol.uuid, HOST, "DHHC-1:00:TOPSECRETKEYMATERIAL:")
+    assert "TOPSECRETKEYMATERIAL" not in (tmp_path / "agent.log").read_text()
+
+
+def test_nvmeofctl_against_the_agent(agent: Running) -> None:
+    runner = CliRunner()
+
+    def ctl(*args: str) -> str:
+        result = runner.invoke(nvmeofctl, ["--agent", agent.unix, "-o", "json", *args])
+        assert result.exit_code == 0, result.output
+        return result.output
+
+    with client_for(agent) as c:
+        vol = c.create_volume("pvc-9", 4 * MiB)
+    rows = json.loads(ctl("volumes", "list"))
+    assert [(r["name"], r["target"]) for r in rows] == [("pvc-9", "agent")]
+    assert json.loads(ctl("volumes", "show", "pvc-9"))[0]["uuid"] == vol.uuid
+    assert json.loads(ctl("hosts", "allow", vol.uuid, HOST))[0]["allowed_hosts"] == [HOST]
+    states = {r["group"]: r["ana_state"] for r in json.loads(ctl("ana", "set", "a", "inaccessible"))}
+    assert states == {"a": "inaccessible", "b": "optimized"}
+    assert len(json.loads(ctl("portals", "list"))) == 2
+    snap = json.loads(ctl("snapshots", "create", "snap-x", "--volume", vol.uuid))[0]
+    assert json.loads(ctl("snapshots", "list"))[0]["uuid"] == snap["uuid"]
+    ctl("snapshots", "delete", snap["uuid"])
+    assert json.loads(ctl("health"))[0]["ready"] is True
+    bad = runner.invoke(nvmeofctl, ["--agent", agent.unix, "ana", "set", "a", "sideways"])
+    assert bad.exit_code == 2
+
+
+def _openssl(*args: str) -> None:
+    subprocess.run(["openssl", *args], check=True, capture_output=True)
+
+
+def make_pki(folder: Path, prefix: str) -> dict[str, Path]:
+    """A CA, a server cert for 127.0.0.1/localhost and a client cert, all from the openssl CLI."""
+    folder.mkdir(parents=True, exist_ok=True)
+    p = {k: folder / f"{prefix}-{k}" for k in ("ca.key", "ca.crt", "srv.key", "srv.csr", "srv.crt", "cli.key", "cli.csr", "cli.crt", "ext")}
+    _openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", f"/CN={prefix}-ca",
+             "-keyout", str(p["ca.key"]), "-out", str(p["ca.crt"]))
+    p["ext"].write_text("subjectAltName=IP:127.0.0.1,DNS:localhost\n")
+    for who in ("srv", "cli"):
+        _openssl("req", "-newkey", "rsa:2048", "-nodes", "-subj", f"/CN={prefix}-{who}",
+                 "-keyout", str(p[f"{who}.key"]), "-out", str(p[f"{who}.csr"]))
+        _openssl("x509", "-req", "-in", str(p[f"{who}.csr"]), "-CA", str(p["ca.crt"]), "-CAkey", str(p["ca.key"]),
+                 "-CAcreateserial", "-days", "1", "-extfile", str(p["ext"]), "-out", str(p[f"{who}.crt"]))
+    return p
+
+
+def test_tcp_requires_mutual_tls(tmp_path: Path) -> None:
+    good = make_pki(tmp_path / "pki", "good")
+    evil = make_pki(tmp_path / "pki", "evil")
+    port = free_port()
+    running = start_agent(tmp_path, ["--listen-tcp", f"tcp://127.0.0.1:{port}", "--tls-cert", str(good["srv.crt"]),
+                                     "--tls-key", str(good["srv.key"]), "--tls-ca", str(good["ca.crt"])])
+    try:
+        endpoint = Endpoint.parse(f"tcp://127.0.0.1:{port}")
+        ok = AgentTarget("a", endpoint, TlsFiles(good["cli.crt"], good["cli.key"], good["ca.crt"]))
+        with AgentClient(ok, 10) as c:
+            assert c.health().ready
+        stranger = AgentTarget("a", endpoint, TlsFiles(evil["cli.crt"], evil["cli.key"], good["ca.crt"]))
+        with AgentClient(stranger, 5) as c, pytest.raises(Unavailable):
+            c.health()
+        plaintext = AgentTarget("a", endpoint, allow_plaintext_loopback=True)
+        with AgentClient(plaintext, 5) as c, pytest.raises(Unavailable):
+            c.health()
+        with pytest.raises(ConfigError, match="mutual TLS"):
+            AgentTarget("a", endpoint)
+    finally:
+        running.proc.terminate()
+        running.proc.wait(30)
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["--listen-tcp", "tcp://127.0.0.1:9"], "mutual TLS"),
+        (["--listen-tcp", "tcp://0.0.0.0:9", "--allow-plaintext-loopback"], "loopback"),
+        (["--portal", "1:tcp:127.0.0.1:4420", "--portal", "1:tcp:127.0.0.2:4421"], "unique"),
+    ],
+)
+def test_unsafe_or_broken_settings_are_refused(tmp_path: Path, args: list[str], needle: str) -> None:
+    base = ["agent", "--name", "a", "--state-dir", str(tmp_path / "s"), "--pool-dir", str(tmp_path / "p"),
+            "--listen-unix", f"unix://{tmp_path}/a.sock"]
+    if "--portal" not in args:
+        base += ["--portal", "1:tcp:127.0.0.1:4420"]
+    proc = subprocess.run([sys.executable, "-m", "nvmeof_csi", *base, *args], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and needle in proc.stderr, proc.stderr
+
+
+def test_sigkill_crash_loop_ends_consistent(tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "tests.agent_crashloop", str(tmp_path / "crash"), "--ops", "200", "--plain-tree",
+         "--kill-every", "0.05", "0.5"],
+        capture_output=True, text=True, timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert report["kills"] >= 10 and report["interrupted_rpcs"] >= 1, report
+    assert report["state_names"] == report["expected_names"]
+    assert report["statuses"] in ([], ["ready"])
+    assert report["subsystems_match"] and report["files_match"] and report["links_match"], report
+    assert not report["restart_changed_configfs"] and report["corrupt"] == []
