@@ -70,9 +70,10 @@ class Pending:
     timeout: float
     _box: queue.Queue[dict[str, Any]] = field(default_factory=lambda: queue.Queue(1))
 
-    def wait(self) -> Result:
+    def wait(self, timeout: float | None = None) -> Result:
+        """The command's result; waits at most ``timeout`` (default: the command's own timeout + a margin)."""
         try:
-            msg = self._box.get(timeout=self.timeout + MARGIN)
+            msg = self._box.get(timeout=self.timeout + MARGIN if timeout is None else timeout)
         except queue.Empty as exc:
             raise GuestTimeout(self.what, Result(-9, "", "no reply from the guest", self.timeout)) from exc
         return Result(int(msg.get("rc", -1)), msg.get("out", ""), msg.get("err", ""), float(msg.get("t", 0.0)))
@@ -283,16 +284,22 @@ class LabVM:
         self._send({"id": rid, "timeout": timeout, **request})
         return pending
 
-    def submit(self, argv: Sequence[str], timeout: float, env: Mapping[str, str] | None = None) -> Pending:
+    def submit(
+        self, argv: Sequence[str], timeout: float, env: Mapping[str, str] | None = None, cwd: str = "/"
+    ) -> Pending:
         """Start ``argv`` in the guest (no shell) and return at once."""
-        return self._request(" ".join(argv), timeout, op="exec", argv=list(argv), env=dict(env or {}))
+        return self._request(" ".join(argv), timeout, op="exec", argv=list(argv), env=dict(env or {}), cwd=cwd)
 
-    def run(self, argv: Sequence[str], timeout: float = 60, env: Mapping[str, str] | None = None) -> Result:
-        return self.submit(argv, timeout, env).wait()
+    def run(
+        self, argv: Sequence[str], timeout: float = 60, env: Mapping[str, str] | None = None, cwd: str = "/"
+    ) -> Result:
+        return self.submit(argv, timeout, env, cwd).wait()
 
-    def check(self, argv: Sequence[str], timeout: float = 60, env: Mapping[str, str] | None = None) -> str:
+    def check(
+        self, argv: Sequence[str], timeout: float = 60, env: Mapping[str, str] | None = None, cwd: str = "/"
+    ) -> str:
         """Run ``argv``; raise :class:`GuestError` on a non-zero exit; return stdout."""
-        return self.submit(argv, timeout, env).check()
+        return self.submit(argv, timeout, env, cwd).check()
 
     def sh(self, cmd: str, timeout: float = 60) -> Result:
         """A bash command line in the guest, for tests and diagnostics (product code uses argv)."""

@@ -35,6 +35,8 @@ class AgentProcess:
         self.work, self.configfs, self.plain = work, configfs, plain
         self.sock = work / "agent.sock"
         self.proc: subprocess.Popen[bytes] | None = None
+        self.spawned = threading.Event()
+        self.ready = threading.Event()
         self.log = open(work / "agent.log", "ab")  # noqa: SIM115 - closed in stop()
 
     def start(self) -> None:
@@ -43,7 +45,9 @@ class AgentProcess:
                 "--listen-unix", f"unix://{self.sock}", "--configfs-root", str(self.configfs), "--log-level", "WARNING"]
         if self.plain:
             argv.append("--configfs-plain-tree")
+        self.ready.clear()
         self.proc = subprocess.Popen(argv, stdout=self.log, stderr=subprocess.STDOUT)
+        self.spawned.set()
         deadline = time.monotonic() + 120
         while True:
             if self.proc.poll() is not None:
@@ -52,6 +56,7 @@ class AgentProcess:
                 try:
                     with AgentClient(AgentTarget("crash", Endpoint.parse(f"unix://{self.sock}")), 5) as c:
                         c.health()
+                        self.ready.set()
                         return
                 except DriverError:
                     pass
@@ -76,20 +81,34 @@ def _sign(work: Path, vol_uuid: str) -> None:
 
 
 class Killer(threading.Thread):
-    """SIGKILLs the agent at random moments (mid-RPC, mid-converge, anywhere) until stopped."""
+    """SIGKILLs the agent at random moments until stopped: mostly while it serves (LOW..HIGH seconds after it
+    became ready, so every life does some work), sometimes while it starts and converges."""
 
     def __init__(self, agent: AgentProcess, rng: random.Random, low: float, high: float) -> None:
         super().__init__(daemon=True)
         self.agent, self.rng, self.low, self.high = agent, rng, low, high
         self.done = threading.Event()
         self.kills = 0
+        self.kills_while_starting = 0
 
     def run(self) -> None:
-        while not self.done.wait(self.rng.uniform(self.low, self.high)):
+        while not self.done.is_set():
+            early = self.rng.random() < 0.2
+            gate = self.agent.spawned if early else self.agent.ready
+            while not gate.wait(0.2):
+                if self.done.is_set():
+                    return
+            delay = self.rng.uniform(0, self.low) if early else self.rng.uniform(self.low, self.high)
+            if self.done.wait(delay):
+                return
             proc = self.agent.proc
             if proc is not None and proc.poll() is None:
+                starting = not self.agent.ready.is_set()
+                self.agent.spawned.clear()
+                self.agent.ready.clear()
                 proc.send_signal(signal.SIGKILL)
                 self.kills += 1
+                self.kills_while_starting += starting
 
 
 def ensure_running(agent: AgentProcess) -> None:
@@ -144,7 +163,8 @@ def run(work: Path, ops: int, seed: int, configfs: Path, plain: bool, kill_every
             if f.read(36) != vol_uuid.encode():
                 corrupt.append(vol_uuid)
     return {
-        "ops": ops, "kills": killer.kills, "interrupted_rpcs": interrupted,
+        "ops": ops, "kills": killer.kills, "kills_while_starting": killer.kills_while_starting,
+        "interrupted_rpcs": interrupted,
         "expected_names": sorted(expected), "state_names": sorted(names),
         "statuses": sorted({v.status for v in state.volumes.values()}),
         "subsystems_match": sorted(nvmet.subsystems()) == sorted(volume_nqn(u) for u in names.values()),

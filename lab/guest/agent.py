@@ -12,8 +12,9 @@ Requests (every one carries ``id``; ``timeout`` in seconds is mandatory for comm
 Reply: {"id", "rc", "out", "err", "t"}; file operations answer rc 0 or the errno. On a command timeout the
 whole process group is killed and rc is -9.
 
-At start the agent gives the guest a fresh, unique host NQN and host ID, mounts the scratch disk
-(``/dev/vda``: XFS with reflink, formatted only when blank) at ``/scratch``, then announces
+At start the agent mounts the scratch disk (``/dev/vda``: XFS with reflink, formatted only when blank) at
+``/scratch``, gives the guest its unique host NQN and host ID (made once per scratch disk and kept there,
+so a reboot keeps them), then announces
 {"ready": true, ...}.
 """
 
@@ -97,9 +98,21 @@ def file_op(req: dict[str, Any]) -> Reply:
 
 
 def identity() -> tuple[str, str]:
-    """A fresh host NQN and host ID for this boot (QEMU has no DMI UUID; clones must never share one)."""
+    """This guest's host NQN and host ID: generated once per scratch disk (QEMU has no DMI UUID, and clones
+    must never share one) and kept there, so the guest keeps its identity across reboots like a real node."""
+    saved = os.path.join(SCRATCH_DIR, ".lab-host-identity")
+    host_id = ""
+    if os.path.ismount(SCRATCH_DIR):
+        with contextlib.suppress(OSError, ValueError), open(saved) as f:
+            host_id = str(uuid.UUID(f.read().strip()))
+    if not host_id:
+        host_id = str(uuid.uuid4())
+        if os.path.ismount(SCRATCH_DIR):
+            with open(saved, "w") as f:
+                f.write(host_id + "\n")
+                f.flush()
+                os.fsync(f.fileno())
     os.makedirs("/etc/nvme", exist_ok=True)
-    host_id = str(uuid.uuid4())
     with open("/etc/nvme/hostid", "w") as f:
         f.write(host_id + "\n")
     nqn = "nqn.2014-08.org.nvmexpress:uuid:" + host_id
@@ -189,8 +202,8 @@ def main() -> None:
         raise SystemExit("lab agent: no virtio-serial port named 'ctl'")
     channel = Channel(os.open(port, os.O_RDWR))
     run_argv(["ip", "link", "set", "lo", "up"], 10)
-    nqn, host_id = identity()
     scratch_state = scratch()
+    nqn, host_id = identity()
     with open("/proc/uptime") as f:
         up = float(f.read().split()[0])
     channel.send({"id": 0, "ready": True, "uptime": up, "kernel": os.uname().release, "hostnqn": nqn,

@@ -191,7 +191,7 @@ def test_unsafe_or_broken_settings_are_refused(tmp_path: Path, args: list[str], 
 def test_sigkill_crash_loop_ends_consistent(tmp_path: Path) -> None:
     proc = subprocess.run(
         [sys.executable, "-m", "tests.agent_crashloop", str(tmp_path / "crash"), "--ops", "200", "--plain-tree",
-         "--kill-every", "0.05", "0.5"],
+         "--kill-every", "0.02", "0.15"],
         capture_output=True, text=True, timeout=600,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]

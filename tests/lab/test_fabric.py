@@ -162,10 +162,12 @@ def test_zz_reboot_keeps_the_scratch_disk(lab_vm: LabVM, fabric: Fabric, report:
     lab_vm.write("/scratch/keep.txt", payload)
     lab_vm.check(["sync"])
     old_pid = lab_vm.proc.pid if lab_vm.proc else -1
+    nqn_before = lab_vm.hostnqn
     seconds = lab_vm.reboot()
     report("reboot boot-to-ready", f"{seconds:.1f}s")
     assert old_pid not in lab_qemu_pids()
     assert lab_vm.ready["scratch"] == "mounted"  # not reformatted
+    assert lab_vm.hostnqn == lab_vm.read("/etc/nvme/hostnqn").strip() == nqn_before  # identity kept
     got = lab_vm.read("/scratch/keep.txt")
     assert hashlib.sha256(got.encode()).hexdigest() == hashlib.sha256(payload.encode()).hexdigest()
     Fabric(lab_vm).load(rdma=True)

@@ -1,0 +1,127 @@
+"""The target agent on real configfs in the lab: reachable only by allowed hosts, restart-safe,
+reboot-restoring, crash-consistent under SIGKILL, race-free, and ANA flips seen by a connected host."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Iterator
+
+import pytest
+
+from lab import Fabric, LabVM, Portal
+from lab.fabric import wait_until
+from lab.target import GuestTargetAgent
+
+pytestmark = pytest.mark.lab
+MiB = 1 << 20
+P1 = Portal(1, "tcp", "127.0.0.1", 4420)
+P2 = Portal(2, "tcp", "127.0.0.2", 4421)
+STRANGER = "nqn.2014-08.org.nvmexpress:uuid:11111111-2222-3333-4444-555555555555"
+Reporter = Callable[[str, str], None]
+
+
+@pytest.fixture
+def agent(lab_vm: LabVM, fabric: Fabric) -> Iterator[GuestTargetAgent]:
+    ga = GuestTargetAgent(lab_vm, [P1, P2], groups=["a", "b"])
+    ga.wipe()
+    ga.start()
+    yield ga
+    ga.stop()
+    fabric.clear()
+    ga.wipe()
+
+
+def _head(fabric: Fabric, nqn: str) -> str:
+    assert wait_until(lambda: fabric.head_device(nqn) is not None, 20)
+    head = fabric.head_device(nqn)
+    assert head is not None
+    return head
+
+
+def test_volume_is_reachable_by_the_allowed_host_only(lab_vm: LabVM, fabric: Fabric, agent: GuestTargetAgent) -> None:
+    vol = agent.ops("create", "pvc-a", str(64 * MiB), lab_vm.hostnqn)
+    nqn = vol["nqn"]
+    assert lab_vm.read(f"/sys/kernel/config/nvmet/subsystems/{nqn}/attr_allow_any_host").strip() == "0"
+    refused = lab_vm.run(["nvme", "connect", "-t", "tcp", "-a", P1.traddr, "-s", str(P1.trsvcid), "-n", nqn,
+                          f"--hostnqn={STRANGER}"], timeout=60)
+    assert refused.rc != 0 and fabric.head_device(nqn) is None
+    fabric.connect(P1, nqn)
+    head = _head(fabric, nqn).removeprefix("/dev/")
+    assert lab_vm.read(f"/sys/block/{head}/uuid").strip() == vol["uuid"]
+    assert int(lab_vm.read(f"/sys/block/{head}/size")) * 512 == 64 * MiB
+
+
+def test_restart_changes_nothing_and_reboot_restores_everything(
+    lab_vm: LabVM, fabric: Fabric, agent: GuestTargetAgent, report: Reporter
+) -> None:
+    vols = [agent.ops("create", f"pvc-{i}", str(32 * MiB), lab_vm.hostnqn) for i in range(2)]
+    agent.ctl("ana", "set", "b", "non-optimized")
+    fabric.connect(P1, vols[0]["nqn"])
+    head = _head(fabric, vols[0]["nqn"])
+    lab_vm.check(["dd", "if=/dev/urandom", "of=/scratch/pattern", "bs=1M", "count=4"])
+    lab_vm.check(["dd", "if=/scratch/pattern", f"of={head}", "bs=1M", "oflag=direct"])
+    before = agent.ops("dump")
+    assert len(before["subsystems"]) == 2 and before["ports"]["2"]["ana"] == "non-optimized"
+    controller = fabric.paths(vols[0]["nqn"])[0].controller
+    agent.stop("TERM")
+    report("agent start", f"{agent.start():.1f}s")
+    assert agent.ops("dump") == before
+    assert fabric.paths(vols[0]["nqn"])[0].controller == controller  # the host never noticed
+    fabric.disconnect_all()
+    lab_vm.check(["sync"])
+    agent.stop("TERM")
+    report("reboot boot-to-ready", f"{lab_vm.reboot():.1f}s")
+    Fabric(lab_vm).load(rdma=True)
+    assert lab_vm.listdir("/sys/kernel/config/nvmet/subsystems") == []
+    report("agent start after reboot (converge)", f"{agent.start():.1f}s")
+    assert agent.ops("dump") == before
+    fabric.connect(P1, vols[0]["nqn"])
+    head = _head(fabric, vols[0]["nqn"])
+    lab_vm.check(["cmp", "-n", str(4 * MiB), "/scratch/pattern", head])
+
+
+def test_fifty_concurrent_creates_over_ten_names(lab_vm: LabVM, agent: GuestTargetAgent) -> None:
+    result = agent.ops("concurrent", "50", "10", str(MiB))
+    assert result == {"calls": 50, "distinct_uuids": 10, "volumes": 10}
+    assert len(lab_vm.listdir("/sys/kernel/config/nvmet/subsystems")) == 10
+
+
+def test_nvmeofctl_ana_set_is_seen_by_the_connected_host(
+    lab_vm: LabVM, fabric: Fabric, agent: GuestTargetAgent
+) -> None:
+    vol = agent.ops("create", "pvc-ana", str(32 * MiB), lab_vm.hostnqn)
+    for portal in (P1, P2):
+        fabric.connect(portal, vol["nqn"])
+    fabric.wait_paths(vol["nqn"], live=2)
+    rows = agent.ctl("ana", "set", "a", "inaccessible")
+    assert {r["group"]: r["ana_state"] for r in rows} == {"a": "inaccessible", "b": "optimized"}
+
+    def seen() -> dict[str, str]:
+        return {p.address.split(",")[0]: p.ana_state for p in fabric.paths(vol["nqn"])}
+
+    assert wait_until(lambda: seen().get("traddr=127.0.0.1") == "inaccessible", 20), seen()
+    assert seen()["traddr=127.0.0.2"] == "optimized"
+
+
+def test_sigkill_crash_loop_on_real_configfs(lab_vm: LabVM, fabric: Fabric, report: Reporter) -> None:
+    lab_vm.run(["rm", "-rf", "/scratch/crash"], 60)
+    start = time.monotonic()
+    out = lab_vm.check(
+        [lab_vm.python, "-m", "tests.agent_crashloop", "/scratch/crash", "--ops", "200",
+         "--configfs", "/sys/kernel/config/nvmet", "--kill-every", "2", "8"],
+        timeout=900, cwd=str(_repo()),
+    )
+    result = json.loads(out.strip().splitlines()[-1])
+    report("crash loop", f"{result['ops']} ops, {result['kills']} SIGKILLs ({result['kills_while_starting']} while starting), {result['interrupted_rpcs']} interrupted "
+           f"RPCs, {len(result['state_names'])} volumes left, {time.monotonic() - start:.0f}s")
+    assert result["kills"] >= 3 and result["state_names"] == result["expected_names"], result
+    assert result["subsystems_match"] and result["files_match"] and result["links_match"], result
+    assert not result["restart_changed_configfs"] and result["corrupt"] == [], result
+    lab_vm.run(["rm", "-rf", "/scratch/crash"], 60)
+
+
+def _repo() -> object:
+    from lab.build import REPO
+
+    return REPO
