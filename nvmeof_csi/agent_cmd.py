@@ -9,53 +9,49 @@ from typing import Annotated
 import typer
 
 from nvmeof_csi import logctx
-from nvmeof_csi.config import ENV_PREFIX, AgentSettings, ConfigError, Endpoint, TlsFiles, parse_size
+from nvmeof_csi.config import AgentSettings, ConfigError, Endpoint, TlsFiles, env_var, parse_size
 from nvmeof_csi.errors import DriverError, InvalidArgument
 from nvmeof_csi.nvmeof.target.configfs import PortSpec
 from nvmeof_csi.nvmeof.target.server import serve_agent
 
 
-def _env(name: str) -> str:
-    return ENV_PREFIX + name
-
-
 def agent_command(
-    name: Annotated[str, typer.Option(envvar=_env("AGENT_NAME"), help="Agent name (DNS label, in volume IDs).")],
+    name: Annotated[str, typer.Option(envvar=env_var("AGENT_NAME"), help="Agent name (DNS label, in volume IDs).")],
     portal: Annotated[
         list[str],
-        typer.Option(envvar=_env("AGENT_PORTALS"), help="Portal ID:TRTYPE:TRADDR:TRSVCID[:GROUP], repeatable."),
+        typer.Option(envvar=env_var("AGENT_PORTALS"), help="Portal ID:TRTYPE:TRADDR:TRSVCID[:GROUP], repeatable."),
     ],
     state_dir: Annotated[
-        Path, typer.Option(envvar=_env("AGENT_STATE_DIR"), help="Where the desired state is saved (keep it durable).")
+        Path, typer.Option(envvar=env_var("AGENT_STATE_DIR"), help="Where desired state is saved (durable).")
     ] = Path("/var/lib/nvmeof-csi/agent"),
     pool_dir: Annotated[
-        Path, typer.Option(envvar=_env("AGENT_POOL_DIR"), help="Backing-file pool (XFS with reflink recommended).")
+        Path, typer.Option(envvar=env_var("AGENT_POOL_DIR"), help="Backing-file pool (XFS with reflink recommended).")
     ] = Path("/var/lib/nvmeof-csi/pool"),
     listen_unix: Annotated[
-        str, typer.Option(envvar=_env("AGENT_LISTEN_UNIX"), help="unix:///path socket ('' to disable).")
+        str, typer.Option(envvar=env_var("AGENT_LISTEN_UNIX"), help="unix:///path socket ('' to disable).")
     ] = "unix:///run/nvmeof-csi/agent.sock",
     listen_tcp: Annotated[
-        str, typer.Option(envvar=_env("AGENT_LISTEN_TCP"), help="tcp://HOST:PORT, served with mutual TLS.")
+        str, typer.Option(envvar=env_var("AGENT_LISTEN_TCP"), help="tcp://HOST:PORT, served with mutual TLS.")
     ] = "",
-    tls_cert: Annotated[Path | None, typer.Option(envvar=_env("AGENT_TLS_CERT"), help="Server cert (PEM).")] = None,
-    tls_key: Annotated[Path | None, typer.Option(envvar=_env("AGENT_TLS_KEY"), help="Server key (PEM).")] = None,
+    tls_cert: Annotated[Path | None, typer.Option(envvar=env_var("AGENT_TLS_CERT"), help="Server cert (PEM).")] = None,
+    tls_key: Annotated[Path | None, typer.Option(envvar=env_var("AGENT_TLS_KEY"), help="Server key (PEM).")] = None,
     tls_ca: Annotated[
-        Path | None, typer.Option(envvar=_env("AGENT_TLS_CA"), help="CA that signs accepted clients (PEM).")
+        Path | None, typer.Option(envvar=env_var("AGENT_TLS_CA"), help="CA that signs accepted clients (PEM).")
     ] = None,
     allow_plaintext_loopback: Annotated[
         bool, typer.Option(help="Allow TCP without TLS, on a loopback address only (tests).")
     ] = False,
     prune: Annotated[bool, typer.Option(help="Remove configfs objects and pool files the state lacks.")] = False,
     capacity_limit: Annotated[
-        str, typer.Option(envvar=_env("AGENT_CAPACITY_LIMIT"), help="Thin-provisioning limit, e.g. 10T (0 = pool).")
+        str, typer.Option(envvar=env_var("AGENT_CAPACITY_LIMIT"), help="Thin-provisioning limit, e.g. 10T (0 = pool).")
     ] = "0",
     configfs_root: Annotated[Path, typer.Option(help="nvmet configfs root.")] = Path("/sys/kernel/config/nvmet"),
     configfs_plain_tree: Annotated[
         bool, typer.Option(hidden=True, help="TESTS ONLY: configfs-root is a plain folder standing in for configfs.")
     ] = False,
     buffered_io: Annotated[bool, typer.Option(help="Use the page cache for backing files (needed on tmpfs).")] = False,
-    grace_seconds: Annotated[float, typer.Option(envvar=_env("GRACE_SECONDS"), help="SIGTERM grace.")] = 30.0,
-    log_level: Annotated[str, typer.Option(envvar=_env("LOG_LEVEL"), help="DEBUG, INFO, WARNING, ERROR.")] = "INFO",
+    grace_seconds: Annotated[float, typer.Option(envvar=env_var("GRACE_SECONDS"), help="SIGTERM grace.")] = 30.0,
+    log_level: Annotated[str, typer.Option(envvar=env_var("LOG_LEVEL"), help="DEBUG, INFO, WARNING, ERROR.")] = "INFO",
 ) -> None:
     """Run the target agent of one storage node: kernel nvmet over configfs, backing files, persistent state."""
     try:

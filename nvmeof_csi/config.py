@@ -16,6 +16,11 @@ from nvmeof_csi.nvmeof.target.configfs import PortSpec
 ENV_PREFIX = "NVMEOF_CSI_"
 
 
+def env_var(name: str) -> str:
+    """The environment variable that can set a flag, e.g. ``env_var("ENDPOINT")`` -> ``NVMEOF_CSI_ENDPOINT``."""
+    return ENV_PREFIX + name
+
+
 class ConfigError(ValueError):
     """A setting is invalid; the message names it and says what is accepted."""
 

@@ -15,7 +15,7 @@ import typer
 
 from nvmeof_csi import DRIVER_NAME, __version__, logctx
 from nvmeof_csi.agent_cmd import agent_command
-from nvmeof_csi.config import ENV_PREFIX, Backend, ConfigError, Endpoint, Mode, Settings, parse_size
+from nvmeof_csi.config import Backend, ConfigError, Endpoint, Mode, Settings, env_var, parse_size
 from nvmeof_csi.csi.server import serve as serve_grpc
 from nvmeof_csi.errors import DriverError
 from nvmeof_csi.wiring import build_services
@@ -24,36 +24,32 @@ app = typer.Typer(help=f"{DRIVER_NAME}: NVMe-over-Fabrics CSI driver.", no_args_
 log = logging.getLogger("nvmeof_csi")
 
 
-def _env(name: str) -> str:
-    return ENV_PREFIX + name
-
-
 @app.command()
 def serve(
-    mode: Annotated[Mode, typer.Option(envvar=_env("MODE"), help="Which CSI services to run.")] = Mode.ALL,
+    mode: Annotated[Mode, typer.Option(envvar=env_var("MODE"), help="Which CSI services to run.")] = Mode.ALL,
     endpoint: Annotated[
-        str, typer.Option(envvar=_env("ENDPOINT"), help="unix:///path/csi.sock or tcp://127.0.0.1:PORT")
+        str, typer.Option(envvar=env_var("ENDPOINT"), help="unix:///path/csi.sock or tcp://127.0.0.1:PORT")
     ] = "unix:///run/nvmeof-csi/csi.sock",
     backend: Annotated[
-        Backend, typer.Option(envvar=_env("BACKEND"), help="Storage backend. 'loop' is DEVELOPMENT ONLY.")
+        Backend, typer.Option(envvar=env_var("BACKEND"), help="Storage backend. 'loop' is DEVELOPMENT ONLY.")
     ] = Backend.LOOP,
     state_dir: Annotated[
-        Path, typer.Option(envvar=_env("STATE_DIR"), help="Where volumes (loop) and staging records live.")
+        Path, typer.Option(envvar=env_var("STATE_DIR"), help="Where volumes (loop) and staging records live.")
     ] = Path("/var/lib/nvmeof-csi"),
-    node_id: Annotated[str, typer.Option(envvar=_env("NODE_ID"), help="Node ID (default: hostname).")] = "",
+    node_id: Annotated[str, typer.Option(envvar=env_var("NODE_ID"), help="Node ID (default: hostname).")] = "",
     fabric: Annotated[
-        str, typer.Option(envvar=_env("FABRIC"), help="Storage fabric domain of this node (topology).")
+        str, typer.Option(envvar=env_var("FABRIC"), help="Storage fabric domain of this node (topology).")
     ] = "default",
     loop_capacity: Annotated[
-        str, typer.Option(envvar=_env("LOOP_CAPACITY"), help="Capacity the loop backend offers, e.g. 1T.")
+        str, typer.Option(envvar=env_var("LOOP_CAPACITY"), help="Capacity the loop backend offers, e.g. 1T.")
     ] = "1T",
     max_volumes_per_node: Annotated[
-        int, typer.Option(envvar=_env("MAX_VOLUMES_PER_NODE"), help="0 = no limit.")
+        int, typer.Option(envvar=env_var("MAX_VOLUMES_PER_NODE"), help="0 = no limit.")
     ] = 0,
     grace_seconds: Annotated[
-        float, typer.Option(envvar=_env("GRACE_SECONDS"), help="Time in-flight RPCs get on SIGTERM.")
+        float, typer.Option(envvar=env_var("GRACE_SECONDS"), help="Time in-flight RPCs get on SIGTERM.")
     ] = 30.0,
-    log_level: Annotated[str, typer.Option(envvar=_env("LOG_LEVEL"), help="DEBUG, INFO, WARNING, ERROR.")] = "INFO",
+    log_level: Annotated[str, typer.Option(envvar=env_var("LOG_LEVEL"), help="DEBUG, INFO, WARNING, ERROR.")] = "INFO",
 ) -> None:
     """Run the CSI gRPC server (controller, node or both) until SIGTERM."""
     try:

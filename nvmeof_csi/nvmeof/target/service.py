@@ -346,12 +346,23 @@ class TargetAgent:
         self.store.prepare()
         for tmp in self.store.sweep_temp():
             report.applied.append(f"removed interrupted file {tmp.name}")
+        self._converge_ports(report)
+        self._converge_snapshots(report)
+        self._converge_volumes(report)
+        self._unknown(report, prune)
+        log.info("converged: %d applied, %d unknown, %d pruned, %d problems",
+                 len(report.applied), len(report.unknown), len(report.pruned), len(report.problems))
+        return report
+
+    def _converge_ports(self, report: ConvergeReport) -> None:
         with self._ports:
             for portal in self.portals:
                 self.nvmet.ensure_port(portal)
                 state = self.state.current.ana.get(portal.group, "optimized")
                 if self.nvmet.set_ana(portal.port_id, state):
                     report.applied.append(f"port {portal.port_id}: ANA {state}")
+
+    def _converge_snapshots(self, report: ConvergeReport) -> None:
         for snap in list(self.state.current.snapshots.values()):
             with self._keys.hold(snap.uuid):
                 if snap.status == DELETING:
@@ -364,6 +375,8 @@ class TargetAgent:
                     else:
                         self.state.drop_snapshot(snap.uuid)
                         report.applied.append(f"dropped snapshot {snap.uuid} whose source is gone")
+
+    def _converge_volumes(self, report: ConvergeReport) -> None:
         for rec in list(self.state.current.volumes.values()):
             with self._keys.hold(rec.uuid):
                 if rec.status == DELETING:
@@ -377,10 +390,6 @@ class TargetAgent:
                         report.applied.append(f"finished creating volume {rec.uuid}")
                 except DriverError as err:
                     report.problems.append(f"volume {rec.uuid}: {err}")
-        self._unknown(report, prune)
-        log.info("converged: %d applied, %d unknown, %d pruned, %d problems",
-                 len(report.applied), len(report.unknown), len(report.pruned), len(report.problems))
-        return report
 
     def _unknown(self, report: ConvergeReport, prune: bool) -> None:
         state = self.state.current
