@@ -20,6 +20,8 @@ TOPO = {"topology.csi.nvmeof.io/fabric": "f1"}
 class FakeBackend:
     """In-memory TargetBackend. ``gate`` (if set) blocks create_volume until released (for lock tests)."""
 
+    supports_snapshots = False
+
     def __init__(self, capacity: int = 1 << 40, location: str = "fake") -> None:
         self.capacity = capacity
         self.location = location
@@ -32,8 +34,14 @@ class FakeBackend:
     def health(self) -> Health:
         return Health(self.healthy, "fake")
 
-    def create_volume(self, name: str, capacity_bytes: int, parameters: Mapping[str, str]) -> Volume:
+    def create_volume(
+        self, name: str, capacity_bytes: int, parameters: Mapping[str, str], requirement: object = None, source: object = None
+    ) -> Volume:
         self.entered.set()
+        if requirement is not None and requirement.requisite and not any(  # type: ignore[attr-defined]
+            all(TOPO.get(k) == v for k, v in t.items()) for t in requirement.requisite  # type: ignore[attr-defined]
+        ):
+            raise ResourceExhausted("no storage in the requested topology")
         if self.gate is not None:
             self.gate.wait(10)
         found = self.find_volume_by_name(name)
@@ -93,6 +101,18 @@ class FakeBackend:
 
     def condition(self, ref: VolumeRef) -> Condition:
         return Condition(False, "ok")
+
+    def find_snapshot_by_name(self, name: str) -> None:
+        return None
+
+    def get_snapshot(self, ref: VolumeRef) -> None:
+        return None
+
+    def list_snapshots(self) -> list[object]:
+        return []
+
+    def delete_snapshot(self, ref: VolumeRef) -> None:
+        return None
 
 
 @dataclass

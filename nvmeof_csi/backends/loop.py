@@ -18,11 +18,27 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from nvmeof_csi.errors import AlreadyExists, FailedPrecondition, NotFound, ResourceExhausted
+from nvmeof_csi.errors import (
+    AlreadyExists,
+    FailedPrecondition,
+    InvalidArgument,
+    NotFound,
+    ResourceExhausted,
+    Unimplemented,
+)
 from nvmeof_csi.host.atomic import read_json, remove_durably, write_json_atomic
 from nvmeof_csi.host.executor import Executor
 from nvmeof_csi.host.filesystems import device_size
-from nvmeof_csi.service.ports import Condition, Health, Topology, Volume, VolumeRef
+from nvmeof_csi.service.ports import (
+    Condition,
+    ContentSource,
+    Health,
+    Snapshot,
+    Topology,
+    TopologyRequirement,
+    Volume,
+    VolumeRef,
+)
 
 LOCATION = "loop"
 CTX_BACKEND = "backend"
@@ -31,7 +47,10 @@ LOSETUP_TIMEOUT = 60.0
 
 
 class LoopTargetBackend:
-    """Sparse files in ``root`` as volumes. Thread-safe for different volumes (callers lock per volume)."""
+    """Sparse files in ``root`` as volumes. Thread-safe for different volumes (callers lock per volume).
+    No snapshots or clones."""
+
+    supports_snapshots = False
 
     def __init__(self, root: Path, capacity_bytes: int, topology: Topology) -> None:
         self._root = root
@@ -93,10 +112,23 @@ class LoopTargetBackend:
     def _provisioned(self) -> int:
         return sum(int(doc["capacity_bytes"]) for _, doc in self._all())
 
-    def create_volume(self, name: str, capacity_bytes: int, parameters: Mapping[str, str]) -> Volume:
+    def create_volume(
+        self,
+        name: str,
+        capacity_bytes: int,
+        parameters: Mapping[str, str],
+        requirement: TopologyRequirement | None = None,
+        source: ContentSource | None = None,
+    ) -> Volume:
         existing = self.find_volume_by_name(name)
         if existing is not None:
             return existing
+        if source is not None:
+            raise InvalidArgument("the loop backend cannot fill a volume from a snapshot or volume")
+        if requirement and requirement.requisite and not any(
+            all(self._topology.get(k) == v for k, v in t.items() if k in self._topology) for t in requirement.requisite
+        ):
+            raise ResourceExhausted("no storage in the requested topology (requisite segments unreachable)")
         if self._provisioned() + capacity_bytes > self._capacity:
             raise ResourceExhausted(
                 f"loop backend has {self._capacity - self._provisioned()} bytes left, {capacity_bytes} requested"
@@ -176,6 +208,22 @@ class LoopTargetBackend:
         if not self._image_path(ref.uuid).exists():
             return Condition(True, f"backing file {self._image_path(ref.uuid)} is missing")
         return Condition(False, "backing file present")
+
+
+    def create_snapshot(self, name: str, source: VolumeRef) -> Snapshot:
+        raise Unimplemented("the loop backend has no snapshots")
+
+    def find_snapshot_by_name(self, name: str) -> Snapshot | None:
+        return None
+
+    def get_snapshot(self, ref: VolumeRef) -> Snapshot | None:
+        return None
+
+    def delete_snapshot(self, ref: VolumeRef) -> None:
+        return None
+
+    def list_snapshots(self) -> list[Snapshot]:
+        return []
 
 
 class LoopConnector:

@@ -2,8 +2,8 @@
 
 Capabilities offered: CREATE_DELETE_VOLUME, PUBLISH_UNPUBLISH_VOLUME, LIST_VOLUMES,
 LIST_VOLUMES_PUBLISHED_NODES, GET_CAPACITY, EXPAND_VOLUME, GET_VOLUME, VOLUME_CONDITION,
-SINGLE_NODE_MULTI_WRITER, PUBLISH_READONLY. Snapshots, clones and ModifyVolume answer UNIMPLEMENTED until a
-backend offers them.
+SINGLE_NODE_MULTI_WRITER, PUBLISH_READONLY; with a backend that has snapshots also CREATE_DELETE_SNAPSHOT,
+LIST_SNAPSHOTS and CLONE_VOLUME. ModifyVolume and GetSnapshot answer UNIMPLEMENTED.
 """
 
 from __future__ import annotations
@@ -12,13 +12,14 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import grpc
+from google.protobuf.timestamp_pb2 import Timestamp
 from google.protobuf.wrappers_pb2 import Int64Value
 
 from nvmeof_csi.csi import capabilities, params, volume_id
 from nvmeof_csi.csi.common import blocking, require
-from nvmeof_csi.errors import InvalidArgument, NotFound, ResourceExhausted, Unimplemented
+from nvmeof_csi.errors import InvalidArgument, NotFound, Unimplemented
 from nvmeof_csi.gen import csi_pb2, csi_pb2_grpc
-from nvmeof_csi.service.ports import Topology, Volume, VolumeRef
+from nvmeof_csi.service.ports import ContentSource, Snapshot, Topology, TopologyRequirement, Volume, VolumeRef
 from nvmeof_csi.service.volumes import CapacityRange, VolumeService
 
 Ctx = grpc.aio.ServicerContext[Any, Any]
@@ -42,22 +43,54 @@ def _range(msg: csi_pb2.CapacityRange) -> CapacityRange:
     return CapacityRange(msg.required_bytes, msg.limit_bytes)
 
 
+SNAPSHOT_RPCS = (RPC.CREATE_DELETE_SNAPSHOT, RPC.LIST_SNAPSHOTS, RPC.CLONE_VOLUME)
+
+
 def _topologies(items: Sequence[Topology]) -> list[csi_pb2.Topology]:
     return [csi_pb2.Topology(segments=dict(t)) for t in items]
 
 
-def _reachable(volume_topology: Sequence[Topology], requirement: csi_pb2.TopologyRequirement) -> bool:
-    """True when the requisite topologies (if any) include a segment this volume is accessible from."""
-    wanted = list(requirement.requisite) or list(requirement.preferred)
-    if not wanted or not volume_topology:
-        return True
-    return any(all(seg.get(k) == v for k, v in t.segments.items()) for t in wanted for seg in volume_topology)
+def _requirement(request: csi_pb2.CreateVolumeRequest) -> TopologyRequirement | None:
+    if not request.HasField("accessibility_requirements"):
+        return None
+    req = request.accessibility_requirements
+    return TopologyRequirement(
+        tuple(dict(t.segments) for t in req.requisite), tuple(dict(t.segments) for t in req.preferred)
+    )
+
+
+def _source(request: csi_pb2.CreateVolumeRequest) -> ContentSource | None:
+    if not request.HasField("volume_content_source"):
+        return None
+    kind = request.volume_content_source.WhichOneof("type")
+    if kind == "snapshot":
+        snap_id = request.volume_content_source.snapshot.snapshot_id
+        return ContentSource("snapshot", volume_id.decode_snapshot(snap_id))
+    if kind == "volume":
+        return ContentSource("volume", volume_id.decode(request.volume_content_source.volume.volume_id))
+    raise InvalidArgument("volume_content_source must name a snapshot or a volume")
+
+
+def _source_msg(source: ContentSource) -> csi_pb2.VolumeContentSource:
+    if source.kind == "snapshot":
+        snap = csi_pb2.VolumeContentSource.SnapshotSource(snapshot_id=volume_id.encode_snapshot(source.ref))
+        return csi_pb2.VolumeContentSource(snapshot=snap)
+    vol = csi_pb2.VolumeContentSource.VolumeSource(volume_id=volume_id.encode(source.ref))
+    return csi_pb2.VolumeContentSource(volume=vol)
+
+
+def _snapshot_msg(snap: Snapshot) -> csi_pb2.Snapshot:
+    created = Timestamp()
+    created.FromNanoseconds(int(snap.created_at * 1e9))
+    return csi_pb2.Snapshot(
+        snapshot_id=volume_id.encode_snapshot(snap.ref), source_volume_id=volume_id.encode(snap.source),
+        size_bytes=snap.size_bytes, creation_time=created, ready_to_use=snap.ready,
+    )
 
 
 class ControllerServicer(csi_pb2_grpc.ControllerServicer):
-    def __init__(self, volumes: VolumeService, topology: Sequence[Topology]) -> None:
+    def __init__(self, volumes: VolumeService) -> None:
         self._volumes = volumes
-        self._topology = list(topology)
 
     def _volume_msg(self, volume: Volume) -> csi_pb2.Volume:
         return csi_pb2.Volume(
@@ -65,7 +98,12 @@ class ControllerServicer(csi_pb2_grpc.ControllerServicer):
             capacity_bytes=volume.capacity_bytes,
             volume_context=dict(volume.context),
             accessible_topology=_topologies(volume.accessible_topology),
+            content_source=_source_msg(volume.source) if volume.source else None,
         )
+
+    def _need_snapshots(self) -> None:
+        if not self._volumes.supports_snapshots:
+            raise Unimplemented("snapshots are not offered by this backend")
 
     async def CreateVolume(self, request: csi_pb2.CreateVolumeRequest, context: Ctx) -> csi_pb2.CreateVolumeResponse:
         require(request.name, "name")
@@ -73,14 +111,13 @@ class ControllerServicer(csi_pb2_grpc.ControllerServicer):
             raise InvalidArgument("name must be at most 128 bytes")
         capabilities.check_all(request.volume_capabilities)
         params.parse(request.parameters)
-        if request.HasField("volume_content_source"):
+        source = _source(request)
+        if source is not None and not self._volumes.supports_snapshots:
             raise InvalidArgument("volume_content_source: snapshots and clones are not offered by this backend")
-        if request.HasField("accessibility_requirements") and not _reachable(
-            self._topology, request.accessibility_requirements
-        ):
-            raise ResourceExhausted("no storage in the requested topology (requisite segments unreachable)")
         stored = params.stored_parameters(request.parameters)
-        volume = await blocking(self._volumes.create, request.name, _range(request.capacity_range), stored)
+        volume = await blocking(
+            self._volumes.create, request.name, _range(request.capacity_range), stored, _requirement(request), source
+        )
         return csi_pb2.CreateVolumeResponse(volume=self._volume_msg(volume))
 
     async def DeleteVolume(self, request: csi_pb2.DeleteVolumeRequest, context: Ctx) -> csi_pb2.DeleteVolumeResponse:
@@ -166,7 +203,8 @@ class ControllerServicer(csi_pb2_grpc.ControllerServicer):
     async def ControllerGetCapabilities(
         self, request: csi_pb2.ControllerGetCapabilitiesRequest, context: Ctx
     ) -> csi_pb2.ControllerGetCapabilitiesResponse:
-        caps = [csi_pb2.ControllerServiceCapability(rpc=RPC(type=t)) for t in OFFERED]
+        offered = OFFERED + (SNAPSHOT_RPCS if self._volumes.supports_snapshots else ())
+        caps = [csi_pb2.ControllerServiceCapability(rpc=RPC(type=t)) for t in offered]
         return csi_pb2.ControllerGetCapabilitiesResponse(capabilities=caps)
 
     async def ControllerExpandVolume(
@@ -193,18 +231,46 @@ class ControllerServicer(csi_pb2_grpc.ControllerServicer):
         )
         return csi_pb2.ControllerGetVolumeResponse(volume=self._volume_msg(volume), status=status)
 
-    # -- not offered yet: explicit UNIMPLEMENTED (never INTERNAL) ------------------------------------------
-    async def CreateSnapshot(self, request: Any, context: Ctx) -> Any:
-        raise Unimplemented("snapshots are not offered by this backend")
+    # -- snapshots (when the backend offers them) --------------------------------------------------------
+    async def CreateSnapshot(
+        self, request: csi_pb2.CreateSnapshotRequest, context: Ctx
+    ) -> csi_pb2.CreateSnapshotResponse:
+        self._need_snapshots()
+        require(request.name, "name")
+        require(request.source_volume_id, "source_volume_id")
+        source = volume_id.decode(request.source_volume_id)
+        snap = await blocking(self._volumes.create_snapshot, request.name, source)
+        return csi_pb2.CreateSnapshotResponse(snapshot=_snapshot_msg(snap))
 
-    async def DeleteSnapshot(self, request: Any, context: Ctx) -> Any:
-        raise Unimplemented("snapshots are not offered by this backend")
+    async def DeleteSnapshot(
+        self, request: csi_pb2.DeleteSnapshotRequest, context: Ctx
+    ) -> csi_pb2.DeleteSnapshotResponse:
+        self._need_snapshots()
+        require(request.snapshot_id, "snapshot_id")
+        try:
+            ref = volume_id.decode_snapshot(request.snapshot_id)
+        except NotFound:
+            return csi_pb2.DeleteSnapshotResponse()  # not ours, so nothing to delete
+        await blocking(self._volumes.delete_snapshot, ref)
+        return csi_pb2.DeleteSnapshotResponse()
 
-    async def ListSnapshots(self, request: Any, context: Ctx) -> Any:
-        raise Unimplemented("snapshots are not offered by this backend")
+    async def ListSnapshots(
+        self, request: csi_pb2.ListSnapshotsRequest, context: Ctx
+    ) -> csi_pb2.ListSnapshotsResponse:
+        self._need_snapshots()
+        try:
+            source = volume_id.decode(request.source_volume_id) if request.source_volume_id else None
+            snap = volume_id.decode_snapshot(request.snapshot_id) if request.snapshot_id else None
+        except NotFound:
+            return csi_pb2.ListSnapshotsResponse()  # a filter no snapshot of ours can match
+        page = await blocking(
+            self._volumes.list_snapshots, request.max_entries, request.starting_token, source, snap
+        )
+        entries = [csi_pb2.ListSnapshotsResponse.Entry(snapshot=_snapshot_msg(s)) for s in page.snapshots]
+        return csi_pb2.ListSnapshotsResponse(entries=entries, next_token=page.next_token)
 
     async def GetSnapshot(self, request: Any, context: Ctx) -> Any:
-        raise Unimplemented("snapshots are not offered by this backend")
+        raise Unimplemented("GetSnapshot is not offered (no GET_SNAPSHOT capability)")
 
     async def ControllerModifyVolume(self, request: Any, context: Ctx) -> Any:
         raise Unimplemented("ControllerModifyVolume is not offered yet")

@@ -66,7 +66,7 @@ def build_server(settings: Settings, services: Services) -> grpc.aio.Server:
     )
     if services.volumes is not None:
         csi_pb2_grpc.add_ControllerServicer_to_server(
-            ControllerServicer(services.volumes, [services.topology]), server
+            ControllerServicer(services.volumes), server
         )
     if services.staging is not None:
         csi_pb2_grpc.add_NodeServicer_to_server(

@@ -33,6 +33,22 @@ class VolumeRef:
 
 
 @dataclass(frozen=True)
+class ContentSource:
+    """What a new volume is filled from: a snapshot or another volume (``kind`` "snapshot" | "volume")."""
+
+    kind: str
+    ref: VolumeRef
+
+
+@dataclass(frozen=True)
+class TopologyRequirement:
+    """CSI accessibility requirements: ``requisite`` must be met; ``preferred`` is tried in order."""
+
+    requisite: tuple[Topology, ...] = ()
+    preferred: tuple[Topology, ...] = ()
+
+
+@dataclass(frozen=True)
 class Volume:
     """A provisioned volume as a backend reports it."""
 
@@ -43,6 +59,19 @@ class Volume:
     context: Mapping[str, str] = field(default_factory=dict)  # what a node needs to connect
     accessible_topology: tuple[Topology, ...] = ()
     published_nodes: tuple[str, ...] = ()
+    source: ContentSource | None = None
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """A point-in-time copy of a volume (``ref.location`` is where it lives, with its source)."""
+
+    ref: VolumeRef
+    name: str
+    source: VolumeRef
+    size_bytes: int
+    created_at: float
+    ready: bool = True
 
 
 @dataclass(frozen=True)
@@ -68,9 +97,19 @@ class TargetBackend(Protocol):
         """Cheap readiness check (Probe)."""
         ...
 
-    def create_volume(self, name: str, capacity_bytes: int, parameters: Mapping[str, str]) -> Volume:
-        """Create a volume recorded under ``name``; returns the existing one if ``name`` exists (the caller
-        checks compatibility). Raises ``ResourceExhausted`` when no capacity is left."""
+    supports_snapshots: bool
+
+    def create_volume(
+        self,
+        name: str,
+        capacity_bytes: int,
+        parameters: Mapping[str, str],
+        requirement: TopologyRequirement | None = None,
+        source: ContentSource | None = None,
+    ) -> Volume:
+        """Create a volume recorded under ``name`` where ``requirement`` allows (filled from ``source``);
+        returns the existing one if ``name`` exists (the caller checks compatibility). Raises
+        ``ResourceExhausted`` when no reachable place has capacity, ``NotFound`` for a missing source."""
         ...
 
     def find_volume_by_name(self, name: str) -> Volume | None: ...
@@ -105,6 +144,22 @@ class TargetBackend(Protocol):
     def max_volume_size(self) -> int: ...
 
     def condition(self, ref: VolumeRef) -> Condition: ...
+
+    def create_snapshot(self, name: str, source: VolumeRef) -> Snapshot:
+        """Snapshot ``source`` as ``name``; the existing snapshot if ``name`` exists (caller checks)."""
+        ...
+
+    def find_snapshot_by_name(self, name: str) -> Snapshot | None: ...
+
+    def get_snapshot(self, ref: VolumeRef) -> Snapshot | None: ...
+
+    def delete_snapshot(self, ref: VolumeRef) -> None:
+        """Delete; absent is success."""
+        ...
+
+    def list_snapshots(self) -> list[Snapshot]:
+        """All snapshots in a stable order (by UUID)."""
+        ...
 
 
 class Connector(Protocol):

@@ -8,12 +8,24 @@ callers hold the per-volume/per-name lock; errors are ``nvmeof_csi.errors`` clas
 from __future__ import annotations
 
 import uuid as uuidlib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import TypeVar
 
 from nvmeof_csi.errors import Aborted, AlreadyExists, InvalidArgument, NotFound, OutOfRange, ResourceExhausted
-from nvmeof_csi.service.ports import Condition, NodeDirectory, TargetBackend, Topology, Volume, VolumeRef
+from nvmeof_csi.service.ports import (
+    Condition,
+    ContentSource,
+    NodeDirectory,
+    Snapshot,
+    TargetBackend,
+    Topology,
+    TopologyRequirement,
+    Volume,
+    VolumeRef,
+)
 
+T = TypeVar("T")
 MiB = 1 << 20
 GiB = 1 << 30
 DEFAULT_SIZE = 1 * GiB
@@ -60,6 +72,28 @@ class Page:
     next_token: str
 
 
+@dataclass(frozen=True)
+class SnapshotPage:
+    snapshots: list[Snapshot]
+    next_token: str
+
+
+def _after(items: list[T], token: str, key: Callable[[T], str], max_entries: int) -> tuple[list[T], str]:
+    """One page of ``items`` (sorted by ``key``) after ``token`` (the last key of the previous page)."""
+    if max_entries < 0:
+        raise InvalidArgument("max_entries must not be negative")
+    items = sorted(items, key=key)
+    if token:
+        try:
+            after = str(uuidlib.UUID(token))
+        except ValueError as exc:
+            raise Aborted(f"starting_token {token!r} is not one this driver issued") from exc
+        items = [i for i in items if key(i) > after]
+    if max_entries and len(items) > max_entries:
+        return items[:max_entries], key(items[max_entries - 1])
+    return items, ""
+
+
 class VolumeService:
     """Backend-agnostic controller operations over an injected :class:`TargetBackend`."""
 
@@ -68,8 +102,16 @@ class VolumeService:
         self._nodes = nodes
         self._max_per_node = max_volumes_per_node
 
-    def create(self, name: str, cap: CapacityRange, parameters: Mapping[str, str]) -> Volume:
-        """Create ``name`` or return the existing compatible volume; incompatible existing -> ALREADY_EXISTS."""
+    def create(
+        self,
+        name: str,
+        cap: CapacityRange,
+        parameters: Mapping[str, str],
+        requirement: TopologyRequirement | None = None,
+        source: ContentSource | None = None,
+    ) -> Volume:
+        """Create ``name`` or return the existing compatible volume; incompatible existing -> ALREADY_EXISTS.
+        A volume from a source is at least as large as the source."""
         cap.check()
         existing = self._backend.find_volume_by_name(name)
         if existing is not None:
@@ -79,9 +121,21 @@ class VolumeService:
                 )
             if dict(existing.parameters) != dict(parameters):
                 raise AlreadyExists(f"volume {name!r} exists with different parameters")
+            if existing.source != source:
+                raise AlreadyExists(f"volume {name!r} exists with a different content source")
             return existing
+        if source is not None:
+            cap = CapacityRange(max(cap.required, self._source_size(source)), cap.limit)
         size = choose_size(cap, self._backend.max_volume_size())
-        return self._backend.create_volume(name, size, parameters)
+        return self._backend.create_volume(name, size, parameters, requirement, source)
+
+    def _source_size(self, source: ContentSource) -> int:
+        if source.kind == "snapshot":
+            snap = self._backend.get_snapshot(source.ref)
+            if snap is None:
+                raise NotFound(f"snapshot {source.ref.uuid} does not exist")
+            return snap.size_bytes
+        return self.get(source.ref).capacity_bytes
 
     def get(self, ref: VolumeRef) -> Volume:
         volume = self._backend.get_volume(ref)
@@ -112,19 +166,8 @@ class VolumeService:
     def list(self, max_entries: int, starting_token: str) -> Page:
         """Volumes ordered by UUID; the token is the UUID of the last volume returned, so deleting it or
         adding volumes between pages neither repeats nor loses any volume that existed throughout."""
-        if max_entries < 0:
-            raise InvalidArgument("max_entries must not be negative")
-        volumes = sorted(self._backend.list_volumes(), key=lambda v: v.ref.uuid)
-        if starting_token:
-            try:
-                after = str(uuidlib.UUID(starting_token))
-            except ValueError as exc:
-                raise Aborted(f"starting_token {starting_token!r} is not one this driver issued") from exc
-            volumes = [v for v in volumes if v.ref.uuid > after]
-        if max_entries and len(volumes) > max_entries:
-            page = volumes[:max_entries]
-            return Page(page, page[-1].ref.uuid)
-        return Page(volumes, "")
+        volumes, token = _after(self._backend.list_volumes(), starting_token, lambda v: v.ref.uuid, max_entries)
+        return Page(volumes, token)
 
     def capacity(self, segment: Topology | None) -> int:
         return self._backend.available_capacity(segment)
@@ -143,3 +186,33 @@ class VolumeService:
     def condition(self, ref: VolumeRef) -> Condition:
         self.get(ref)
         return self._backend.condition(ref)
+
+    # -- snapshots -----------------------------------------------------------------------------------------
+    def create_snapshot(self, name: str, source: VolumeRef) -> Snapshot:
+        """Snapshot ``source`` as ``name`` or return the existing one; same name, other source -> ALREADY_EXISTS."""
+        existing = self._backend.find_snapshot_by_name(name)
+        if existing is not None:
+            if existing.source != source:
+                raise AlreadyExists(f"snapshot {name!r} exists for another volume")
+            return existing
+        self.get(source)
+        return self._backend.create_snapshot(name, source)
+
+    def delete_snapshot(self, ref: VolumeRef) -> None:
+        self._backend.delete_snapshot(ref)
+
+    def list_snapshots(
+        self, max_entries: int, starting_token: str, source: VolumeRef | None = None, snapshot: VolumeRef | None = None
+    ) -> SnapshotPage:
+        """Snapshots by UUID, optionally of one source volume or one snapshot; tokens as in :meth:`list`."""
+        snaps = self._backend.list_snapshots()
+        if source is not None:
+            snaps = [s for s in snaps if s.source == source]
+        if snapshot is not None:
+            snaps = [s for s in snaps if s.ref == snapshot]
+        page, token = _after(snaps, starting_token, lambda s: s.ref.uuid, max_entries)
+        return SnapshotPage(page, token)
+
+    @property
+    def supports_snapshots(self) -> bool:
+        return self._backend.supports_snapshots
