@@ -41,6 +41,7 @@ class Mode(StrEnum):
 
 class Backend(StrEnum):
     LOOP = "loop"  # development only
+    NVMEOF = "nvmeof"  # target agents from a fabric map
 
 
 @dataclass(frozen=True)
@@ -91,8 +92,17 @@ class Settings:
     max_volumes_per_node: int = 0
     grace_seconds: float = 30.0
     log_level: str = "INFO"
+    fabric_map: Path | None = None
 
     def __post_init__(self) -> None:
+        if self.backend is Backend.NVMEOF:
+            if self.fabric_map is None:
+                raise ConfigError("backend nvmeof needs --fabric-map (the YAML list of target agents)")
+            if self.mode is not Mode.CONTROLLER:
+                raise ConfigError(
+                    "backend nvmeof serves the controller only so far (--mode controller); "
+                    "the NVMe-oF node plugin arrives with the node work"
+                )
         if not self.node_id:
             object.__setattr__(self, "node_id", socket.gethostname())
         if len(self.node_id.encode()) > 192:

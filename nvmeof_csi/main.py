@@ -50,6 +50,9 @@ def serve(
         float, typer.Option(envvar=env_var("GRACE_SECONDS"), help="Time in-flight RPCs get on SIGTERM.")
     ] = 30.0,
     log_level: Annotated[str, typer.Option(envvar=env_var("LOG_LEVEL"), help="DEBUG, INFO, WARNING, ERROR.")] = "INFO",
+    fabric_map: Annotated[
+        Path | None, typer.Option(envvar=env_var("FABRIC_MAP"), help="Target agents (YAML) for backend nvmeof.")
+    ] = None,
 ) -> None:
     """Run the CSI gRPC server (controller, node or both) until SIGTERM."""
     try:
@@ -64,6 +67,7 @@ def serve(
             max_volumes_per_node=max_volumes_per_node,
             grace_seconds=grace_seconds,
             log_level=log_level,
+            fabric_map=fabric_map,
         )
     except ConfigError as err:
         typer.echo(f"nvmeof-csi: invalid setting: {err}", err=True)

@@ -15,10 +15,13 @@ from nvmeof_csi.config import Backend, Settings
 from nvmeof_csi.host.executor import Executor, SubprocessExecutor
 from nvmeof_csi.host.filesystems import Filesystems
 from nvmeof_csi.host.mounter import Mounter
-from nvmeof_csi.service.ports import Connector, Health, StaticNodes, TargetBackend
+from nvmeof_csi.nodeid import HostNqnNodes
+from nvmeof_csi.nvmeof.backend import AgentBackend
+from nvmeof_csi.service.ports import Connector, Health, NodeDirectory, StaticNodes, TargetBackend
 from nvmeof_csi.service.records import StagingStore
 from nvmeof_csi.service.staging import StagingService
 from nvmeof_csi.service.volumes import VolumeService
+from nvmeof_csi.topology.fabric_map import load_fabric_map
 
 
 @dataclass
@@ -35,15 +38,17 @@ def build_services(settings: Settings, executor: Executor | None = None) -> Serv
     executor = executor or SubprocessExecutor()
     topology = {TOPOLOGY_FABRIC: settings.fabric}
     services = Services(topology=topology)
-    if settings.backend is not Backend.LOOP:  # pragma: no cover - enum has one member today
-        raise ValueError(f"unknown backend {settings.backend}")
     if settings.mode.controller:
-        backend: TargetBackend = LoopTargetBackend(
-            settings.state_dir / "loop", settings.loop_capacity_bytes, topology
-        )
-        services.volumes = VolumeService(
-            backend, StaticNodes(frozenset({settings.node_id})), settings.max_volumes_per_node
-        )
+        backend: TargetBackend
+        nodes: NodeDirectory
+        if settings.backend is Backend.NVMEOF:
+            assert settings.fabric_map is not None
+            backend = AgentBackend(load_fabric_map(settings.fabric_map))
+            nodes = HostNqnNodes()
+        else:
+            backend = LoopTargetBackend(settings.state_dir / "loop", settings.loop_capacity_bytes, topology)
+            nodes = StaticNodes(frozenset({settings.node_id}))
+        services.volumes = VolumeService(backend, nodes, settings.max_volumes_per_node)
         services.checks.append(backend.health)
     if settings.mode.node:
         connector: Connector = LoopConnector(executor)

@@ -91,7 +91,7 @@ class FakeBackend:
             self.readonly.pop((ref.uuid, node_id), None)
             self.volumes[ref.uuid] = replace(vol, published_nodes=tuple(n for n in vol.published_nodes if n != node_id))
 
-    def available_capacity(self, segment: Topology | None) -> int:
+    def available_capacity(self, segment: Topology | None, parameters: object = None) -> int:
         if segment and any(TOPO.get(k) != v for k, v in segment.items()):
             return 0
         return self.capacity - sum(v.capacity_bytes for v in self.volumes.values())

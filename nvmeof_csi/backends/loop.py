@@ -193,7 +193,7 @@ class LoopTargetBackend:
         del doc["published"][node_id]
         write_json_atomic(self._meta_path(ref.uuid), doc)
 
-    def available_capacity(self, segment: Topology | None) -> int:
+    def available_capacity(self, segment: Topology | None, parameters: Mapping[str, str] | None = None) -> int:
         if segment and any(self._topology.get(k) != v for k, v in segment.items()):
             return 0
         free_disk = shutil.disk_usage(self._root).free if self._root.is_dir() else 0

@@ -194,7 +194,7 @@ class ControllerServicer(csi_pb2_grpc.ControllerServicer):
         segment: Mapping[str, str] | None = (
             dict(request.accessible_topology.segments) if request.HasField("accessible_topology") else None
         )
-        available = await blocking(self._volumes.capacity, segment)
+        available = await blocking(self._volumes.capacity, segment, params.stored_parameters(request.parameters))
         largest = await blocking(self._volumes.max_volume_size)
         return csi_pb2.GetCapacityResponse(
             available_capacity=available, maximum_volume_size=Int64Value(value=min(largest, available))

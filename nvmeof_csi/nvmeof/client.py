@@ -19,6 +19,12 @@ from nvmeof_csi.gen import nvmeof_agent_pb2 as pb
 from nvmeof_csi.gen import nvmeof_agent_pb2_grpc as pb_grpc
 
 T = TypeVar("T")
+#: Reconnect quickly after an agent restarts (gRPC's default backoff grows to two minutes).
+CHANNEL_OPTIONS = (
+    ("grpc.initial_reconnect_backoff_ms", 500),
+    ("grpc.min_reconnect_backoff_ms", 500),
+    ("grpc.max_reconnect_backoff_ms", 4000),
+)
 
 
 @dataclass(frozen=True)
@@ -47,9 +53,9 @@ class AgentClient:
                 private_key=target.tls.key.read_bytes(),
                 certificate_chain=target.tls.cert.read_bytes(),
             )
-            self._channel = grpc.secure_channel(address, creds)
+            self._channel = grpc.secure_channel(address, creds, options=CHANNEL_OPTIONS)
         else:
-            self._channel = grpc.insecure_channel(address)
+            self._channel = grpc.insecure_channel(address, options=CHANNEL_OPTIONS)
         self._stub = pb_grpc.AgentStub(self._channel)
 
     def close(self) -> None:
@@ -111,8 +117,8 @@ class AgentClient:
         request = pb.ListSnapshotsRequest(source_volume_uuid=source_volume, snapshot_uuid=snapshot_uuid)
         return list(self._call(self._stub.ListSnapshots, request).snapshots)
 
-    def allow_host(self, vol_uuid: str, host_nqn: str, secret: str = "") -> pb.Volume:
-        request = pb.AllowHostRequest(volume_uuid=vol_uuid, host_nqn=host_nqn, dhchap_secret=secret)
+    def allow_host(self, vol_uuid: str, host_nqn: str, secret: str = "", readonly: bool = False) -> pb.Volume:
+        request = pb.AllowHostRequest(volume_uuid=vol_uuid, host_nqn=host_nqn, dhchap_secret=secret, readonly=readonly)
         return self._call(self._stub.AllowHost, request)
 
     def deny_host(self, vol_uuid: str, host_nqn: str) -> pb.Volume:

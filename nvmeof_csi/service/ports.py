@@ -137,8 +137,9 @@ class TargetBackend(Protocol):
         """Revoke ``node_id``'s access; not published is success."""
         ...
 
-    def available_capacity(self, segment: Topology | None) -> int:
-        """Bytes that can still be provisioned (in ``segment`` when given; 0 if it cannot be reached)."""
+    def available_capacity(self, segment: Topology | None, parameters: Mapping[str, str] | None = None) -> int:
+        """Bytes that can still be provisioned for volumes with ``parameters`` (in ``segment`` when given; 0 if
+        it cannot be reached)."""
         ...
 
     def max_volume_size(self) -> int: ...

@@ -169,8 +169,8 @@ class VolumeService:
         volumes, token = _after(self._backend.list_volumes(), starting_token, lambda v: v.ref.uuid, max_entries)
         return Page(volumes, token)
 
-    def capacity(self, segment: Topology | None) -> int:
-        return self._backend.available_capacity(segment)
+    def capacity(self, segment: Topology | None, parameters: Mapping[str, str] | None = None) -> int:
+        return self._backend.available_capacity(segment, parameters)
 
     def max_volume_size(self) -> int:
         return self._backend.max_volume_size()

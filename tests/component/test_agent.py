@@ -7,9 +7,7 @@ import json
 import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -19,7 +17,7 @@ from nvmeof_csi.cli.main import app as nvmeofctl
 from nvmeof_csi.config import ConfigError, Endpoint, TlsFiles
 from nvmeof_csi.errors import DriverError, InvalidArgument, NotFound, Unavailable
 from nvmeof_csi.nvmeof.client import AgentClient, AgentTarget
-from tests.agent_fixtures import plain_configfs
+from tests.agent_fixtures import Running, start_agent
 
 HOST = "nqn.2014-08.org.nvmexpress:uuid:0f0f0f0f-0000-0000-0000-000000000001"
 MiB = 1 << 20
@@ -29,31 +27,6 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
-
-
-@dataclass
-class Running:
-    proc: subprocess.Popen[bytes]
-    work: Path
-    unix: str
-    tcp: str = ""
-
-
-def start_agent(work: Path, extra: list[str] = (), wait_for: Path | None = None) -> Running:  # type: ignore[assignment]
-    sock = work / "agent.sock"
-    argv = [sys.executable, "-m", "nvmeof_csi", "agent", "--name", "store-a",
-            "--portal", "1:tcp:127.0.0.1:4420:a", "--portal", "2:tcp:127.0.0.2:4421:b",
-            "--state-dir", str(work / "state"), "--pool-dir", str(work / "pool"),
-            "--listen-unix", f"unix://{sock}", "--configfs-root", str(plain_configfs(work / "nvmet")),
-            "--configfs-plain-tree", *extra]
-    log = open(work / "agent.log", "ab")  # noqa: SIM115
-    proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
-    deadline = time.monotonic() + 30
-    while not sock.exists():
-        assert proc.poll() is None, (work / "agent.log").read_text()
-        assert time.monotonic() < deadline
-        time.sleep(0.05)
-    return Running(proc, work, f"unix://{sock}")
 
 
 @pytest.fixture

@@ -4,28 +4,17 @@ with the loop development backend, in mount and block access modes. JUnit files:
 
 from __future__ import annotations
 
-import os
-import re
-import shutil
 import signal
 import subprocess
 import sys
 import time
-import xml.etree.ElementTree as ET
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import RESULTS, ROOT, need, root_with_loop
-
-
-def sanity_binary() -> str:
-    path = os.environ.get("CSI_SANITY") or str(ROOT / "tools" / "bin" / "csi-sanity")
-    if not Path(path).exists():
-        path = shutil.which("csi-sanity") or path
-    need(Path(path).exists(), f"csi-sanity not found at {path} (.ci/run installs it)")
-    return path
+from tests.conftest import RESULTS, root_with_loop
+from tests.sanity.sanity_runner import read_report, sanity_argv, sanity_binary, summary_lines
 
 
 @pytest.fixture
@@ -58,27 +47,13 @@ def test_csi_sanity(driver: Path, tmp_path: Path, mode: str, capsys: pytest.Capt
     RESULTS.mkdir(exist_ok=True)
     report = RESULTS / f"csi-sanity-host-{mode}.xml"
     report.unlink(missing_ok=True)
-    argv = [
-        sanity_binary(),
-        f"--csi.endpoint={driver}",
-        f"--csi.stagingdir={tmp_path / 'staging'}",
-        f"--csi.mountdir={tmp_path / 'mount'}",
-        f"--csi.testvolumeaccesstype={mode}",
-        "--csi.testvolumesize=1073741824",
-        "--csi.testvolumeexpandsize=2147483648",
-        "--csi.testnodevolumeattachlimit",
-        f"--ginkgo.junit-report={report}",
-        "--ginkgo.no-color",
-        "--ginkgo.timeout=15m",
-    ]
+    argv = sanity_argv(
+        sanity_binary(), str(driver), str(tmp_path), mode, str(report),
+        extra=("--csi.testnodevolumeattachlimit",),
+    )
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=1200, check=False)
-    summary = [line for line in proc.stdout.splitlines() if re.search(r"Ran \d+ of|Passed|FAIL|\[FAIL\]", line)]
     with capsys.disabled():
-        print(f"\ncsi-sanity ({mode}): " + " | ".join(summary[-6:]))
+        print(f"\ncsi-sanity host ({mode}): {summary_lines(proc.stdout)}")
     assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-2000:]
-    suite = ET.parse(report).getroot()
-    totals = suite if suite.tag == "testsuite" else suite.find("testsuite")
-    assert totals is not None
-    assert int(totals.get("failures", "1")) == 0 and int(totals.get("errors", "0")) == 0
-    ran = int(totals.get("tests", "0")) - int(totals.get("skipped", "0")) - int(totals.get("disabled", "0"))
-    assert ran >= 50, f"only {ran} specs ran"
+    result = read_report(report.read_text())
+    assert result.failures == 0 and result.ran >= 50, result

@@ -36,6 +36,7 @@ def volume_msg(view: VolumeView) -> pb.Volume:
         namespace_nguid=view.namespace_nguid, allowed_hosts=sorted(rec.hosts),
         source_volume_uuid=rec.source_volume, source_snapshot_uuid=rec.source_snapshot,
         portals=[portal_msg(p, s) for p, s in view.portals], status=rec.status,
+        readonly_hosts=list(rec.readonly_hosts),
     )
 
 
@@ -105,7 +106,9 @@ class AgentServicer(pb_grpc.AgentServicer):
     async def AllowHost(self, request: pb.AllowHostRequest, context: Ctx) -> pb.Volume:
         require(request.volume_uuid, "volume_uuid")
         require(request.host_nqn, "host_nqn")
-        view = await blocking(self._agent.allow_host, request.volume_uuid, request.host_nqn, request.dhchap_secret)
+        view = await blocking(
+            self._agent.allow_host, request.volume_uuid, request.host_nqn, request.dhchap_secret, request.readonly
+        )
         return volume_msg(view)
 
     async def DenyHost(self, request: pb.DenyHostRequest, context: Ctx) -> pb.Volume:

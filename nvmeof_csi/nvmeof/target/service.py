@@ -15,7 +15,6 @@ Contract:
 from __future__ import annotations
 
 import logging
-import re
 import threading
 import time
 import uuid as uuidlib
@@ -26,6 +25,7 @@ from functools import partial
 from nvmeof_csi import NQN_PREFIX
 from nvmeof_csi.concurrency import KeyedMutex
 from nvmeof_csi.errors import AlreadyExists, DriverError, FailedPrecondition, InvalidArgument, NotFound, OutOfRange
+from nvmeof_csi.nodeid import check_host_nqn
 from nvmeof_csi.nvmeof.target.configfs import ANA_STATES, Nvmet, PortSpec
 from nvmeof_csi.nvmeof.target.state import (
     CREATING,
@@ -40,7 +40,6 @@ from nvmeof_csi.nvmeof.target.store import FileStore
 log = logging.getLogger(__name__)
 NSID = 1
 MODEL = "nvmeof-csi"
-_HOST_NQN = re.compile(r"^nqn\.\d{4}-\d{2}\.[^\s/]{1,215}$")
 
 
 def volume_nqn(vol_uuid: str) -> str:
@@ -50,11 +49,6 @@ def volume_nqn(vol_uuid: str) -> str:
 def namespace_nguid(vol_uuid: str) -> str:
     """The namespace NGUID, derived from (and distinct from) the volume UUID."""
     return str(uuidlib.uuid5(uuidlib.UUID(vol_uuid), "nguid"))
-
-
-def check_host_nqn(host_nqn: str) -> None:
-    if not _HOST_NQN.match(host_nqn) or len(host_nqn.encode()) > 223:
-        raise InvalidArgument(f"host NQN {host_nqn!r} is not a valid NQN (nqn.YYYY-MM.domain:..., <= 223 bytes)")
 
 
 @dataclass(frozen=True)
@@ -253,13 +247,18 @@ class TargetAgent:
             return self._view(rec)
 
     # -- hosts ---------------------------------------------------------------------------------------------
-    def allow_host(self, vol_uuid: str, host_nqn: str, secret: str = "") -> VolumeView:
+    def allow_host(self, vol_uuid: str, host_nqn: str, secret: str = "", readonly: bool = False) -> VolumeView:
         check_host_nqn(host_nqn)
         with self._keys.hold(vol_uuid):
             rec = self._volume(vol_uuid)
+            if host_nqn in rec.hosts and (host_nqn in rec.readonly_hosts) != readonly:
+                raise AlreadyExists(
+                    f"host {host_nqn} is already allowed on volume {vol_uuid} with readonly={not readonly}"
+                )
             self.nvmet.ensure_host(host_nqn, secret)  # fails early if a secret cannot be honoured
-            if rec.hosts.get(host_nqn) != secret:
-                rec = self.state.put_volume(rec.evolve(hosts={**rec.hosts, host_nqn: secret}))
+            if rec.hosts.get(host_nqn) != secret or host_nqn not in rec.hosts:
+                ro = tuple(sorted({*rec.readonly_hosts, host_nqn})) if readonly else rec.readonly_hosts
+                rec = self.state.put_volume(rec.evolve(hosts={**rec.hosts, host_nqn: secret}, readonly_hosts=ro))
             self.nvmet.allow(volume_nqn(vol_uuid), host_nqn)
             return self._view(rec)
 
@@ -267,7 +266,10 @@ class TargetAgent:
         with self._keys.hold(vol_uuid):
             rec = self._volume(vol_uuid)
             if host_nqn in rec.hosts:
-                rec = self.state.put_volume(rec.evolve(hosts={k: v for k, v in rec.hosts.items() if k != host_nqn}))
+                rec = self.state.put_volume(rec.evolve(
+                    hosts={k: v for k, v in rec.hosts.items() if k != host_nqn},
+                    readonly_hosts=tuple(h for h in rec.readonly_hosts if h != host_nqn),
+                ))
             self.nvmet.deny(volume_nqn(vol_uuid), host_nqn)
             self.nvmet.remove_host(host_nqn)
             return self._view(rec)

@@ -30,6 +30,7 @@ class VolumeRecord:
     parameters: Mapping[str, str] = field(default_factory=dict)
     labels: Mapping[str, str] = field(default_factory=dict)
     hosts: Mapping[str, str] = field(default_factory=dict)  # host NQN -> DH-HMAC-CHAP secret ("" = none)
+    readonly_hosts: tuple[str, ...] = ()
     source_volume: str = ""
     source_snapshot: str = ""
     status: str = CREATING
@@ -86,7 +87,8 @@ class AgentState:
         if doc.get("version") != FORMAT_VERSION:
             raise DriverError(f"agent state format {doc.get('version')!r} is not {FORMAT_VERSION}")
         return cls(
-            volumes={k: VolumeRecord(**v) for k, v in doc.get("volumes", {}).items()},
+            volumes={k: VolumeRecord(**{**v, "readonly_hosts": tuple(v.get("readonly_hosts", ()))})
+                     for k, v in doc.get("volumes", {}).items()},
             snapshots={k: SnapshotRecord(**v) for k, v in doc.get("snapshots", {}).items()},
             ana=dict(doc.get("ana", {})),
         )

@@ -1,0 +1,278 @@
+"""The controller's NVMe-oF backend: a ``TargetBackend`` over the target agents of a fabric map.
+
+Contract (in addition to ``service/ports.py``):
+- Stateless: everything comes from the agents (a volume's CSI name is recorded with it), so a controller
+  restart loses nothing.
+- Placement as in ``topology/placement.py``; a clone or a volume from a snapshot goes to its source's agent.
+- Two controllers racing on one name: both look the name up on every agent after creating; the copy on the
+  lowest (agent, UUID) wins and the other controller deletes its own copy, so one volume remains.
+- An agent that cannot be reached makes name lookups and listings fail with UNAVAILABLE (never a silently
+  shorter answer); placement skips it.
+- The volume context tells a node everything it needs: NQN, namespace UUID, transport, portals and the
+  StorageClass's connection tunables. The publish context carries the host NQN and readonly.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Mapping
+from typing import Protocol
+
+from nvmeof_csi.errors import DriverError, NotFound, ResourceExhausted, Unavailable
+from nvmeof_csi.gen import nvmeof_agent_pb2 as pb
+from nvmeof_csi.nodeid import host_nqn_of
+from nvmeof_csi.nvmeof.client import AgentClient, AgentTarget
+from nvmeof_csi.service.ports import (
+    Condition,
+    ContentSource,
+    Health,
+    Snapshot,
+    Topology,
+    TopologyRequirement,
+    Volume,
+    VolumeRef,
+)
+from nvmeof_csi.topology.fabric_map import AgentEntry, FabricMap
+from nvmeof_csi.topology.placement import Candidate, capacity_in, place, reachable, volume_segment
+
+log = logging.getLogger(__name__)
+TUNABLES = ("ctrlLossTmo", "reconnectDelay", "fastIoFailTmo", "keepAliveTmo", "nrIoQueues", "queueSize", "tos")
+
+
+class AgentApi(Protocol):
+    """The part of :class:`AgentClient` the backend uses (fakes implement it in tests)."""
+
+    def health(self) -> pb.HealthResponse: ...
+    def create_volume(
+        self, name: str, capacity_bytes: int, parameters: Mapping[str, str] | None = ...,
+        labels: Mapping[str, str] | None = ..., source_volume: str = ..., source_snapshot: str = ...,
+    ) -> pb.Volume: ...
+    def delete_volume(self, vol_uuid: str) -> None: ...
+    def resize_volume(self, vol_uuid: str, capacity_bytes: int) -> pb.Volume: ...
+    def get_volume(self, vol_uuid: str = ..., name: str = ...) -> pb.Volume: ...
+    def list_volumes(self) -> list[pb.Volume]: ...
+    def create_snapshot(self, name: str, source_volume: str) -> pb.Snapshot: ...
+    def delete_snapshot(self, snap_uuid: str) -> None: ...
+    def list_snapshots(self, source_volume: str = ..., snapshot_uuid: str = ...) -> list[pb.Snapshot]: ...
+    def allow_host(self, vol_uuid: str, host_nqn: str, secret: str = ..., readonly: bool = ...) -> pb.Volume: ...
+    def deny_host(self, vol_uuid: str, host_nqn: str) -> pb.Volume: ...
+    def capacity(self) -> list[pb.Pool]: ...
+
+
+def default_client(entry: AgentEntry) -> AgentApi:
+    return AgentClient(AgentTarget(entry.name, entry.endpoint, entry.tls, entry.allow_plaintext_loopback))
+
+
+def transport_of(parameters: Mapping[str, str] | None) -> str:
+    return (parameters or {}).get("transport", "tcp")
+
+
+class AgentBackend:
+    supports_snapshots = True
+
+    def __init__(self, fabric: FabricMap, client: Callable[[AgentEntry], AgentApi] = default_client) -> None:
+        self.fabric = fabric
+        self._factory = client
+        self._clients: dict[str, AgentApi] = {}
+        self._lock = threading.Lock()
+
+    def _client(self, entry: AgentEntry) -> AgentApi:
+        with self._lock:
+            if entry.name not in self._clients:
+                self._clients[entry.name] = self._factory(entry)
+            return self._clients[entry.name]
+
+    def _entry(self, location: str) -> AgentEntry | None:
+        return self.fabric.agent(location)
+
+    # -- translation -------------------------------------------------------------------------------------
+    def _volume(self, entry: AgentEntry, vol: pb.Volume) -> Volume:
+        transport = transport_of(vol.parameters)
+        portals = [f"{p.trtype}:{p.traddr}:{p.trsvcid}" for p in vol.portals if p.trtype == transport]
+        context = {"nqn": vol.nqn, "namespaceUUID": vol.namespace_uuid, "transport": transport,
+                   "portals": ",".join(portals), "agent": entry.name}
+        context.update({k: vol.parameters[k] for k in TUNABLES if k in vol.parameters})
+        source = None
+        if vol.source_snapshot_uuid:
+            source = ContentSource("snapshot", VolumeRef(entry.name, vol.source_snapshot_uuid))
+        elif vol.source_volume_uuid:
+            source = ContentSource("volume", VolumeRef(entry.name, vol.source_volume_uuid))
+        return Volume(
+            ref=VolumeRef(entry.name, vol.uuid), name=vol.name, capacity_bytes=vol.capacity_bytes,
+            parameters=dict(vol.parameters), context=context,
+            accessible_topology=(volume_segment(entry, transport),),
+            published_nodes=tuple(sorted(vol.allowed_hosts)), source=source,
+        )
+
+    @staticmethod
+    def _snapshot(entry: AgentEntry, snap: pb.Snapshot) -> Snapshot:
+        return Snapshot(
+            ref=VolumeRef(entry.name, snap.uuid), name=snap.name, source=VolumeRef(entry.name, snap.source_volume_uuid),
+            size_bytes=snap.size_bytes, created_at=float(snap.created_at_unix), ready=snap.ready,
+        )
+
+    # -- health and capacity -----------------------------------------------------------------------------
+    def health(self) -> Health:
+        down = []
+        for entry in self.fabric.agents:
+            try:
+                if not self._client(entry).health().ready:
+                    down.append(f"{entry.name} (not ready)")
+            except DriverError as err:
+                down.append(f"{entry.name} ({err})")
+        ready = len(down) < len(self.fabric.agents)
+        return Health(ready, "all agents answer" if not down else f"unreachable or not ready: {', '.join(down)}")
+
+    def _candidates(self) -> list[Candidate]:
+        found = []
+        for entry in self.fabric.agents:
+            try:
+                pools = self._client(entry).capacity()
+            except Unavailable as err:
+                log.warning("agent %s skipped for placement: %s", entry.name, err)
+                continue
+            found.append(Candidate(entry, max((p.free_bytes for p in pools), default=0)))
+        return found
+
+    def available_capacity(self, segment: Topology | None, parameters: Mapping[str, str] | None = None) -> int:
+        return capacity_in(self._candidates(), transport_of(parameters), segment)
+
+    def max_volume_size(self) -> int:
+        return max((c.free_bytes for c in self._candidates()), default=0)
+
+    # -- volumes -------------------------------------------------------------------------------------------
+    def find_volume_by_name(self, name: str) -> Volume | None:
+        found = self._all_named(name)
+        return found[0] if found else None
+
+    def _all_named(self, name: str) -> list[Volume]:
+        """Every copy of ``name`` on every agent, winner first (lowest agent name, then UUID)."""
+        found = []
+        for entry in self.fabric.agents:
+            try:
+                found.append(self._volume(entry, self._client(entry).get_volume(name=name)))
+            except NotFound:
+                continue
+        return sorted(found, key=lambda v: (v.ref.location, v.ref.uuid))
+
+    def create_volume(
+        self,
+        name: str,
+        capacity_bytes: int,
+        parameters: Mapping[str, str],
+        requirement: TopologyRequirement | None = None,
+        source: ContentSource | None = None,
+    ) -> Volume:
+        existing = self.find_volume_by_name(name)
+        if existing is not None:
+            return existing
+        transport = transport_of(parameters)
+        if source is not None:
+            entry = self._source_agent(source, transport, requirement)
+        else:
+            entry = place(self._candidates(), capacity_bytes, transport, requirement)
+        created = self._client(entry).create_volume(
+            name, capacity_bytes, parameters, {"csi.nvmeof.io/name": name},
+            source_volume=source.ref.uuid if source and source.kind == "volume" else "",
+            source_snapshot=source.ref.uuid if source and source.kind == "snapshot" else "",
+        )
+        mine = self._volume(entry, created)
+        winner = self._all_named(name)[0]
+        if winner.ref != mine.ref:
+            log.info("volume %s: another controller created it first on %s; removing ours", name, winner.ref.location)
+            self._client(entry).delete_volume(created.uuid)
+        return winner
+
+    def _source_agent(
+        self, source: ContentSource, transport: str, requirement: TopologyRequirement | None
+    ) -> AgentEntry:
+        entry = self._entry(source.ref.location)
+        if entry is None:
+            raise NotFound(f"{source.kind} {source.ref.uuid} does not exist (unknown agent {source.ref.location})")
+        if requirement and requirement.requisite and not any(
+            reachable(entry, transport, t) for t in requirement.requisite
+        ):
+            raise ResourceExhausted(
+                f"the {source.kind} lives on {entry.name}, which the requested topology cannot reach"
+            )
+        return entry
+
+    def get_volume(self, ref: VolumeRef) -> Volume | None:
+        entry = self._entry(ref.location)
+        if entry is None:
+            return None
+        try:
+            return self._volume(entry, self._client(entry).get_volume(ref.uuid))
+        except NotFound:
+            return None
+
+    def list_volumes(self) -> list[Volume]:
+        volumes = [self._volume(e, v) for e in self.fabric.agents for v in self._client(e).list_volumes()]
+        return sorted(volumes, key=lambda v: v.ref.uuid)
+
+    def delete_volume(self, ref: VolumeRef) -> None:
+        entry = self._entry(ref.location)
+        if entry is not None:
+            self._client(entry).delete_volume(ref.uuid)
+
+    def expand_volume(self, ref: VolumeRef, capacity_bytes: int) -> int:
+        entry = self._require(ref)
+        return int(self._client(entry).resize_volume(ref.uuid, capacity_bytes).capacity_bytes)
+
+    def _require(self, ref: VolumeRef) -> AgentEntry:
+        entry = self._entry(ref.location)
+        if entry is None:
+            raise NotFound(f"volume {ref.uuid} does not exist (unknown agent {ref.location})")
+        return entry
+
+    def publish(self, ref: VolumeRef, node_id: str, readonly: bool) -> Mapping[str, str]:
+        host = host_nqn_of(node_id)
+        self._client(self._require(ref)).allow_host(ref.uuid, host, readonly=readonly)
+        return {"hostNqn": host, "readonly": "true" if readonly else "false"}
+
+    def unpublish(self, ref: VolumeRef, node_id: str) -> None:
+        entry = self._entry(ref.location)
+        if entry is None:
+            return
+        try:
+            self._client(entry).deny_host(ref.uuid, host_nqn_of(node_id))
+        except NotFound:
+            return
+
+    def condition(self, ref: VolumeRef) -> Condition:
+        entry = self._require(ref)
+        try:
+            health = self._client(entry).health()
+            vol = self._client(entry).get_volume(ref.uuid)
+        except Unavailable as err:
+            return Condition(True, f"agent {entry.name} unreachable: {err}")
+        if not health.ready:
+            return Condition(True, f"agent {entry.name} not ready: {health.message}")
+        if vol.status != "ready":
+            return Condition(True, f"volume is {vol.status} on agent {entry.name}")
+        return Condition(False, f"ready on agent {entry.name}")
+
+    # -- snapshots -----------------------------------------------------------------------------------------
+    def create_snapshot(self, name: str, source: VolumeRef) -> Snapshot:
+        entry = self._require(source)
+        return self._snapshot(entry, self._client(entry).create_snapshot(name, source.uuid))
+
+    def find_snapshot_by_name(self, name: str) -> Snapshot | None:
+        return next((s for s in self.list_snapshots() if s.name == name), None)
+
+    def get_snapshot(self, ref: VolumeRef) -> Snapshot | None:
+        entry = self._entry(ref.location)
+        if entry is None:
+            return None
+        snaps = self._client(entry).list_snapshots(snapshot_uuid=ref.uuid)
+        return self._snapshot(entry, snaps[0]) if snaps else None
+
+    def delete_snapshot(self, ref: VolumeRef) -> None:
+        entry = self._entry(ref.location)
+        if entry is not None:
+            self._client(entry).delete_snapshot(ref.uuid)
+
+    def list_snapshots(self) -> list[Snapshot]:
+        snaps = [self._snapshot(e, s) for e in self.fabric.agents for s in self._client(e).list_snapshots()]
+        return sorted(snaps, key=lambda s: s.ref.uuid)

@@ -1,0 +1,74 @@
+"""Topology segments and placement, as pure functions.
+
+A node's segment (NodeGetInfo) has ``topology.csi.nvmeof.io/fabric``, ``topology.csi.nvmeof.io/transport-rdma``
+("true"/"false") and optionally ``topology.kubernetes.io/zone``. A node reaches an agent when the fabric (and
+the zone, where the agent names one) are equal, and, for an RDMA volume, the node has RDMA. A key missing from
+a requested segment does not constrain it.
+
+Placement: candidates are the agents that offer the transport and have room; with ``requisite`` segments only
+agents reachable from at least one of them; ``preferred`` segments are tried in order, and within the first
+one that any candidate serves, the agent with the most free capacity wins (ties by name).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from nvmeof_csi import TOPOLOGY_FABRIC, TOPOLOGY_RDMA
+from nvmeof_csi.errors import ResourceExhausted
+from nvmeof_csi.service.ports import Topology, TopologyRequirement
+from nvmeof_csi.topology.fabric_map import AgentEntry
+
+TOPOLOGY_ZONE = "topology.kubernetes.io/zone"
+
+
+@dataclass(frozen=True)
+class Candidate:
+    agent: AgentEntry
+    free_bytes: int
+
+
+def volume_segment(agent: AgentEntry, transport: str) -> dict[str, str]:
+    """The segment whose nodes can reach a volume on ``agent`` over ``transport``."""
+    segment = {TOPOLOGY_FABRIC: agent.fabric}
+    if agent.zone:
+        segment[TOPOLOGY_ZONE] = agent.zone
+    if transport == "rdma":
+        segment[TOPOLOGY_RDMA] = "true"
+    return segment
+
+
+def reachable(agent: AgentEntry, transport: str, node: Mapping[str, str]) -> bool:
+    """True when a node in segment ``node`` reaches ``agent`` over ``transport``."""
+    if transport not in agent.transports:
+        return False
+    if TOPOLOGY_FABRIC in node and node[TOPOLOGY_FABRIC] != agent.fabric:
+        return False
+    if agent.zone and TOPOLOGY_ZONE in node and node[TOPOLOGY_ZONE] != agent.zone:
+        return False
+    return not (transport == "rdma" and node.get(TOPOLOGY_RDMA, "true") != "true")
+
+
+def place(
+    candidates: Sequence[Candidate], size: int, transport: str, requirement: TopologyRequirement | None
+) -> AgentEntry:
+    """The agent a new volume goes to; see the module docstring. Raises ``ResourceExhausted``."""
+    fits = [c for c in candidates if transport in c.agent.transports and c.free_bytes >= size]
+    if requirement and requirement.requisite:
+        fits = [c for c in fits if any(reachable(c.agent, transport, t) for t in requirement.requisite)]
+    if not fits:
+        raise ResourceExhausted(
+            f"no agent offers {transport} with {size} bytes free in the requested topology"
+        )
+    best = sorted(fits, key=lambda c: (-c.free_bytes, c.agent.name))
+    for preferred in requirement.preferred if requirement else ():
+        served = [c for c in best if reachable(c.agent, transport, preferred)]
+        if served:
+            return served[0].agent
+    return best[0].agent
+
+
+def capacity_in(candidates: Sequence[Candidate], transport: str, segment: Topology | None) -> int:
+    """Free bytes reachable from ``segment`` (all agents when it is ``None``)."""
+    return sum(c.free_bytes for c in candidates if segment is None or reachable(c.agent, transport, segment))
