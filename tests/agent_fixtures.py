@@ -5,10 +5,12 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from nvmeof_csi.gen import nvmeof_agent_pb2 as pb
+from nvmeof_csi.nvmeof.target.api import snapshot_msg, volume_msg
 from nvmeof_csi.nvmeof.target.configfs import Nvmet, PortSpec
 from nvmeof_csi.nvmeof.target.service import TargetAgent
 from nvmeof_csi.nvmeof.target.state import StateStore
@@ -59,3 +61,68 @@ def start_agent(work: Path, extra: Sequence[str] = (), name: str = "store-a", po
         assert time.monotonic() < deadline
         time.sleep(0.05)
     return Running(proc, work, f"unix://{sock}")
+
+
+class LocalAgent:
+    """The ``AgentApi`` of the controller's backend over an in-process :class:`TargetAgent` (no gRPC): real
+    agent logic on a plain configfs tree, for component tests. ``free`` overrides the reported capacity."""
+
+    def __init__(self, agent: TargetAgent, free: int | None = None) -> None:
+        self.agent = agent
+        self.free = free
+        self.before_create: Callable[[], None] = lambda: None
+
+    def health(self) -> pb.HealthResponse:
+        return pb.HealthResponse(ready=True, agent_name=self.agent.name)
+
+    def create_volume(
+        self, name: str, capacity_bytes: int, parameters: Mapping[str, str] | None = None,
+        labels: Mapping[str, str] | None = None, source_volume: str = "", source_snapshot: str = "",
+    ) -> pb.Volume:
+        self.before_create()
+        view = self.agent.create_volume(
+            name, capacity_bytes, dict(parameters or {}), dict(labels or {}), source_volume, source_snapshot
+        )
+        return volume_msg(view)
+
+    def delete_volume(self, vol_uuid: str) -> None:
+        self.agent.delete_volume(vol_uuid)
+
+    def resize_volume(self, vol_uuid: str, capacity_bytes: int) -> pb.Volume:
+        return volume_msg(self.agent.resize_volume(vol_uuid, capacity_bytes))
+
+    def get_volume(self, vol_uuid: str = "", name: str = "") -> pb.Volume:
+        return volume_msg(self.agent.get_volume(vol_uuid, name))
+
+    def list_volumes(self) -> list[pb.Volume]:
+        return [volume_msg(v) for v in self.agent.list_volumes()]
+
+    def create_snapshot(self, name: str, source_volume: str) -> pb.Snapshot:
+        return snapshot_msg(self.agent.create_snapshot(name, source_volume))
+
+    def delete_snapshot(self, snap_uuid: str) -> None:
+        self.agent.delete_snapshot(snap_uuid)
+
+    def list_snapshots(self, source_volume: str = "", snapshot_uuid: str = "") -> list[pb.Snapshot]:
+        return [snapshot_msg(s) for s in self.agent.list_snapshots(source_volume, snapshot_uuid)]
+
+    def allow_host(self, vol_uuid: str, host_nqn: str, secret: str = "", readonly: bool = False) -> pb.Volume:
+        return volume_msg(self.agent.allow_host(vol_uuid, host_nqn, secret, readonly))
+
+    def deny_host(self, vol_uuid: str, host_nqn: str) -> pb.Volume:
+        return volume_msg(self.agent.deny_host(vol_uuid, host_nqn))
+
+    def capacity(self) -> list[pb.Pool]:
+        total = self.agent.capacity_bytes()
+        free = self.free if self.free is not None else total - self.agent.provisioned_bytes()
+        return [pb.Pool(name="pool", total_bytes=total, free_bytes=free, provisioned_bytes=self.agent.provisioned_bytes())]
+
+
+def local_agents(tmp: Path, names: Sequence[str], capacity: int = 1 << 40) -> dict[str, LocalAgent]:
+    agents = {}
+    for name in names:
+        agent = make_agent(tmp / name, capacity)
+        agent.name = name
+        agent.converge()
+        agents[name] = LocalAgent(agent)
+    return agents

@@ -4,8 +4,9 @@ Contract (in addition to ``service/ports.py``):
 - Stateless: everything comes from the agents (a volume's CSI name is recorded with it), so a controller
   restart loses nothing.
 - Placement as in ``topology/placement.py``; a clone or a volume from a snapshot goes to its source's agent.
-- Two controllers racing on one name: both look the name up on every agent after creating; the copy on the
-  lowest (agent, UUID) wins and the other controller deletes its own copy, so one volume remains.
+- Two controllers racing on one name: each looks the name up on every agent after creating; the copy created
+  first (agent clocks; ties by agent name and UUID) wins and a controller whose copy lost deletes it. A later
+  creator always sees the earlier copy, so every controller returns the same volume and one remains.
 - An agent that cannot be reached makes name lookups and listings fail with UNAVAILABLE (never a silently
   shorter answer); placement skips it.
 - The volume context tells a node everything it needs: NQN, namespace UUID, transport, portals and the
@@ -147,14 +148,15 @@ class AgentBackend:
         return found[0] if found else None
 
     def _all_named(self, name: str) -> list[Volume]:
-        """Every copy of ``name`` on every agent, winner first (lowest agent name, then UUID)."""
+        """Every copy of ``name`` on every agent, winner (first created) first."""
         found = []
         for entry in self.fabric.agents:
             try:
-                found.append(self._volume(entry, self._client(entry).get_volume(name=name)))
+                vol = self._client(entry).get_volume(name=name)
             except NotFound:
                 continue
-        return sorted(found, key=lambda v: (v.ref.location, v.ref.uuid))
+            found.append(((vol.created_at, entry.name, vol.uuid), self._volume(entry, vol)))
+        return [v for _, v in sorted(found, key=lambda pair: pair[0])]
 
     def create_volume(
         self,

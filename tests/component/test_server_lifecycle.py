@@ -30,7 +30,7 @@ async def _slow_create_during_sigterm(tmp_path: Path, grace: float, hold: float)
         mode=Mode.ALL, endpoint=Endpoint.parse(f"unix://{sock}"), node_id="node-1", fabric="f1", grace_seconds=grace
     )
     server_task = asyncio.ensure_future(serve(settings, services))
-    while not sock.exists():  # noqa: ASYNC110 - waiting for a file, not an event
+    while not sock.exists():
         await asyncio.sleep(0.02)
     channel = grpc.aio.insecure_channel(f"unix://{sock}")
     stub = csi_pb2_grpc.ControllerStub(channel)

@@ -36,7 +36,7 @@ def volume_msg(view: VolumeView) -> pb.Volume:
         namespace_nguid=view.namespace_nguid, allowed_hosts=sorted(rec.hosts),
         source_volume_uuid=rec.source_volume, source_snapshot_uuid=rec.source_snapshot,
         portals=[portal_msg(p, s) for p, s in view.portals], status=rec.status,
-        readonly_hosts=list(rec.readonly_hosts),
+        readonly_hosts=list(rec.readonly_hosts), created_at=rec.created_at,
     )
 
 

@@ -1,0 +1,265 @@
+"""The CSI controller on the NVMe-oF backend, over real protobuf messages, with real target-agent logic
+(in-process, plain configfs trees) behind it: placement, publish ACLs, snapshots, clones, races."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import grpc
+import pytest
+
+from nvmeof_csi.config import Endpoint, Mode, Settings
+from nvmeof_csi.csi.server import bind, build_server
+from nvmeof_csi.gen import csi_pb2, csi_pb2_grpc
+from nvmeof_csi.nodeid import HostNqnNodes
+from nvmeof_csi.nvmeof.backend import AgentBackend
+from nvmeof_csi.service.volumes import VolumeService
+from nvmeof_csi.topology.fabric_map import AgentEntry, FabricMap
+from nvmeof_csi.wiring import Services
+from tests.agent_fixtures import LocalAgent, local_agents
+from tests.component.test_servicers import BAD, block_cap, mount_cap
+
+FAB = "topology.csi.nvmeof.io/fabric"
+ZONE = "topology.kubernetes.io/zone"
+RDMA = "topology.csi.nvmeof.io/transport-rdma"
+NODE = "nqn.2014-08.org.nvmexpress:uuid:aaaaaaaa-0000-4000-8000-000000000001"
+MiB, GiB = 1 << 20, 1 << 30
+Mode_ = csi_pb2.VolumeCapability.AccessMode
+
+FABRIC = FabricMap((
+    AgentEntry("store-a", Endpoint.parse("unix:///a"), "f1", "z1", ("tcp",)),
+    AgentEntry("store-b", Endpoint.parse("unix:///b"), "f1", "z2", ("tcp", "rdma")),
+    AgentEntry("store-c", Endpoint.parse("unix:///c"), "f2", "z1", ("tcp", "rdma")),
+))
+
+
+@dataclass
+class Ctl:
+    agents: dict[str, LocalAgent]
+    stub: csi_pb2_grpc.ControllerStub
+    tmp: Path
+
+
+def controller_services(agents: dict[str, LocalAgent]) -> Services:
+    backend = AgentBackend(FABRIC, client=lambda e: agents[e.name])
+    return Services(volumes=VolumeService(backend, HostNqnNodes()), checks=[backend.health])
+
+
+@pytest.fixture
+async def ctl(tmp_path: Path) -> AsyncIterator[Ctl]:
+    agents = local_agents(tmp_path, ["store-a", "store-b", "store-c"], capacity=8 * GiB)
+    sock = tmp_path / "ctrl.sock"
+    settings = Settings(mode=Mode.CONTROLLER, endpoint=Endpoint.parse(f"unix://{sock}"))
+    server = build_server(settings, controller_services(agents))
+    bind(server, settings.endpoint)
+    await server.start()
+    channel = grpc.aio.insecure_channel(f"unix://{sock}")
+    yield Ctl(agents, csi_pb2_grpc.ControllerStub(channel), tmp_path)
+    await channel.close()
+    await server.stop(1)
+
+
+def create_req(name: str, size: int = GiB, requisite: list[dict[str, str]] = (), preferred: list[dict[str, str]] = (),  # type: ignore[assignment]
+               params: dict[str, str] | None = None, cap: csi_pb2.VolumeCapability | None = None,
+               source: csi_pb2.VolumeContentSource | None = None) -> csi_pb2.CreateVolumeRequest:
+    req = csi_pb2.CreateVolumeRequest(
+        name=name, capacity_range=csi_pb2.CapacityRange(required_bytes=size),
+        volume_capabilities=[cap or mount_cap()], parameters=params or {}, volume_content_source=source,
+    )
+    if requisite or preferred:
+        req.accessibility_requirements.CopyFrom(csi_pb2.TopologyRequirement(
+            requisite=[csi_pb2.Topology(segments=t) for t in requisite],
+            preferred=[csi_pb2.Topology(segments=t) for t in preferred],
+        ))
+    return req
+
+
+def agent_of(volume_id: str) -> str:
+    return volume_id.split(".")[1]
+
+
+async def test_placement_honours_requisite_preferred_and_capacity(ctl: Ctl) -> None:
+    v1 = (await ctl.stub.CreateVolume(create_req("p1", requisite=[{FAB: "f2"}]))).volume
+    assert agent_of(v1.volume_id) == "store-c"
+    assert [dict(t.segments) for t in v1.accessible_topology] == [{FAB: "f2", ZONE: "z1"}]
+    v2 = (await ctl.stub.CreateVolume(create_req(
+        "p2", requisite=[{FAB: "f1"}, {FAB: "f2"}], preferred=[{FAB: "f1", ZONE: "z2"}, {FAB: "f2"}]
+    ))).volume
+    assert agent_of(v2.volume_id) == "store-b"
+    v3 = (await ctl.stub.CreateVolume(create_req("p3", params={"transport": "rdma"}, requisite=[{FAB: "f1", RDMA: "true"}]))).volume
+    assert agent_of(v3.volume_id) == "store-b" and dict(v3.accessible_topology[0].segments)[RDMA] == "true"
+    with pytest.raises(grpc.aio.AioRpcError) as info:
+        await ctl.stub.CreateVolume(create_req("p4", params={"transport": "rdma"}, requisite=[{FAB: "f1", ZONE: "z1"}]))
+    assert info.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    with pytest.raises(grpc.aio.AioRpcError) as info:
+        await ctl.stub.CreateVolume(create_req("too-big", size=9 * GiB))
+    assert info.value.code() == grpc.StatusCode.OUT_OF_RANGE  # larger than any agent has
+    for _ in range(3):  # most free capacity within the segment wins, so f1 volumes spread over a and b
+        await ctl.stub.CreateVolume(create_req(f"spread-{_}", size=2 * GiB, requisite=[{FAB: "f1"}]))
+    used = {name: a.agent.provisioned_bytes() for name, a in ctl.agents.items()}
+    assert used["store-a"] >= 2 * GiB and used["store-b"] >= 2 * GiB
+    cap = await ctl.stub.GetCapacity(csi_pb2.GetCapacityRequest(accessible_topology=csi_pb2.Topology(segments={FAB: "f2"})))
+    assert cap.available_capacity == 8 * GiB - used["store-c"]
+
+
+async def test_volume_context_and_publish_acl(ctl: Ctl) -> None:
+    vol = (await ctl.stub.CreateVolume(create_req("ctx", params={"ctrlLossTmo": "120", "queueSize": "64"},
+                                                  requisite=[{FAB: "f2"}]))).volume
+    ctx = dict(vol.volume_context)
+    assert ctx["nqn"] == f"nqn.2026-11.io.nvmeof:vol:{vol.volume_id.split('.')[-1]}"
+    assert ctx["transport"] == "tcp" and ctx["ctrlLossTmo"] == "120" and ctx["queueSize"] == "64"
+    assert ctx["portals"] == "tcp:127.0.0.1:4420,tcp:127.0.0.2:4421"
+    pub = csi_pb2.ControllerPublishVolumeRequest(volume_id=vol.volume_id, node_id=NODE, volume_capability=mount_cap())
+    resp = await ctl.stub.ControllerPublishVolume(pub)
+    assert dict(resp.publish_context) == {"hostNqn": NODE, "readonly": "false"}
+    agent = ctl.agents["store-c"].agent
+    nqn = ctx["nqn"]
+    assert agent.nvmet.allowed_hosts(nqn) == [NODE]
+    pub.readonly = True
+    with pytest.raises(grpc.aio.AioRpcError) as info:
+        await ctl.stub.ControllerPublishVolume(pub)
+    assert info.value.code() == grpc.StatusCode.ALREADY_EXISTS
+    listed = await ctl.stub.ListVolumes(csi_pb2.ListVolumesRequest())
+    assert [list(e.status.published_node_ids) for e in listed.entries] == [[NODE]]
+    got = await ctl.stub.ControllerGetVolume(csi_pb2.ControllerGetVolumeRequest(volume_id=vol.volume_id))
+    assert not got.status.volume_condition.abnormal and list(got.status.published_node_ids) == [NODE]
+    for _ in range(2):
+        await ctl.stub.ControllerUnpublishVolume(csi_pb2.ControllerUnpublishVolumeRequest(volume_id=vol.volume_id, node_id=NODE))
+    assert agent.nvmet.allowed_hosts(nqn) == [] and agent.nvmet.hosts() == []
+
+
+async def test_snapshots_clones_and_listing(ctl: Ctl) -> None:
+    src = (await ctl.stub.CreateVolume(create_req("src", size=64 * MiB, requisite=[{FAB: "f2"}]))).volume
+    path = ctl.agents["store-c"].agent.store.volume_path(src.volume_id.split(".")[-1])
+    with open(path, "r+b") as f:
+        f.write(b"dataset-shard-0")
+    snap = (await ctl.stub.CreateSnapshot(csi_pb2.CreateSnapshotRequest(name="s1", source_volume_id=src.volume_id))).snapshot
+    again = (await ctl.stub.CreateSnapshot(csi_pb2.CreateSnapshotRequest(name="s1", source_volume_id=src.volume_id))).snapshot
+    assert snap.snapshot_id == again.snapshot_id and snap.ready_to_use and snap.size_bytes == 64 * MiB
+    clone_src = csi_pb2.VolumeContentSource(snapshot=csi_pb2.VolumeContentSource.SnapshotSource(snapshot_id=snap.snapshot_id))
+    clone = (await ctl.stub.CreateVolume(create_req("from-snap", size=MiB, source=clone_src))).volume
+    assert clone.capacity_bytes == 64 * MiB and clone.content_source.snapshot.snapshot_id == snap.snapshot_id
+    assert agent_of(clone.volume_id) == "store-c"
+    with open(ctl.agents["store-c"].agent.store.volume_path(clone.volume_id.split(".")[-1]), "rb") as f:
+        assert f.read(15) == b"dataset-shard-0"
+    with pytest.raises(grpc.aio.AioRpcError) as info:  # the snapshot's agent is not on f1
+        await ctl.stub.CreateVolume(create_req("far", source=clone_src, requisite=[{FAB: "f1"}]))
+    assert info.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    vol_src = csi_pb2.VolumeContentSource(volume=csi_pb2.VolumeContentSource.VolumeSource(volume_id=src.volume_id))
+    vclone = (await ctl.stub.CreateVolume(create_req("from-vol", size=64 * MiB, source=vol_src))).volume
+    assert vclone.content_source.volume.volume_id == src.volume_id
+    for i in range(3):
+        await ctl.stub.CreateSnapshot(csi_pb2.CreateSnapshotRequest(name=f"s-{i}", source_volume_id=vclone.volume_id))
+    seen, token = [], ""
+    while True:
+        page = await ctl.stub.ListSnapshots(csi_pb2.ListSnapshotsRequest(max_entries=2, starting_token=token))
+        seen += [e.snapshot.snapshot_id for e in page.entries]
+        token = page.next_token
+        if not token:
+            break
+    assert len(seen) == len(set(seen)) == 4
+    only = await ctl.stub.ListSnapshots(csi_pb2.ListSnapshotsRequest(source_volume_id=src.volume_id))
+    assert [e.snapshot.snapshot_id for e in only.entries] == [snap.snapshot_id]
+    one = await ctl.stub.ListSnapshots(csi_pb2.ListSnapshotsRequest(snapshot_id=snap.snapshot_id))
+    assert len(one.entries) == 1
+    with pytest.raises(grpc.aio.AioRpcError) as info:
+        await ctl.stub.CreateSnapshot(csi_pb2.CreateSnapshotRequest(name="s1", source_volume_id=vclone.volume_id))
+    assert info.value.code() == grpc.StatusCode.ALREADY_EXISTS
+    for _ in range(2):
+        await ctl.stub.DeleteSnapshot(csi_pb2.DeleteSnapshotRequest(snapshot_id=snap.snapshot_id))
+    assert len((await ctl.stub.ListSnapshots(csi_pb2.ListSnapshotsRequest())).entries) == 3
+
+
+async def test_a_restarted_controller_finds_everything(ctl: Ctl) -> None:
+    vol = (await ctl.stub.CreateVolume(create_req("keep"))).volume
+    fresh = controller_services(ctl.agents).volumes
+    assert fresh is not None
+    again = await asyncio.to_thread(fresh.create, "keep", __import__("nvmeof_csi.service.volumes", fromlist=["x"]).CapacityRange(GiB), {})
+    assert f"nvmeof-v1.{again.ref.location}.{again.ref.uuid}" == vol.volume_id
+
+
+def test_two_controllers_racing_on_one_name_make_one_volume(tmp_path: Path) -> None:
+    from nvmeof_csi.service.volumes import CapacityRange
+
+    agents = local_agents(tmp_path, ["store-a", "store-b", "store-c"], capacity=8 * GiB)
+    # each controller sees a different agent as emptiest, so they place the same name on different agents
+    view1 = {n: LocalAgent(a.agent, free=(7 * GiB if n == "store-a" else GiB)) for n, a in agents.items()}
+    view2 = {n: LocalAgent(a.agent, free=(7 * GiB if n == "store-b" else GiB)) for n, a in agents.items()}
+    both_created = threading.Barrier(2)
+    for view in (view1, view2):
+        for local in view.values():
+            local.before_create = lambda: both_created.wait(5)
+    c1 = controller_services(view1).volumes
+    c2 = controller_services(view2).volumes
+    assert c1 is not None and c2 is not None
+    results: list[object] = []
+    threads = [threading.Thread(target=lambda c=c: results.append(c.create("racy", CapacityRange(GiB), {})))
+               for c in (c1, c2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(results) == 2 and results[0] == results[1]
+    total = sum(len(a.agent.list_volumes()) for a in agents.values())
+    assert total == 1
+
+
+EXTRA_BAD = [
+    ("CreateVolume", create_req("x", source=csi_pb2.VolumeContentSource(snapshot=csi_pb2.VolumeContentSource.SnapshotSource(snapshot_id="nvmeof-snap-v1.store-a." + str(uuid.uuid4())))), "NOT_FOUND", "does not exist"),
+    ("CreateVolume", create_req("x", source=csi_pb2.VolumeContentSource(snapshot=csi_pb2.VolumeContentSource.SnapshotSource(snapshot_id="garbage"))), "NOT_FOUND", "not an ID"),
+    ("CreateVolume", create_req("x", source=csi_pb2.VolumeContentSource(volume=csi_pb2.VolumeContentSource.VolumeSource(volume_id="nvmeof-v1.store-z." + str(uuid.uuid4())))), "NOT_FOUND", "does not exist"),
+    ("CreateVolume", create_req("x", params={"transport": "fc"}), "INVALID_ARGUMENT", "transport"),
+    ("CreateVolume", create_req("x", params={"ctrlLossTmo": "-1"}), "INVALID_ARGUMENT", "ctrlLossTmo"),
+    ("CreateVolume", create_req("x", cap=block_cap(Mode_.MULTI_NODE_MULTI_WRITER), requisite=[{FAB: "nowhere"}]), "RESOURCE_EXHAUSTED", "topology"),
+    ("CreateSnapshot", csi_pb2.CreateSnapshotRequest(source_volume_id="nvmeof-v1.store-a." + str(uuid.uuid4())), "INVALID_ARGUMENT", "name"),
+    ("CreateSnapshot", csi_pb2.CreateSnapshotRequest(name="s"), "INVALID_ARGUMENT", "source_volume_id"),
+    ("CreateSnapshot", csi_pb2.CreateSnapshotRequest(name="s", source_volume_id="nvmeof-v1.store-a." + str(uuid.uuid4())), "NOT_FOUND", "does not exist"),
+    ("DeleteSnapshot", csi_pb2.DeleteSnapshotRequest(), "INVALID_ARGUMENT", "snapshot_id"),
+    ("ListSnapshots", csi_pb2.ListSnapshotsRequest(starting_token="zzz"), "ABORTED", "starting_token"),
+    ("ControllerPublishVolume", csi_pb2.ControllerPublishVolumeRequest(volume_id="nvmeof-v1.store-a." + str(uuid.uuid4()), node_id=NODE, volume_capability=mount_cap()), "NOT_FOUND", "does not exist"),
+]
+TABLE = [  # the foundation table, minus what differs on a backend with snapshots
+    (rpc, req, code, needle) for side, rpc, req, code, needle in BAD if side == "controller" and rpc != "CreateSnapshot"
+] + EXTRA_BAD
+
+
+@pytest.mark.parametrize(("rpc", "request_msg", "code", "needle"), TABLE, ids=[f"{t[0]}-{i}" for i, t in enumerate(TABLE)])
+async def test_malformed_requests_on_the_agent_backend(ctl: Ctl, rpc: str, request_msg: object, code: str, needle: str) -> None:
+    with pytest.raises(grpc.aio.AioRpcError) as info:
+        await getattr(ctl.stub, rpc)(request_msg)
+    assert info.value.code().name == code, info.value.details()
+    assert needle in (info.value.details() or "")
+
+
+def test_the_table_is_large_enough() -> None:
+    assert len(TABLE) >= 30
+
+
+def test_a_late_racer_yields_to_the_volume_returned_first(tmp_path: Path) -> None:
+    """Controller 1 looked the name up (nothing), then controller 2 created *and returned* its volume; when
+    controller 1 creates its own copy it must see the earlier one, drop its copy and return the same volume."""
+    from nvmeof_csi.service.volumes import CapacityRange
+
+    agents = local_agents(tmp_path, ["store-a", "store-b", "store-c"], capacity=8 * GiB)
+    view1 = {n: LocalAgent(a.agent, free=(7 * GiB if n == "store-a" else GiB)) for n, a in agents.items()}
+    view2 = {n: LocalAgent(a.agent, free=(7 * GiB if n == "store-b" else GiB)) for n, a in agents.items()}
+    go = threading.Event()
+    for local in view1.values():
+        local.before_create = lambda: go.wait(5)
+    c1, c2 = controller_services(view1).volumes, controller_services(view2).volumes
+    assert c1 is not None and c2 is not None
+    first: list[object] = []
+    t1 = threading.Thread(target=lambda: first.append(c1.create("late", CapacityRange(GiB), {})))
+    t1.start()
+    time.sleep(0.2)  # controller 1 is now past its lookup, waiting to create
+    returned_by_2 = c2.create("late", CapacityRange(GiB), {})
+    go.set()
+    t1.join()
+    assert first == [returned_by_2] and returned_by_2.ref.location == "store-b"
+    assert sum(len(a.agent.list_volumes()) for a in agents.values()) == 1

@@ -1,0 +1,93 @@
+"""Placement and topology segments, and the fabric map."""
+
+from pathlib import Path
+
+import pytest
+
+from nvmeof_csi.config import ConfigError, Endpoint
+from nvmeof_csi.errors import ResourceExhausted
+from nvmeof_csi.service.ports import TopologyRequirement
+from nvmeof_csi.topology.fabric_map import AgentEntry, load_fabric_map, parse_fabric_map
+from nvmeof_csi.topology.placement import TOPOLOGY_ZONE, Candidate, capacity_in, place, reachable, volume_segment
+
+FAB = "topology.csi.nvmeof.io/fabric"
+RDMA = "topology.csi.nvmeof.io/transport-rdma"
+EP = Endpoint.parse("unix:///x.sock")
+
+
+def agent(name: str, fabric: str, zone: str = "", transports: tuple[str, ...] = ("tcp",)) -> AgentEntry:
+    return AgentEntry(name, EP, fabric, zone, transports)
+
+
+A = agent("a", "f1", "z1")
+B = agent("b", "f1", "z2", ("tcp", "rdma"))
+C = agent("c", "f2", "z1", ("tcp", "rdma"))
+ALL = [Candidate(A, 100), Candidate(B, 300), Candidate(C, 500)]
+
+
+def req(requisite: list[dict[str, str]] = (), preferred: list[dict[str, str]] = ()) -> TopologyRequirement:  # type: ignore[assignment]
+    return TopologyRequirement(tuple(requisite), tuple(preferred))
+
+
+def test_most_free_wins_without_requirements() -> None:
+    assert place(ALL, 10, "tcp", None).name == "c"
+
+
+def test_requisite_is_strict_and_picks_most_free_inside() -> None:
+    assert place(ALL, 10, "tcp", req([{FAB: "f1"}])).name == "b"
+    assert place(ALL, 10, "tcp", req([{FAB: "f1", TOPOLOGY_ZONE: "z1"}])).name == "a"
+    with pytest.raises(ResourceExhausted):
+        place(ALL, 200, "tcp", req([{FAB: "f1", TOPOLOGY_ZONE: "z1"}]))  # a is the only one there, too small
+    with pytest.raises(ResourceExhausted):
+        place(ALL, 10, "tcp", req([{FAB: "nowhere"}]))
+
+
+def test_preferred_in_order() -> None:
+    r = req([{FAB: "f1"}, {FAB: "f2"}], preferred=[{FAB: "f1", TOPOLOGY_ZONE: "z1"}, {FAB: "f2"}])
+    assert place(ALL, 10, "tcp", r).name == "a"
+    r = req([{FAB: "f1"}, {FAB: "f2"}], preferred=[{FAB: "f9"}, {FAB: "f2"}])
+    assert place(ALL, 10, "tcp", r).name == "c"
+
+
+def test_rdma_needs_an_rdma_agent_and_an_rdma_node() -> None:
+    assert place(ALL, 10, "rdma", req([{FAB: "f1", RDMA: "true"}])).name == "b"
+    with pytest.raises(ResourceExhausted):
+        place(ALL, 10, "rdma", req([{FAB: "f1", RDMA: "false"}]))
+    assert volume_segment(B, "rdma") == {FAB: "f1", TOPOLOGY_ZONE: "z2", RDMA: "true"}
+    assert volume_segment(A, "tcp") == {FAB: "f1", TOPOLOGY_ZONE: "z1"}
+
+
+def test_never_placed_where_the_segment_cannot_reach() -> None:
+    for _ in range(20):
+        chosen = place(ALL, 10, "tcp", req([{FAB: "f2", TOPOLOGY_ZONE: "z1"}]))
+        assert reachable(chosen, "tcp", {FAB: "f2", TOPOLOGY_ZONE: "z1"})
+
+
+def test_capacity_per_segment() -> None:
+    assert capacity_in(ALL, "tcp", None) == 900
+    assert capacity_in(ALL, "tcp", {FAB: "f1"}) == 400
+    assert capacity_in(ALL, "rdma", {FAB: "f1", RDMA: "true"}) == 300
+    assert capacity_in(ALL, "tcp", {FAB: "f3"}) == 0
+
+
+def test_fabric_map(tmp_path: Path) -> None:
+    path = tmp_path / "map.yaml"
+    path.write_text("agents:\n  - {name: a, endpoint: 'unix:///a.sock', fabric: f1, zone: z, transports: [tcp, rdma]}\n")
+    fmap = load_fabric_map(path)
+    assert fmap.agent("a") == AgentEntry("a", Endpoint.parse("unix:///a.sock"), "f1", "z", ("tcp", "rdma"))
+
+
+@pytest.mark.parametrize(
+    ("doc", "needle"),
+    [
+        ({}, "agents"),
+        ({"agents": [{"name": "a", "endpoint": "unix:///a"}]}, "'fabric' is required"),
+        ({"agents": [{"name": "A_B", "endpoint": "unix:///a", "fabric": "f"}]}, "DNS label"),
+        ({"agents": [{"name": "a", "endpoint": "unix:///a", "fabric": "f", "transports": ["fc"]}]}, "transports"),
+        ({"agents": [{"name": "a", "endpoint": "unix:///a", "fabric": "f"}] * 2}, "unique"),
+        ({"agents": [{"name": "a", "endpoint": "http://x", "fabric": "f"}]}, "endpoint"),
+    ],
+)
+def test_fabric_map_errors_name_the_problem(doc: object, needle: str) -> None:
+    with pytest.raises(ConfigError, match=needle):
+        parse_fabric_map(doc)
