@@ -21,7 +21,50 @@ AGENT_SOCK = "/run/nvmeof-csi/agent.sock"
 STATE_DIR = "/scratch/agent/state"
 POOL_DIR = "/scratch/agent/pool"
 LOG = "/scratch/agent/agent.log"
-PIDFILE = "/run/nvmeof-csi/agent.pid"
+
+
+class GuestProcess:
+    """A long-running program of ours in the guest: started in the background, its PID in a file, its output
+    appended to a log; ready when its unix socket exists."""
+
+    def __init__(self, vm: LabVM, name: str, argv: Sequence[str], socket: str, log: str) -> None:
+        self.vm, self.name, self.argv, self.socket, self.log = vm, name, list(argv), socket, log
+        self.pidfile = f"/run/nvmeof-csi/{name}.pid"
+        self._pending: Pending | None = None
+
+    def start(self, timeout: float = 180) -> float:
+        """Start; returns the seconds until its socket appeared (raises :class:`LabError` with the log)."""
+        self.vm.mkdir("/run/nvmeof-csi")
+        self.vm.mkdir(self.log.rsplit("/", 1)[0])
+        begin = time.monotonic()
+        wrapped = ["sh", "-c", f'echo $$ > {self.pidfile}; exec "$@" >>{self.log} 2>&1', self.name, *self.argv]
+        self._pending = self.vm.submit(wrapped, timeout=3600, cwd=str(REPO))
+        while time.monotonic() - begin < timeout:
+            if self.vm.run(["test", "-S", self.socket], 10).rc == 0:
+                return time.monotonic() - begin
+            if self._pending.done():  # exited already
+                break
+            time.sleep(0.5)
+        raise LabError(f"{self.name} did not start in {timeout:.0f}s:\n{self.log_tail()}")
+
+    def log_tail(self) -> str:
+        return self.vm.run(["tail", "-n", "40", self.log], 10).out
+
+    def stop(self, signal: str = "TERM", grace: float = 60) -> int:
+        """Signal it (TERM: graceful; KILL: crash), wait (SIGKILL after ``grace`` s); returns the exit code."""
+        if self._pending is None:
+            return 0
+        pid = self.vm.run(["cat", self.pidfile], 10).out.strip()
+        if pid.isdigit():
+            self.vm.run(["kill", f"-{signal}", pid], 10)
+        try:
+            rc = self._pending.wait(timeout=grace).rc
+        except GuestTimeout:
+            self.vm.run(["kill", "-KILL", pid], 10)
+            rc = self._pending.wait(timeout=30).rc
+        self._pending = None
+        self.vm.run(["rm", "-f", self.socket, self.pidfile], 10)
+        return rc
 
 
 class GuestTargetAgent:
@@ -30,7 +73,7 @@ class GuestTargetAgent:
         self.name = name
         self.portals = list(portals)
         self.groups = list(groups) or ["a"] * len(self.portals)
-        self._pending: Pending | None = None
+        self._process: GuestProcess | None = None
 
     def argv(self, prune: bool = False) -> list[str]:
         argv = [self.vm.python, "-m", "nvmeof_csi", "agent", "--name", self.name, "--state-dir", STATE_DIR,
@@ -41,36 +84,15 @@ class GuestTargetAgent:
 
     def start(self, prune: bool = False, timeout: float = 180) -> float:
         """Start the agent; returns seconds until it answered."""
-        self.vm.mkdir("/scratch/agent")
-        start = time.monotonic()
-        self.vm.mkdir("/run/nvmeof-csi")
-        wrapped = ["sh", "-c", f'echo $$ > {PIDFILE}; exec "$@" >>{LOG} 2>&1', "agent", *self.argv(prune)]
-        self._pending = self.vm.submit(wrapped, timeout=3600)
-        while time.monotonic() - start < timeout:
-            if self.vm.run(["test", "-S", AGENT_SOCK], 10).rc == 0:
-                return time.monotonic() - start
-            time.sleep(0.5)
-        raise LabError(f"agent did not start in {timeout:.0f}s:\n{self.log_tail()}")
+        self._process = GuestProcess(self.vm, "agent", self.argv(prune), AGENT_SOCK, LOG)
+        return self._process.start(timeout)
 
     def log_tail(self) -> str:
-        return self.vm.run(["tail", "-n", "40", LOG], 10).out
+        return self._process.log_tail() if self._process else ""
 
     def stop(self, signal: str = "TERM", grace: float = 60) -> int:
-        """Signal the agent (TERM: graceful; KILL: crash) and wait for it to end (SIGKILL after ``grace``
-        seconds); returns its exit code."""
-        if self._pending is None:
-            return 0
-        pid = self.vm.run(["cat", PIDFILE], 10).out.strip()
-        if pid.isdigit():
-            self.vm.run(["kill", f"-{signal}", pid], 10)
-        try:
-            rc = self._pending.wait(timeout=grace).rc
-        except GuestTimeout:
-            self.vm.run(["kill", "-KILL", pid], 10)
-            rc = self._pending.wait(timeout=30).rc
-        self._pending = None
-        self.vm.run(["rm", "-f", AGENT_SOCK, PIDFILE], 10)
-        return rc
+        """Signal the agent (TERM: graceful; KILL: crash) and wait for it to end; returns its exit code."""
+        return self._process.stop(signal, grace) if self._process else 0
 
     def ctl(self, *args: str, timeout: float = 120) -> Any:
         """``nvmeofctl --agent ... -o json ARGS`` in the guest; returns the parsed JSON."""

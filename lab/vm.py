@@ -78,6 +78,10 @@ class Pending:
             raise GuestTimeout(self.what, Result(-9, "", "no reply from the guest", self.timeout)) from exc
         return Result(int(msg.get("rc", -1)), msg.get("out", ""), msg.get("err", ""), float(msg.get("t", 0.0)))
 
+    def done(self) -> bool:
+        """True once the command has finished (its result is waiting)."""
+        return not self._box.empty()
+
     def check(self) -> str:
         res = self.wait()
         if res.rc != 0:
@@ -96,17 +100,20 @@ def _die_with_parent() -> None:
     ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
-def lab_qemu_pids() -> list[int]:
-    """PIDs of every running lab QEMU on this host (found by the VM name in their command line)."""
+def lab_qemu_pids(parent: int | None = None) -> list[int]:
+    """PIDs of running lab QEMUs on this host (found by the VM name in their command line); with ``parent``,
+    only those that process started."""
     pids = []
     for proc in Path("/proc").iterdir():
         if not proc.name.isdigit():
             continue
         try:
             cmdline = (proc / "cmdline").read_bytes().split(b"\0")
-        except OSError:
+            ppid = int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
             continue
-        if cmdline and cmdline[0].endswith(b"qemu-system-x86_64") and VM_NAME.encode() in cmdline:
+        ours = cmdline and cmdline[0].endswith(b"qemu-system-x86_64") and VM_NAME.encode() in cmdline
+        if ours and (parent is None or ppid == parent):
             pids.append(int(proc.name))
     return pids
 

@@ -4,6 +4,7 @@ process may remain (checked in ``pytest_sessionfinish``)."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterator
 
 import pytest
@@ -40,7 +41,7 @@ def fabric(lab_vm: LabVM) -> Iterator[Fabric]:
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    left = lab_qemu_pids()
+    left = lab_qemu_pids(parent=os.getpid())
     if left:
         print(f"\nlab: QEMU processes outlived the test run: {left}")
         session.exitstatus = pytest.ExitCode.TESTS_FAILED

@@ -2,6 +2,7 @@
 test batches its calls here). usage: python -m tests.lab_agent.guest_ops SOCKET OP [ARGS...]; prints JSON.
 
   create NAME SIZE_BYTES [HOST_NQN]   create (idempotent) and optionally allow a host
+  resize UUID SIZE_BYTES
   delete UUID
   concurrent CALLS NAMES SIZE         CALLS concurrent creates over NAMES distinct names
   dump                                the nvmet configfs tree as the agent's model sees it
@@ -33,6 +34,8 @@ def main(argv: list[str]) -> Any:
             if len(args) > 2:
                 vol = client.allow_host(vol.uuid, args[2])
             return MessageToDict(vol, preserving_proto_field_name=True)
+        if op == "resize":
+            return MessageToDict(client.resize_volume(args[0], int(args[1])), preserving_proto_field_name=True)
         if op == "delete":
             client.delete_volume(args[0])
             return {"deleted": args[0]}

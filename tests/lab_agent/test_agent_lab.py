@@ -50,6 +50,8 @@ def test_volume_is_reachable_by_the_allowed_host_only(lab_vm: LabVM, fabric: Fab
     head = _head(fabric, nqn).removeprefix("/dev/")
     assert lab_vm.read(f"/sys/block/{head}/uuid").strip() == vol["uuid"]
     assert int(lab_vm.read(f"/sys/block/{head}/size")) * 512 == 64 * MiB
+    agent.ops("resize", vol["uuid"], str(96 * MiB))  # file grows, the namespace is revalidated
+    assert wait_until(lambda: int(lab_vm.read(f"/sys/block/{head}/size")) * 512 == 96 * MiB, 30)
 
 
 def test_restart_changes_nothing_and_reboot_restores_everything(
