@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
 from nvmeof_csi import logctx
-from nvmeof_csi.config import AgentSettings, ConfigError, Endpoint, TlsFiles, env_var, parse_size
-from nvmeof_csi.errors import DriverError, InvalidArgument
+from nvmeof_csi.cmd_common import run_or_exit, settings_or_exit
+from nvmeof_csi.config import AgentSettings, Endpoint, TlsFiles, env_var, parse_size
 from nvmeof_csi.nvmeof.target.configfs import PortSpec
 from nvmeof_csi.nvmeof.target.server import serve_agent
 
@@ -54,16 +53,14 @@ def agent_command(
     log_level: Annotated[str, typer.Option(envvar=env_var("LOG_LEVEL"), help="DEBUG, INFO, WARNING, ERROR.")] = "INFO",
 ) -> None:
     """Run the target agent of one storage node: kernel nvmet over configfs, backing files, persistent state."""
-    try:
-        tls = TlsFiles.from_options(tls_cert, tls_key, tls_ca)
-        settings = AgentSettings(
+    settings = settings_or_exit("nvmeof-csi agent", lambda: AgentSettings(
             name=name,
             state_dir=state_dir.absolute(),
             pool_dir=pool_dir.absolute(),
             portals=tuple(PortSpec.parse(p) for p in portal),
             unix_endpoint=Endpoint.parse(listen_unix) if listen_unix else None,
             tcp_endpoint=Endpoint.parse(listen_tcp) if listen_tcp else None,
-            tls=tls,
+            tls=TlsFiles.from_options(tls_cert, tls_key, tls_ca),
             allow_plaintext_loopback=allow_plaintext_loopback,
             prune=prune,
             capacity_limit_bytes=parse_size(capacity_limit),
@@ -71,13 +68,6 @@ def agent_command(
             buffered_io=buffered_io,
             grace_seconds=grace_seconds,
             log_level=log_level,
-        )
-    except (ConfigError, InvalidArgument, TypeError) as err:
-        typer.echo(f"nvmeof-csi agent: invalid setting: {err}", err=True)
-        raise typer.Exit(2) from err
+    ))
     logctx.install(settings.log_level)
-    try:
-        asyncio.run(serve_agent(settings, plain_tree=configfs_plain_tree))
-    except DriverError as err:
-        typer.echo(f"nvmeof-csi agent: {err}", err=True)
-        raise typer.Exit(1) from err
+    run_or_exit("nvmeof-csi agent", lambda: serve_agent(settings, plain_tree=configfs_plain_tree))

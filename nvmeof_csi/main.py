@@ -6,7 +6,6 @@ Invalid settings exit with code 2 and one line naming the setting.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from pathlib import Path
 from typing import Annotated
@@ -15,9 +14,9 @@ import typer
 
 from nvmeof_csi import DRIVER_NAME, __version__, logctx
 from nvmeof_csi.agent_cmd import agent_command
-from nvmeof_csi.config import Backend, ConfigError, Endpoint, Mode, Settings, env_var, parse_size
+from nvmeof_csi.cmd_common import run_or_exit, settings_or_exit
+from nvmeof_csi.config import Backend, Endpoint, Mode, Settings, env_var, parse_size
 from nvmeof_csi.csi.server import serve as serve_grpc
-from nvmeof_csi.errors import DriverError
 from nvmeof_csi.wiring import build_services
 
 app = typer.Typer(help=f"{DRIVER_NAME}: NVMe-over-Fabrics CSI driver.", no_args_is_help=True, add_completion=False)
@@ -55,8 +54,7 @@ def serve(
     ] = None,
 ) -> None:
     """Run the CSI gRPC server (controller, node or both) until SIGTERM."""
-    try:
-        settings = Settings(
+    settings = settings_or_exit("nvmeof-csi", lambda: Settings(
             mode=mode,
             endpoint=Endpoint.parse(endpoint),
             backend=backend,
@@ -68,18 +66,11 @@ def serve(
             grace_seconds=grace_seconds,
             log_level=log_level,
             fabric_map=fabric_map,
-        )
-    except ConfigError as err:
-        typer.echo(f"nvmeof-csi: invalid setting: {err}", err=True)
-        raise typer.Exit(2) from err
+    ))
     logctx.install(settings.log_level)
     if settings.backend is Backend.LOOP:
         log.warning("backend 'loop' is for DEVELOPMENT ONLY: no durability, no access control")
-    try:
-        asyncio.run(serve_grpc(settings, build_services(settings)))
-    except DriverError as err:
-        typer.echo(f"nvmeof-csi: {err}", err=True)
-        raise typer.Exit(1) from err
+    run_or_exit("nvmeof-csi", lambda: serve_grpc(settings, build_services(settings)))
 
 
 @app.command()
