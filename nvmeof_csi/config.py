@@ -93,16 +93,12 @@ class Settings:
     grace_seconds: float = 30.0
     log_level: str = "INFO"
     fabric_map: Path | None = None
+    zone: str = ""
+    allow_single_path: bool = False
 
     def __post_init__(self) -> None:
-        if self.backend is Backend.NVMEOF:
-            if self.fabric_map is None:
-                raise ConfigError("backend nvmeof needs --fabric-map (the YAML list of target agents)")
-            if self.mode is not Mode.CONTROLLER:
-                raise ConfigError(
-                    "backend nvmeof serves the controller only so far (--mode controller); "
-                    "the NVMe-oF node plugin arrives with the node work"
-                )
+        if self.backend is Backend.NVMEOF and self.mode.controller and self.fabric_map is None:
+            raise ConfigError("backend nvmeof needs --fabric-map (the YAML list of target agents) for the controller")
         if not self.node_id:
             object.__setattr__(self, "node_id", socket.gethostname())
         if len(self.node_id.encode()) > 192:

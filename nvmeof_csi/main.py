@@ -52,6 +52,10 @@ def serve(
     fabric_map: Annotated[
         Path | None, typer.Option(envvar=env_var("FABRIC_MAP"), help="Target agents (YAML) for backend nvmeof.")
     ] = None,
+    zone: Annotated[str, typer.Option(envvar=env_var("ZONE"), help="This node's topology.kubernetes.io/zone.")] = "",
+    allow_single_path: Annotated[
+        bool, typer.Option(help="Stage multi-portal volumes over one path when native multipath is off.")
+    ] = False,
 ) -> None:
     """Run the CSI gRPC server (controller, node or both) until SIGTERM."""
     settings = settings_or_exit("nvmeof-csi", lambda: Settings(
@@ -66,6 +70,8 @@ def serve(
             grace_seconds=grace_seconds,
             log_level=log_level,
             fabric_map=fabric_map,
+            zone=zone,
+            allow_single_path=allow_single_path,
     ))
     logctx.install(settings.log_level)
     if settings.backend is Backend.LOOP:

@@ -6,22 +6,29 @@ else receives its collaborators through constructors.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from nvmeof_csi import TOPOLOGY_FABRIC
+from nvmeof_csi import TOPOLOGY_FABRIC, TOPOLOGY_RDMA
 from nvmeof_csi.backends.loop import LoopConnector, LoopTargetBackend
 from nvmeof_csi.config import Backend, Settings
 from nvmeof_csi.host.executor import Executor, SubprocessExecutor
 from nvmeof_csi.host.filesystems import Filesystems
 from nvmeof_csi.host.mounter import Mounter
-from nvmeof_csi.nodeid import HostNqnNodes
+from nvmeof_csi.nodeid import HostNqnNodes, node_id_for
 from nvmeof_csi.nvmeof.backend import AgentBackend
+from nvmeof_csi.nvmeof.initiator.connector import NvmeofConnector, rdma_capable
+from nvmeof_csi.nvmeof.initiator.identity import ensure_identity
+from nvmeof_csi.nvmeof.initiator.sysfs import NvmeSysfs
 from nvmeof_csi.service.ports import Connector, Health, NodeDirectory, StaticNodes, TargetBackend
 from nvmeof_csi.service.records import StagingStore
 from nvmeof_csi.service.staging import StagingService
 from nvmeof_csi.service.volumes import VolumeService
 from nvmeof_csi.topology.fabric_map import load_fabric_map
+from nvmeof_csi.topology.placement import TOPOLOGY_ZONE
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -31,13 +38,16 @@ class Services:
     volumes: VolumeService | None = None
     staging: StagingService | None = None
     topology: dict[str, str] = field(default_factory=dict)
+    node_id: str = ""
     checks: list[Callable[[], Health]] = field(default_factory=list)
 
 
 def build_services(settings: Settings, executor: Executor | None = None) -> Services:
     executor = executor or SubprocessExecutor()
     topology = {TOPOLOGY_FABRIC: settings.fabric}
-    services = Services(topology=topology)
+    if settings.zone:
+        topology[TOPOLOGY_ZONE] = settings.zone
+    services = Services(topology=topology, node_id=settings.node_id)
     if settings.mode.controller:
         backend: TargetBackend
         nodes: NodeDirectory
@@ -51,7 +61,15 @@ def build_services(settings: Settings, executor: Executor | None = None) -> Serv
         services.volumes = VolumeService(backend, nodes, settings.max_volumes_per_node)
         services.checks.append(backend.health)
     if settings.mode.node:
-        connector: Connector = LoopConnector(executor)
+        connector: Connector
+        if settings.backend is Backend.NVMEOF:
+            identity, origin = ensure_identity(settings.state_dir / "node")
+            log.info("host identity %s (%s)", identity.nqn, origin)
+            services.node_id = node_id_for(identity.nqn)
+            services.topology[TOPOLOGY_RDMA] = "true" if rdma_capable() else "false"
+            connector = NvmeofConnector(executor, NvmeSysfs(), identity, settings.allow_single_path)
+        else:
+            connector = LoopConnector(executor)
         services.staging = StagingService(
             connector, Mounter(executor), Filesystems(executor), StagingStore(settings.state_dir / "staging")
         )

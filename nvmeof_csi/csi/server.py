@@ -70,7 +70,8 @@ def build_server(settings: Settings, services: Services) -> grpc.aio.Server:
         )
     if services.staging is not None:
         csi_pb2_grpc.add_NodeServicer_to_server(
-            NodeServicer(services.staging, settings.node_id, settings.max_volumes_per_node, services.topology),
+            NodeServicer(services.staging, services.node_id or settings.node_id, settings.max_volumes_per_node,
+                         services.topology),
             server,
         )
     return server

@@ -1,0 +1,173 @@
+"""The NVMe-oF connector over a fake kernel: a fake ``nvme`` command that creates and removes controllers in
+a sysfs-shaped temp tree, so the real connector and sysfs model run unchanged."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+
+from nvmeof_csi import NQN_PREFIX
+from nvmeof_csi.errors import CommandError, DeadlineExceeded, FailedPrecondition, Unavailable
+from nvmeof_csi.host.executor import Result
+from nvmeof_csi.nvmeof.initiator.connector import NvmeofConnector, parse_portals
+from nvmeof_csi.nvmeof.initiator.identity import HostIdentity
+from nvmeof_csi.nvmeof.initiator.sysfs import NvmeSysfs
+from nvmeof_csi.service.ports import VolumeRef
+
+VOL = VolumeRef("lab", "0b6d5bd6-4c1e-4f55-9d7a-3e0f6f1a7c01")
+OTHER = VolumeRef("lab", "0b6d5bd6-4c1e-4f55-9d7a-3e0f6f1a7c0a")
+ME = HostIdentity("nqn.2014-08.org.nvmexpress:uuid:aaaaaaaa-0000-4000-8000-000000000001", "aaaaaaaa-0000-4000-8000-000000000001")
+
+
+def ctx(ref: VolumeRef, portals: str = "tcp:127.0.0.1:4420,tcp:127.0.0.2:4421", **extra: str) -> dict[str, str]:
+    return {"nqn": NQN_PREFIX + ref.uuid, "namespaceUUID": ref.uuid, "portals": portals, **extra}
+
+
+class FakeNvme:
+    def __init__(self, root: Path, multipath: bool = True) -> None:
+        self.root = root
+        self.argvs: list[list[str]] = []
+        self.refuse: set[str] = set()
+        self.ns_appears = True
+        self._ctrl = itertools.count()
+        self._subsys: dict[str, int] = {}
+        p = root / "module" / "nvme_core" / "parameters"
+        p.mkdir(parents=True)
+        (p / "multipath").write_text("Y\n" if multipath else "N\n")
+
+    def run(self, argv: Sequence[str], *, timeout: float, check: bool = True, stdin: str | None = None,
+            secrets: Sequence[str] = ()) -> Result:
+        argv = list(argv)
+        self.argvs.append(argv)
+        if argv[:2] == ["nvme", "connect"]:
+            tr, addr, svc, nqn = (argv[argv.index(f) + 1] for f in ("-t", "-a", "-s", "-n"))
+            if f"{addr}:{svc}" in self.refuse:
+                raise CommandError(argv, 1, "", "Failed to write to /dev/nvme-fabrics: Connection refused")
+            self._add(tr, addr, svc, nqn)
+            return Result(0, "", "")
+        if argv[:2] == ["nvme", "disconnect"]:
+            self._remove(argv[-1])
+            return Result(0, "", "")
+        raise AssertionError(argv)
+
+    def _add(self, tr: str, addr: str, svc: str, nqn: str) -> None:
+        if nqn not in self._subsys:
+            self._subsys[nqn] = len(self._subsys)
+        s = self._subsys[nqn]
+        c = next(self._ctrl)
+        sub = self.root / "class" / "nvme-subsystem" / f"nvme-subsys{s}"
+        sub.mkdir(parents=True, exist_ok=True)
+        (sub / "subsysnqn").write_text(nqn + "\n")
+        (sub / f"nvme{c}").mkdir()
+        ctrl = self.root / "class" / "nvme" / f"nvme{c}"
+        ctrl.mkdir(parents=True)
+        for name, value in (("state", "live"), ("transport", tr), ("address", f"traddr={addr},trsvcid={svc}"),
+                            ("rescan_controller", ""), ("fast_io_fail_tmo", "off")):
+            (ctrl / name).write_text(value + "\n")
+        if self.ns_appears:
+            (sub / f"nvme{s}n1").mkdir(exist_ok=True)
+            head = self.root / "block" / f"nvme{s}n1"
+            head.mkdir(parents=True, exist_ok=True)
+            (head / "uuid").write_text(nqn.removeprefix(NQN_PREFIX) + "\n")
+            (head / "nsid").write_text("1\n")
+            (head / "size").write_text("131072\n")
+        path = self.root / "block" / f"nvme{s}c{c}n1"
+        path.mkdir(parents=True)
+        (path / "ana_state").write_text("optimized\n")
+
+    def _remove(self, ctrl: str) -> None:
+        for sub in (self.root / "class" / "nvme-subsystem").iterdir():
+            if (sub / ctrl).exists():
+                (sub / ctrl).rmdir()
+                for f in (self.root / "class" / "nvme" / ctrl).iterdir():
+                    f.unlink()
+                (self.root / "class" / "nvme" / ctrl).rmdir()
+                if not any(p.name[4:].isdigit() for p in sub.iterdir() if p.name.startswith("nvme")):
+                    for child in sub.iterdir():
+                        child.rmdir() if child.is_dir() else child.unlink()
+                    sub.rmdir()
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+
+
+def connector(tmp: Path, multipath: bool = True, single: bool = False) -> tuple[NvmeofConnector, FakeNvme]:
+    fake = FakeNvme(tmp, multipath)
+    clock = Clock()
+    return NvmeofConnector(fake, NvmeSysfs(tmp), ME, single, sleep=clock.sleep, clock=clock), fake
+
+
+def test_two_portals_one_head_device_and_repeat_is_a_no_op(tmp_path: Path) -> None:
+    conn, fake = connector(tmp_path)
+    device = conn.connect(VOL, ctx(VOL, ctrlLossTmo="120", queueSize="64"), 30)
+    assert device == "/dev/nvme0n1"
+    argv = fake.argvs[0]
+    assert f"--hostnqn={ME.nqn}" in argv and f"--hostid={ME.host_id}" in argv
+    assert "--ctrl-loss-tmo=120" in argv and "--queue-size=64" in argv and "--keep-alive-tmo=5" in argv
+    assert conn.connect(VOL, ctx(VOL), 30) == device
+    assert len(fake.argvs) == 2  # already connected: nothing more
+    assert conn.find_device(VOL, ctx(VOL)) == device
+    assert conn.condition(VOL, ctx(VOL)).message == "2 of 2 paths live"
+
+
+def test_a_dead_portal_degrades_but_a_dead_fabric_fails(tmp_path: Path) -> None:
+    conn, fake = connector(tmp_path)
+    fake.refuse = {"127.0.0.2:4421"}
+    assert conn.connect(VOL, ctx(VOL), 30) == "/dev/nvme0n1"
+    cond = conn.condition(VOL, ctx(VOL))
+    assert cond.abnormal and cond.message == "1 of 2 paths live: tcp:127.0.0.2:4421 not connected"
+    fake.refuse = {"127.0.0.1:4420", "127.0.0.2:4421"}
+    with pytest.raises(Unavailable, match="no path could be connected"):
+        conn.connect(OTHER, ctx(OTHER), 30)
+
+
+def test_multipath_off(tmp_path: Path) -> None:
+    conn, _ = connector(tmp_path / "a", multipath=False)
+    with pytest.raises(FailedPrecondition, match="multipath is off"):
+        conn.connect(VOL, ctx(VOL), 30)
+    conn, fake = connector(tmp_path / "b", multipath=False, single=True)
+    conn.connect(VOL, ctx(VOL), 30)
+    assert len(fake.argvs) == 1 and "127.0.0.1" in fake.argvs[0]
+
+
+def test_disconnect_only_our_whole_nqn_and_only_when_unused(tmp_path: Path) -> None:
+    conn, fake = connector(tmp_path)
+    conn.connect(VOL, ctx(VOL), 30)
+    conn.connect(OTHER, ctx(OTHER), 30)  # ...c01 vs ...c0a: no prefix games
+    conn.disconnect(VOL, ctx(VOL), frozenset({VOL, VolumeRef("elsewhere", VOL.uuid)}))
+    assert conn.find_device(VOL, ctx(VOL)) is not None  # the same subsystem is still staged elsewhere
+    conn.disconnect(VOL, ctx(VOL), frozenset({OTHER}))
+    assert conn.find_device(VOL, ctx(VOL)) is None
+    assert conn.find_device(OTHER, ctx(OTHER)) == "/dev/nvme1n1"
+    conn.disconnect(VOL, ctx(VOL), frozenset())  # absent is fine
+    assert [a[-1] for a in fake.argvs if a[1] == "disconnect"] == ["nvme0", "nvme1"]
+
+
+def test_missing_namespace_times_out_after_a_rescan(tmp_path: Path) -> None:
+    conn, fake = connector(tmp_path)
+    fake.ns_appears = False
+    with pytest.raises(DeadlineExceeded, match="did not appear"):
+        conn.connect(VOL, ctx(VOL), 2)
+
+
+@pytest.mark.parametrize("text", ["tcp:1.2.3.4", "fc:1.2.3.4:1", "tcp::4420"])
+def test_bad_portal_text(text: str) -> None:
+    from nvmeof_csi.errors import InvalidArgument
+
+    with pytest.raises(InvalidArgument):
+        parse_portals(text)
+
+
+def test_ipv6_portal() -> None:
+    assert parse_portals("tcp:[fd00::1]:4420")[0].traddr == "fd00::1"
