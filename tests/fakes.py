@@ -151,6 +151,10 @@ class FakeConnector:
     def condition(self, ref: VolumeRef, context: Mapping[str, str]) -> Condition:
         return Condition(ref.uuid not in self.connected, "fake paths")
 
+    def reconcile(self, claimed: Sequence[tuple[VolumeRef, Mapping[str, str]]], timeout: float) -> list[str]:
+        self.calls.append(("reconcile", ",".join(r.uuid for r, _ in claimed)))
+        return []
+
 
 class FakeHost:
     """Executor that simulates mount, umount, blkid and mkfs against a fake mountinfo file."""

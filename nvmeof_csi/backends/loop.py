@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 import shutil
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -278,6 +278,14 @@ class LoopConnector:
     def refresh_size(self, ref: VolumeRef, context: Mapping[str, str], device: str) -> int:
         self._exec.run(["losetup", "-c", device], timeout=LOSETUP_TIMEOUT)
         return device_size(device, self._sys)
+
+    def reconcile(self, claimed: Sequence[tuple[VolumeRef, Mapping[str, str]]], timeout: float) -> list[str]:
+        """Re-attach staged volumes whose loop device is gone (e.g. after a reboot); orphans are not tracked."""
+        actions = []
+        for ref, context in claimed:
+            if self.find_device(ref, context) is None and Path(self._path(ref, context)).exists():
+                actions.append(f"re-attached {ref.uuid} as {self.connect(ref, context, timeout)}")
+        return actions
 
     def condition(self, ref: VolumeRef, context: Mapping[str, str]) -> Condition:
         device = self.find_device(ref, context)

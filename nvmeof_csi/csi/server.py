@@ -29,6 +29,7 @@ from nvmeof_csi.gen import csi_pb2_grpc
 from nvmeof_csi.wiring import Services
 
 log = logging.getLogger(__name__)
+RECONCILE_TIMEOUT = 60.0
 
 
 class SocketInUse(FailedPrecondition):
@@ -116,6 +117,9 @@ async def serve(settings: Settings, services: Services, stop: asyncio.Event | No
     """Serve CSI until a signal (or ``stop``), then stop gracefully and remove the socket file."""
     server = build_server(settings, services)
     bind(server, settings.endpoint)
+    if services.staging is not None:
+        for action in await asyncio.to_thread(services.staging.reconcile, RECONCILE_TIMEOUT):
+            log.info("reconcile: %s", action)
     log.info("serving %s (mode=%s, node=%s)", settings.endpoint, settings.mode.value, settings.node_id)
     sockets = [settings.endpoint.path] if settings.endpoint.path is not None else []
     await run_until_stopped(server, settings.grace_seconds, sockets, stop)

@@ -17,7 +17,7 @@ Shared contracts, for every method unless it says otherwise:
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -188,6 +188,11 @@ class Connector(Protocol):
 
     def condition(self, ref: VolumeRef, context: Mapping[str, str]) -> Condition:
         """Path health of a connected volume (all paths live = normal)."""
+        ...
+
+    def reconcile(self, claimed: Sequence[tuple[VolumeRef, Mapping[str, str]]], timeout: float) -> list[str]:
+        """At start: reconnect missing paths of the ``claimed`` (staged) volumes, release what this driver
+        connected that nothing claims, never touch anything else. Returns the actions taken."""
         ...
 
 

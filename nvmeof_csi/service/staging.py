@@ -177,6 +177,11 @@ class StagingService:
         if record is not None and target in record.targets:
             self._store.save(record.without_target(target))
 
+    # -- start-up ------------------------------------------------------------------------------------------
+    def reconcile(self, timeout: float) -> list[str]:
+        """Compare the staging records with the kernel (see ``Connector.reconcile``); returns the actions."""
+        return self._connector.reconcile([(r.ref, r.context) for r in self._store.all()], timeout)
+
     # -- stats / expand ------------------------------------------------------------------------------
     def _record_for_path(self, ref: VolumeRef, volume_path: str) -> StagingRecord:
         record = self._store.load(ref)

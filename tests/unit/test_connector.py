@@ -171,3 +171,21 @@ def test_bad_portal_text(text: str) -> None:
 
 def test_ipv6_portal() -> None:
     assert parse_portals("tcp:[fd00::1]:4420")[0].traddr == "fd00::1"
+
+
+def test_reconcile_restores_paths_and_releases_only_our_orphans(tmp_path: Path) -> None:
+    conn, fake = connector(tmp_path)
+    conn.connect(VOL, ctx(VOL), 30)
+    conn.connect(OTHER, ctx(OTHER), 30)
+    fake._add("tcp", "10.9.9.9", "4420", "nqn.2014-08.org.example:someone-elses")
+    fake._remove("nvme1")  # VOL lost its second path
+    actions = conn.reconcile([(VOL, ctx(VOL))], 30)  # OTHER is no longer staged: an orphan
+    assert actions == [
+        f"volume {VOL.uuid}: reconnected tcp:127.0.0.2:4421",
+        f"disconnected {NQN_PREFIX}{OTHER.uuid}: no staged volume claims it",
+    ]
+    assert conn.condition(VOL, ctx(VOL)).message == "2 of 2 paths live"
+    assert conn.find_device(OTHER, ctx(OTHER)) is None
+    foreign = NvmeSysfs(tmp_path).subsystem("nqn.2014-08.org.example:someone-elses")
+    assert foreign is not None and foreign.live()
+    assert conn.reconcile([(VOL, ctx(VOL))], 30) == []  # nothing left to do

@@ -18,12 +18,19 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from nvmeof_csi import NQN_PREFIX
-from nvmeof_csi.errors import CommandError, DeadlineExceeded, FailedPrecondition, InvalidArgument, Unavailable
+from nvmeof_csi.errors import (
+    CommandError,
+    DeadlineExceeded,
+    DriverError,
+    FailedPrecondition,
+    InvalidArgument,
+    Unavailable,
+)
 from nvmeof_csi.host.executor import Executor
 from nvmeof_csi.nvmeof.initiator.identity import HostIdentity
 from nvmeof_csi.nvmeof.initiator.sysfs import NvmeSysfs, Subsystem
@@ -210,6 +217,29 @@ class NvmeofConnector:
                 break
             self._sleep(0.1)
         return sizes[-1]
+
+    def reconcile(self, claimed: Sequence[tuple[VolumeRef, Mapping[str, str]]], timeout: float) -> list[str]:
+        actions = []
+        claimed_nqns = set()
+        for ref, context in claimed:
+            nqn = self._nqn(ref, context)
+            claimed_nqns.add(nqn)
+            before = self._sysfs.subsystem(nqn)
+            have = {c.portal for c in before.controllers} if before else set()
+            missing = [p.key for p in parse_portals(context.get("portals", "")) if p.key not in have]
+            if not missing:
+                continue
+            try:
+                self.connect(ref, context, timeout)
+                actions.append(f"volume {ref.uuid}: reconnected {', '.join(missing)}")
+            except DriverError as err:
+                actions.append(f"volume {ref.uuid}: could not reconnect {', '.join(missing)}: {err}")
+        for sub in self._sysfs.subsystems():
+            if sub.nqn.startswith(NQN_PREFIX) and sub.nqn not in claimed_nqns:
+                for ctrl in sub.controllers:
+                    self._exec.run(["nvme", "disconnect", "-d", ctrl.name], timeout=CONNECT_TIMEOUT)
+                actions.append(f"disconnected {sub.nqn}: no staged volume claims it")
+        return actions
 
     def condition(self, ref: VolumeRef, context: Mapping[str, str]) -> Condition:
         nqn = self._nqn(ref, context)
