@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import threading
-import time
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -19,7 +18,7 @@ from nvmeof_csi.csi.server import bind, build_server
 from nvmeof_csi.gen import csi_pb2, csi_pb2_grpc
 from nvmeof_csi.nodeid import HostNqnNodes
 from nvmeof_csi.nvmeof.backend import AgentBackend
-from nvmeof_csi.service.volumes import VolumeService
+from nvmeof_csi.service.volumes import CapacityRange, VolumeService
 from nvmeof_csi.topology.fabric_map import AgentEntry, FabricMap
 from nvmeof_csi.wiring import Services
 from tests.agent_fixtures import LocalAgent, local_agents
@@ -180,13 +179,11 @@ async def test_a_restarted_controller_finds_everything(ctl: Ctl) -> None:
     vol = (await ctl.stub.CreateVolume(create_req("keep"))).volume
     fresh = controller_services(ctl.agents).volumes
     assert fresh is not None
-    again = await asyncio.to_thread(fresh.create, "keep", __import__("nvmeof_csi.service.volumes", fromlist=["x"]).CapacityRange(GiB), {})
+    again = await asyncio.to_thread(fresh.create, "keep", CapacityRange(GiB), {})
     assert f"nvmeof-v1.{again.ref.location}.{again.ref.uuid}" == vol.volume_id
 
 
 def test_two_controllers_racing_on_one_name_make_one_volume(tmp_path: Path) -> None:
-    from nvmeof_csi.service.volumes import CapacityRange
-
     agents = local_agents(tmp_path, ["store-a", "store-b", "store-c"], capacity=8 * GiB)
     # each controller sees a different agent as emptiest, so they place the same name on different agents
     view1 = {n: LocalAgent(a.agent, free=(7 * GiB if n == "store-a" else GiB)) for n, a in agents.items()}
@@ -194,7 +191,7 @@ def test_two_controllers_racing_on_one_name_make_one_volume(tmp_path: Path) -> N
     both_created = threading.Barrier(2)
     for view in (view1, view2):
         for local in view.values():
-            local.before_create = lambda: both_created.wait(5)
+            local.before_create = lambda: both_created.wait(60)
     c1 = controller_services(view1).volumes
     c2 = controller_services(view2).volumes
     assert c1 is not None and c2 is not None
@@ -244,20 +241,24 @@ def test_the_table_is_large_enough() -> None:
 def test_a_late_racer_yields_to_the_volume_returned_first(tmp_path: Path) -> None:
     """Controller 1 looked the name up (nothing), then controller 2 created *and returned* its volume; when
     controller 1 creates its own copy it must see the earlier one, drop its copy and return the same volume."""
-    from nvmeof_csi.service.volumes import CapacityRange
-
     agents = local_agents(tmp_path, ["store-a", "store-b", "store-c"], capacity=8 * GiB)
     view1 = {n: LocalAgent(a.agent, free=(7 * GiB if n == "store-a" else GiB)) for n, a in agents.items()}
     view2 = {n: LocalAgent(a.agent, free=(7 * GiB if n == "store-b" else GiB)) for n, a in agents.items()}
     go = threading.Event()
+    c1_waiting = threading.Event()
+
+    def hold() -> None:
+        c1_waiting.set()
+        go.wait(60)
+
     for local in view1.values():
-        local.before_create = lambda: go.wait(5)
+        local.before_create = hold
     c1, c2 = controller_services(view1).volumes, controller_services(view2).volumes
     assert c1 is not None and c2 is not None
     first: list[object] = []
     t1 = threading.Thread(target=lambda: first.append(c1.create("late", CapacityRange(GiB), {})))
     t1.start()
-    time.sleep(0.2)  # controller 1 is now past its lookup, waiting to create
+    assert c1_waiting.wait(30)  # controller 1 is past its lookup, waiting to create
     returned_by_2 = c2.create("late", CapacityRange(GiB), {})
     go.set()
     t1.join()

@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from lab import Fabric, LabVM, Portal
+from lab.build import REPO
 from lab.fabric import wait_until
 from lab.target import GuestTargetAgent
 
@@ -112,7 +113,7 @@ def test_sigkill_crash_loop_on_real_configfs(lab_vm: LabVM, fabric: Fabric, repo
     out = lab_vm.check(
         [lab_vm.python, "-m", "tests.agent_crashloop", "/scratch/crash", "--ops", "200",
          "--configfs", "/sys/kernel/config/nvmet", "--kill-every", "2", "8"],
-        timeout=900, cwd=str(_repo()),
+        timeout=900, cwd=str(REPO),
     )
     result = json.loads(out.strip().splitlines()[-1])
     report("crash loop", f"{result['ops']} ops, {result['kills']} SIGKILLs ({result['kills_while_starting']} while starting), {result['interrupted_rpcs']} interrupted "
@@ -122,8 +123,3 @@ def test_sigkill_crash_loop_on_real_configfs(lab_vm: LabVM, fabric: Fabric, repo
     assert not result["restart_changed_configfs"] and result["corrupt"] == [], result
     lab_vm.run(["rm", "-rf", "/scratch/crash"], 60)
 
-
-def _repo() -> object:
-    from lab.build import REPO
-
-    return REPO

@@ -159,13 +159,20 @@ class TargetAgent:
             rec = VolumeRecord(
                 uuid=str(uuidlib.uuid4()), name=name, capacity_bytes=capacity_bytes, parameters=dict(parameters),
                 labels=dict(labels), source_volume=source_volume, source_snapshot=source_snapshot,
-                status=CREATING, created_at=self._clock(),
+                status=CREATING,
             )
             with self._keys.hold(rec.uuid):
-                self.state.put_volume(rec)  # save before acting
+                rec = self._first_save(rec)
                 rec = self._materialize(rec)
             log.info("volume %s (%s) created: %d bytes", rec.uuid, name, capacity_bytes)
             return self._view(rec)
+
+    def _first_save(self, rec: VolumeRecord) -> VolumeRecord:
+        """Save before acting. The creation time is taken inside the state lock, at the moment the record
+        becomes visible, so a name lookup that did not see it is always older than its timestamp (racing
+        controllers compare these times to agree on one copy)."""
+        state = self.state.commit(lambda s: s.with_volume(rec.evolve(created_at=self._clock())))
+        return state.volumes[rec.uuid]
 
     @staticmethod
     def _check_same(
