@@ -133,7 +133,7 @@ def test_port_removal_under_io_loses_nothing_and_path_returns(lab_vm: LabVM, fab
 
 
 def test_blackholed_path_fails_over(lab_vm: LabVM, fabric: Fabric, two_paths: Target, report: Reporter) -> None:
-    probe = IoProbe(lab_vm, two_paths.head, seconds=16)
+    probe = IoProbe(lab_vm, two_paths.head, seconds=26)  # KATO 5 s + error recovery take up to ~14 s under TCG
     time.sleep(3)
     fabric.blackhole(P1.trsvcid, on=True)
     result = probe.result()
