@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 from lab.build import REPO
-from lab.fabric import Portal
+from lab.fabric import Fabric, Portal
 from lab.vm import GuestTimeout, LabError, LabVM, Pending
 
 AGENT_SOCK = "/run/nvmeof-csi/agent.sock"
@@ -110,3 +111,26 @@ class GuestTargetAgent:
         """Forget everything (state and pool) -- between tests only, with the agent stopped."""
         self.vm.run(["rm", "-rf", "/scratch/agent"], 60)
 
+
+
+FABRIC_MAP = "/run/nvmeof-csi/fabric.yaml"
+TWO_PORTALS = (Portal(1, "tcp", "127.0.0.1", 4420), Portal(2, "tcp", "127.0.0.2", 4421))
+
+
+@contextmanager
+def running_agent(vm: LabVM, fabric: str = "lab") -> Iterator[GuestTargetAgent]:
+    """A fresh agent with two TCP portals (groups a and b) and a fabric map naming it at ``FABRIC_MAP``;
+    afterwards the agent is stopped and configfs, controllers and its state are wiped."""
+    lab_fabric = Fabric(vm)
+    lab_fabric.clear()
+    agent = GuestTargetAgent(vm, TWO_PORTALS, groups=["a", "b"])
+    agent.wipe()
+    agent.start()
+    vm.write(FABRIC_MAP, f"agents:\n  - {{name: {agent.name}, endpoint: 'unix://{AGENT_SOCK}', fabric: {fabric}, "
+             "transports: [tcp]}\n")
+    try:
+        yield agent
+    finally:
+        agent.stop()
+        lab_fabric.clear()
+        agent.wipe()

@@ -11,8 +11,8 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from lab import Fabric, LabVM, Portal
-from lab.target import AGENT_SOCK, GuestProcess, GuestTargetAgent
+from lab import LabVM
+from lab.target import FABRIC_MAP, GuestProcess, running_agent
 from tests.conftest import RESULTS
 from tests.sanity.sanity_runner import read_report, sanity_argv, sanity_binary, summary_lines
 
@@ -24,31 +24,21 @@ Reporter = Callable[[str, str], None]
 
 @pytest.fixture(scope="module")
 def controller_stack(lab_vm: LabVM) -> Iterator[LabVM]:
-    fabric = Fabric(lab_vm)
-    fabric.clear()
-    agent = GuestTargetAgent(lab_vm, [Portal(1, "tcp", "127.0.0.1", 4420), Portal(2, "tcp", "127.0.0.2", 4421)],
-                             groups=["a", "b"])
-    agent.wipe()
-    agent.start()
-    lab_vm.write("/run/nvmeof-csi/fabric.yaml",
-                 f"agents:\n  - {{name: lab, endpoint: 'unix://{AGENT_SOCK}', fabric: lab, transports: [tcp]}}\n")
-    controller = GuestProcess(lab_vm, "controller", [
-        lab_vm.python, "-m", "nvmeof_csi", "serve", "--mode", "controller", "--backend", "nvmeof",
-        "--fabric-map", "/run/nvmeof-csi/fabric.yaml", "--endpoint", f"unix://{CTRL_SOCK}", "--log-level", "WARNING",
-    ], CTRL_SOCK, "/scratch/agent/controller.log")
-    node = GuestProcess(lab_vm, "node", [
-        lab_vm.python, "-m", "nvmeof_csi", "serve", "--mode", "node", "--backend", "loop", "--fabric", "lab",
-        "--node-id", lab_vm.hostnqn, "--endpoint", f"unix://{NODE_SOCK}", "--state-dir", "/tmp/node-state",
-        "--log-level", "WARNING",
-    ], NODE_SOCK, "/scratch/agent/node.log")
-    controller.start()
-    node.start()
-    yield lab_vm
-    node.stop()
-    controller.stop()
-    agent.stop()
-    fabric.clear()
-    agent.wipe()
+    with running_agent(lab_vm):
+        controller = GuestProcess(lab_vm, "controller", [
+            lab_vm.python, "-m", "nvmeof_csi", "serve", "--mode", "controller", "--backend", "nvmeof",
+            "--fabric-map", FABRIC_MAP, "--endpoint", f"unix://{CTRL_SOCK}", "--log-level", "WARNING",
+        ], CTRL_SOCK, "/scratch/agent/controller.log")
+        node = GuestProcess(lab_vm, "node", [
+            lab_vm.python, "-m", "nvmeof_csi", "serve", "--mode", "node", "--backend", "loop", "--fabric", "lab",
+            "--node-id", lab_vm.hostnqn, "--endpoint", f"unix://{NODE_SOCK}", "--state-dir", "/tmp/node-state",
+            "--log-level", "WARNING",
+        ], NODE_SOCK, "/scratch/agent/node.log")
+        controller.start()
+        node.start()
+        yield lab_vm
+        node.stop()
+        controller.stop()
 
 
 @pytest.mark.parametrize("mode", ["mount", "block"])

@@ -10,8 +10,8 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from lab import Fabric, LabVM, Portal
-from lab.target import AGENT_SOCK, GuestProcess, GuestTargetAgent
+from lab import LabVM
+from lab.target import FABRIC_MAP, GuestProcess, running_agent
 from tests.conftest import RESULTS
 from tests.sanity.sanity_runner import read_report, sanity_argv, sanity_binary, summary_lines
 
@@ -22,25 +22,15 @@ Reporter = Callable[[str, str], None]
 
 @pytest.fixture(scope="module")
 def driver(lab_vm: LabVM) -> Iterator[LabVM]:
-    fabric = Fabric(lab_vm)
-    fabric.clear()
-    agent = GuestTargetAgent(lab_vm, [Portal(1, "tcp", "127.0.0.1", 4420), Portal(2, "tcp", "127.0.0.2", 4421)],
-                             groups=["a", "b"])
-    agent.wipe()
-    agent.start()
-    lab_vm.write("/run/nvmeof-csi/fabric.yaml",
-                 f"agents:\n  - {{name: lab, endpoint: 'unix://{AGENT_SOCK}', fabric: lab, transports: [tcp]}}\n")
-    driver = GuestProcess(lab_vm, "driver", [
-        lab_vm.python, "-m", "nvmeof_csi", "serve", "--mode", "all", "--backend", "nvmeof",
-        "--fabric-map", "/run/nvmeof-csi/fabric.yaml", "--fabric", "lab", "--endpoint", f"unix://{DRIVER_SOCK}",
-        "--state-dir", "/scratch/agent/node", "--max-volumes-per-node", "8", "--log-level", "INFO",
-    ], DRIVER_SOCK, "/scratch/agent/driver.log")
-    driver.start()
-    yield lab_vm
-    driver.stop()
-    agent.stop()
-    fabric.clear()
-    agent.wipe()
+    with running_agent(lab_vm):
+        driver = GuestProcess(lab_vm, "driver", [
+            lab_vm.python, "-m", "nvmeof_csi", "serve", "--mode", "all", "--backend", "nvmeof",
+            "--fabric-map", FABRIC_MAP, "--fabric", "lab", "--endpoint", f"unix://{DRIVER_SOCK}",
+            "--state-dir", "/scratch/agent/node", "--max-volumes-per-node", "8", "--log-level", "INFO",
+        ], DRIVER_SOCK, "/scratch/agent/driver.log")
+        driver.start()
+        yield lab_vm
+        driver.stop()
 
 
 @pytest.mark.parametrize("mode", ["mount", "block"])
