@@ -21,6 +21,7 @@ from nvmeof_csi.nvmeof.backend import AgentBackend
 from nvmeof_csi.nvmeof.initiator.connector import NvmeofConnector, rdma_capable
 from nvmeof_csi.nvmeof.initiator.identity import ensure_identity
 from nvmeof_csi.nvmeof.initiator.sysfs import NvmeSysfs
+from nvmeof_csi.nvmeof.initiator.uevents import open_block_events
 from nvmeof_csi.service.ports import Connector, Health, NodeDirectory, StaticNodes, TargetBackend
 from nvmeof_csi.service.records import StagingStore
 from nvmeof_csi.service.staging import StagingService
@@ -67,7 +68,9 @@ def build_services(settings: Settings, executor: Executor | None = None) -> Serv
             log.info("host identity %s (%s)", identity.nqn, origin)
             services.node_id = node_id_for(identity.nqn)
             services.topology[TOPOLOGY_RDMA] = "true" if rdma_capable() else "false"
-            connector = NvmeofConnector(executor, NvmeSysfs(), identity, settings.allow_single_path)
+            connector = NvmeofConnector(
+                executor, NvmeSysfs(), identity, settings.allow_single_path, block_events=open_block_events
+            )
         else:
             connector = LoopConnector(executor)
         services.staging = StagingService(

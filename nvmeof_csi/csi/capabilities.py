@@ -11,7 +11,7 @@ from collections.abc import Iterable
 
 from nvmeof_csi.errors import InvalidArgument
 from nvmeof_csi.gen import csi_pb2
-from nvmeof_csi.host.filesystems import SUPPORTED_FS
+from nvmeof_csi.host.filesystems import MIN_FS_BYTES, SUPPORTED_FS
 from nvmeof_csi.service.records import AccessSpec
 
 Mode = csi_pb2.VolumeCapability.AccessMode
@@ -64,6 +64,12 @@ def check_all(caps: Iterable[csi_pb2.VolumeCapability]) -> list[AccessSpec]:
     if not specs:
         raise InvalidArgument("volume_capabilities must not be empty")
     return specs
+
+
+def filesystem_floor(specs: Iterable[AccessSpec]) -> tuple[int, str]:
+    """The smallest volume every requested filesystem can be made on, and the filesystem that sets it."""
+    floors = [(MIN_FS_BYTES.get(s.fs_type, 0), s.fs_type) for s in specs if not s.block and s.fs_type]
+    return max(floors, default=(0, ""))
 
 
 def is_readonly_mode(cap: csi_pb2.VolumeCapability) -> bool:

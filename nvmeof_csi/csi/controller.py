@@ -17,9 +17,10 @@ from google.protobuf.wrappers_pb2 import Int64Value
 
 from nvmeof_csi.csi import capabilities, params, volume_id
 from nvmeof_csi.csi.common import blocking, require
-from nvmeof_csi.errors import InvalidArgument, NotFound, Unimplemented
+from nvmeof_csi.errors import InvalidArgument, NotFound, OutOfRange, Unimplemented
 from nvmeof_csi.gen import csi_pb2, csi_pb2_grpc
 from nvmeof_csi.service.ports import ContentSource, Snapshot, Topology, TopologyRequirement, Volume, VolumeRef
+from nvmeof_csi.service.records import AccessSpec
 from nvmeof_csi.service.volumes import CapacityRange, VolumeService
 
 Ctx = grpc.aio.ServicerContext[Any, Any]
@@ -41,6 +42,17 @@ OFFERED = (
 
 def _range(msg: csi_pb2.CapacityRange) -> CapacityRange:
     return CapacityRange(msg.required_bytes, msg.limit_bytes)
+
+
+def _within_filesystem_floor(rng: CapacityRange, specs: Sequence[AccessSpec]) -> CapacityRange:
+    """Raise a too-small requested size to the filesystem's minimum (XFS: 300 MiB); OUT_OF_RANGE when the
+    limit does not allow that."""
+    floor, fs_type = capabilities.filesystem_floor(specs)
+    if rng.limit and rng.limit < floor:
+        raise OutOfRange(f"capacity_range: {fs_type} needs at least {floor} bytes; limit_bytes is {rng.limit}")
+    if 0 < rng.required < floor:
+        return CapacityRange(floor, rng.limit)
+    return rng
 
 
 SNAPSHOT_RPCS = (RPC.CREATE_DELETE_SNAPSHOT, RPC.LIST_SNAPSHOTS, RPC.CLONE_VOLUME)
@@ -109,14 +121,15 @@ class ControllerServicer(csi_pb2_grpc.ControllerServicer):
         require(request.name, "name")
         if len(request.name.encode()) > 128:
             raise InvalidArgument("name must be at most 128 bytes")
-        capabilities.check_all(request.volume_capabilities)
+        specs = capabilities.check_all(request.volume_capabilities)
         params.parse(request.parameters)
+        rng = _within_filesystem_floor(_range(request.capacity_range), specs)
         source = _source(request)
         if source is not None and not self._volumes.supports_snapshots:
             raise InvalidArgument("volume_content_source: snapshots and clones are not offered by this backend")
         stored = params.stored_parameters(request.parameters)
         volume = await blocking(
-            self._volumes.create, request.name, _range(request.capacity_range), stored, _requirement(request), source
+            self._volumes.create, request.name, rng, stored, _requirement(request), source
         )
         return csi_pb2.CreateVolumeResponse(volume=self._volume_msg(volume))
 

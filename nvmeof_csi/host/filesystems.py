@@ -17,6 +17,8 @@ from nvmeof_csi.errors import CommandError, FailedPrecondition, InvalidArgument,
 from nvmeof_csi.host.executor import Executor
 
 SUPPORTED_FS = ("ext4", "xfs")
+#: The smallest device each filesystem can be made on (xfsprogs >= 5.19 refuses XFS below 300 MiB).
+MIN_FS_BYTES = {"ext4": 0, "xfs": 300 << 20}
 MKFS_TIMEOUT = 600.0
 PROBE_TIMEOUT = 60.0
 

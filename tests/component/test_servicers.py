@@ -109,6 +109,7 @@ BAD = [
     (C, "CreateVolume", csi_pb2.CreateVolumeRequest(name="a", volume_capabilities=[mount_cap(fs="ntfs")]), "INVALID_ARGUMENT", "ntfs"),
     (C, "CreateVolume", csi_pb2.CreateVolumeRequest(name="a", volume_capabilities=[mount_cap(Mode.MULTI_NODE_MULTI_WRITER)]), "INVALID_ARGUMENT", "MULTI_NODE_MULTI_WRITER"),
     (C, "CreateVolume", csi_pb2.CreateVolumeRequest(name="a", volume_capabilities=[mount_cap()], capacity_range=csi_pb2.CapacityRange(required_bytes=1 << 50)), "OUT_OF_RANGE", "largest"),
+    (C, "CreateVolume", csi_pb2.CreateVolumeRequest(name="a", volume_capabilities=[mount_cap(fs="xfs")], capacity_range=csi_pb2.CapacityRange(required_bytes=64 << 20, limit_bytes=100 << 20)), "OUT_OF_RANGE", "xfs needs at least 314572800 bytes"),
     (C, "CreateVolume", csi_pb2.CreateVolumeRequest(name="a", volume_capabilities=[mount_cap()], accessibility_requirements=csi_pb2.TopologyRequirement(requisite=[csi_pb2.Topology(segments={"topology.csi.nvmeof.io/fabric": "elsewhere"})])), "RESOURCE_EXHAUSTED", "topology"),
     (C, "DeleteVolume", csi_pb2.DeleteVolumeRequest(), "INVALID_ARGUMENT", "volume_id"),
     (C, "ControllerPublishVolume", csi_pb2.ControllerPublishVolumeRequest(node_id="node-1", volume_capability=mount_cap()), "INVALID_ARGUMENT", "volume_id"),
@@ -222,3 +223,16 @@ async def test_validate_and_capacity(stack: Stack) -> None:
         csi_pb2.GetCapacityRequest(accessible_topology=csi_pb2.Topology(segments={"topology.csi.nvmeof.io/fabric": "x"}))
     )
     assert other.available_capacity == 0
+
+
+async def test_xfs_volume_is_raised_to_the_filesystem_minimum(stack: Stack) -> None:
+    """xfsprogs refuses XFS below 300 MiB: a smaller request gets 300 MiB (the spec allows more than required)."""
+    small = csi_pb2.CapacityRange(required_bytes=64 << 20)
+    xfs = await stack.controller.CreateVolume(csi_pb2.CreateVolumeRequest(
+        name="x", capacity_range=small, volume_capabilities=[mount_cap(fs="xfs")]))
+    assert xfs.volume.capacity_bytes == 300 << 20
+    ext4 = await stack.controller.CreateVolume(csi_pb2.CreateVolumeRequest(
+        name="e", capacity_range=small, volume_capabilities=[mount_cap()]))
+    raw = await stack.controller.CreateVolume(csi_pb2.CreateVolumeRequest(
+        name="b", capacity_range=small, volume_capabilities=[block_cap()]))
+    assert ext4.volume.capacity_bytes == raw.volume.capacity_bytes == 64 << 20

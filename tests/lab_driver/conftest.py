@@ -1,5 +1,18 @@
-"""The lab-driver tier reuses the lab tier's session VM, per-test cleanup, reporting and QEMU check."""
+"""The lab-driver tier reuses the lab tier's session VM, reporting and QEMU check, and runs one driver stack
+(agent + ``serve --mode all --backend nvmeof``) for the whole tier."""
 
-from tests.lab.conftest import fabric, lab_vm, pytest_sessionfinish, report
+from collections.abc import Iterator
 
-__all__ = ["fabric", "lab_vm", "pytest_sessionfinish", "report"]
+import pytest
+
+from lab import LabVM
+from lab.stack import GuestDriver, running_stack
+from tests.lab.conftest import lab_vm, pytest_sessionfinish, report
+
+__all__ = ["lab_vm", "pytest_sessionfinish", "report", "stack"]
+
+
+@pytest.fixture(scope="session")
+def stack(lab_vm: LabVM) -> Iterator[GuestDriver]:
+    with running_stack(lab_vm) as driver:
+        yield driver

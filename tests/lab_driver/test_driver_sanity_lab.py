@@ -6,36 +6,21 @@ JUnit: ``results/csi-sanity-lab-<mode>.xml``."""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import pytest
 
-from lab import LabVM
-from lab.target import FABRIC_MAP, GuestProcess, running_agent
+from lab.stack import DRIVER_SOCK, GuestDriver
 from tests.conftest import RESULTS
 from tests.sanity.sanity_runner import read_report, sanity_argv, sanity_binary, summary_lines
 
 pytestmark = pytest.mark.lab
-DRIVER_SOCK = "/run/nvmeof-csi/driver.sock"
 Reporter = Callable[[str, str], None]
 
 
-@pytest.fixture(scope="module")
-def driver(lab_vm: LabVM) -> Iterator[LabVM]:
-    with running_agent(lab_vm):
-        driver = GuestProcess(lab_vm, "driver", [
-            lab_vm.python, "-m", "nvmeof_csi", "serve", "--mode", "all", "--backend", "nvmeof",
-            "--fabric-map", FABRIC_MAP, "--fabric", "lab", "--endpoint", f"unix://{DRIVER_SOCK}",
-            "--state-dir", "/scratch/agent/node", "--max-volumes-per-node", "8", "--log-level", "INFO",
-        ], DRIVER_SOCK, "/scratch/agent/driver.log")
-        driver.start()
-        yield lab_vm
-        driver.stop()
-
-
 @pytest.mark.parametrize("mode", ["mount", "block"])
-def test_every_spec_on_the_real_fabric(driver: LabVM, mode: str, report: Reporter) -> None:
-    vm = driver
+def test_every_spec_on_the_real_fabric(stack: GuestDriver, mode: str, report: Reporter) -> None:
+    vm = stack.vm
     guest_report = f"/tmp/csi-sanity-all-{mode}.xml"
     vm.mkdir(f"/tmp/sanity-all-{mode}")
     argv = sanity_argv(sanity_binary(), DRIVER_SOCK, f"/tmp/sanity-all-{mode}", mode, guest_report, size=64 << 20,

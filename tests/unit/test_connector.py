@@ -4,7 +4,8 @@ a sysfs-shaped temp tree, so the real connector and sysfs model run unchanged.""
 from __future__ import annotations
 
 import itertools
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,7 @@ from nvmeof_csi.host.executor import Result
 from nvmeof_csi.nvmeof.initiator.connector import NvmeofConnector, parse_portals
 from nvmeof_csi.nvmeof.initiator.identity import HostIdentity
 from nvmeof_csi.nvmeof.initiator.sysfs import NvmeSysfs
+from nvmeof_csi.nvmeof.initiator.uevents import PollingWait, UdevWait
 from nvmeof_csi.service.ports import VolumeRef
 
 VOL = VolumeRef("lab", "0b6d5bd6-4c1e-4f55-9d7a-3e0f6f1a7c01")
@@ -189,3 +191,64 @@ def test_reconcile_restores_paths_and_releases_only_our_orphans(tmp_path: Path) 
     foreign = NvmeSysfs(tmp_path).subsystem("nqn.2014-08.org.example:someone-elses")
     assert foreign is not None and foreign.live()
     assert conn.reconcile([(VOL, ctx(VOL))], 30) == []  # nothing left to do
+
+
+class FakeUevents:
+    """Stands in for the pyudev monitor: the namespace 'arrives' with the first uevent."""
+
+    source = "fake"
+
+    def __init__(self, fake: FakeNvme, clock: Clock) -> None:
+        self.fake, self.clock = fake, clock
+        self.opened_before_connect: bool | None = None
+        self.waits: list[float] = []
+
+    @contextmanager
+    def open(self) -> Iterator[FakeUevents]:
+        self.opened_before_connect = not self.fake.argvs
+        yield self
+
+    def wait(self, timeout: float) -> None:
+        self.waits.append(timeout)
+        self.clock.sleep(0.05)
+        self.fake.ns_appears = True
+        self.fake._add("tcp", "127.0.0.3", "4422", NQN_PREFIX + VOL.uuid)  # a third path carries the namespace
+
+
+def test_namespace_found_on_the_uevent_not_by_sleeping(tmp_path: Path) -> None:
+    fake, clock = FakeNvme(tmp_path), Clock()
+    events = FakeUevents(fake, clock)
+    conn = NvmeofConnector(fake, NvmeSysfs(tmp_path), ME, sleep=clock.sleep, clock=clock, block_events=events.open)
+    fake.ns_appears = False
+    assert conn.connect(VOL, ctx(VOL), 7) == "/dev/nvme0n1"
+    assert events.opened_before_connect is True, "the monitor must listen before nvme connect runs"
+    assert events.waits and all(0 < w <= 7 for w in events.waits), events.waits  # bounded by the deadline
+    assert len(events.waits) == 1
+
+
+def test_udev_wait_drains_a_burst_and_polling_is_bounded() -> None:
+    polls: list[float] = []
+    queue = [object(), object(), object(), None]
+
+    class Monitor:
+        def poll(self, timeout: float) -> object | None:
+            polls.append(timeout)
+            return queue.pop(0) if queue else None
+
+    UdevWait(Monitor()).wait(3.0)
+    assert polls == [3.0, 0, 0, 0]
+    slept: list[float] = []
+    PollingWait(slept.append, 0.25).wait(10)
+    PollingWait(slept.append, 0.25).wait(0.1)
+    PollingWait(slept.append, 0.25).wait(-1)
+    assert slept == [0.25, 0.1, 0.0]
+
+
+def test_block_events_open_and_wait_for_real() -> None:
+    """The real pyudev path (or the polling fallback where netlink is refused) opens, waits bounded, closes."""
+    from nvmeof_csi.nvmeof.initiator.uevents import open_block_events
+
+    for _ in range(2):
+        with open_block_events() as events:
+            assert events.source in ("udev", "polling")
+            events.wait(0.05)

@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -34,6 +35,7 @@ from nvmeof_csi.errors import (
 from nvmeof_csi.host.executor import Executor
 from nvmeof_csi.nvmeof.initiator.identity import HostIdentity
 from nvmeof_csi.nvmeof.initiator.sysfs import NvmeSysfs, Subsystem
+from nvmeof_csi.nvmeof.initiator.uevents import EventWait, PollingWait
 from nvmeof_csi.service.ports import Condition, Health, VolumeRef
 
 log = logging.getLogger(__name__)
@@ -82,6 +84,7 @@ class NvmeofConnector:
         allow_single_path: bool = False,
         sleep: Callable[[float], None] = time.sleep,
         clock: Callable[[], float] = time.monotonic,
+        block_events: Callable[[], AbstractContextManager[EventWait]] | None = None,
     ) -> None:
         self._exec = executor
         self._sysfs = sysfs
@@ -89,6 +92,11 @@ class NvmeofConnector:
         self._single_path = allow_single_path
         self._sleep = sleep
         self._clock = clock
+        self._events = block_events or self._polling
+
+    @contextmanager
+    def _polling(self) -> Iterator[EventWait]:
+        yield PollingWait(self._sleep, 0.1)
 
     def health(self) -> Health:
         if not (self._sysfs.root / "class" / "nvme-fabrics").exists() and not Path("/dev/nvme-fabrics").exists():
@@ -129,24 +137,27 @@ class NvmeofConnector:
     def connect(self, ref: VolumeRef, context: Mapping[str, str], timeout: float) -> str:
         deadline = self._clock() + timeout
         nqn, ns_uuid = self._nqn(ref, context), context.get("namespaceUUID", "")
-        sub = self._sysfs.subsystem(nqn)
-        have = {c.portal for c in sub.controllers} if sub else set()
-        errors = []
-        for portal in self._portals(ref, context):
-            if portal.key in have:
-                continue
-            left = deadline - self._clock()
-            if left <= 0:
-                break
-            try:
-                self._exec.run(self._connect_argv(portal, nqn, context), timeout=min(CONNECT_TIMEOUT, left))
-            except CommandError as err:
-                if "already connected" in (err.err + err.out).lower():
+        portals = self._portals(ref, context)
+        with self._events() as events:  # listening before connecting: no uevent can slip past
+            sub = self._sysfs.subsystem(nqn)
+            have = {c.portal for c in sub.controllers} if sub else set()
+            errors = []
+            for portal in portals:
+                if portal.key in have:
                     continue
-                errors.append(f"{portal.key}: {err.err.strip() or err}")
-                log.warning("volume %s: connect %s failed: %s", ref.uuid, portal.key, err)
-        self._apply_sysfs_tunables(nqn, context)
-        return self._wait_for_namespace(ref, nqn, ns_uuid, deadline, errors)
+                left = deadline - self._clock()
+                if left <= 0:
+                    break
+                try:
+                    self._exec.run(self._connect_argv(portal, nqn, context), timeout=min(CONNECT_TIMEOUT, left))
+                except CommandError as err:
+                    if "already connected" in (err.err + err.out).lower():
+                        continue
+                    errors.append(f"{portal.key}: {err.err.strip() or err}")
+                    log.warning("volume %s: connect %s failed: %s", ref.uuid, portal.key, err)
+            self._apply_sysfs_tunables(nqn, context)
+            log.debug("volume %s: waiting for namespace %s (%s)", ref.uuid, ns_uuid, events.source)
+            return self._wait_for_namespace(ref, nqn, ns_uuid, deadline, errors, events)
 
     def _apply_sysfs_tunables(self, nqn: str, context: Mapping[str, str]) -> None:
         value = context.get("fastIoFailTmo")
@@ -160,7 +171,9 @@ class NvmeofConnector:
             except OSError as exc:
                 log.warning("cannot set fast_io_fail_tmo on %s: %s", ctrl.name, exc)
 
-    def _wait_for_namespace(self, ref: VolumeRef, nqn: str, ns_uuid: str, deadline: float, errors: list[str]) -> str:
+    def _wait_for_namespace(
+        self, ref: VolumeRef, nqn: str, ns_uuid: str, deadline: float, errors: list[str], events: EventWait
+    ) -> str:
         rescanned = False
         while True:
             sub = self._sysfs.subsystem(nqn)
@@ -175,7 +188,7 @@ class NvmeofConnector:
                     rescanned = True
             if self._clock() >= deadline:
                 raise DeadlineExceeded(f"volume {ref.uuid}: namespace {ns_uuid} did not appear under {nqn} in time")
-            self._sleep(0.1)
+            events.wait(deadline - self._clock())
 
     def _rescan(self, sub: Subsystem) -> None:
         for ctrl in sub.live():

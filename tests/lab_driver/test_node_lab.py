@@ -1,0 +1,159 @@
+"""The node plugin on the real fabric, through CSI gRPC (``lab.csi_ops``) against ``serve --mode all --backend
+nvmeof`` and our agent in the lab VM: failover under I/O on a staged *and published* volume, the node plugin
+SIGKILLed mid-lifecycle, and unstaging one volume next to another that keeps doing I/O."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+
+import pytest
+
+from lab import Fabric, IoProbe, LabVM
+from lab.fabric import wait_until
+from lab.probe import ProbeResult
+from lab.stack import NODE_STATE, GuestDriver
+from lab.target import TWO_PORTALS
+
+pytestmark = pytest.mark.lab
+MiB = 1 << 20
+Reporter = Callable[[str, str], None]
+P1, P2 = TWO_PORTALS
+
+
+def live_paths(fabric: Fabric, nqn: str) -> int:
+    return sum(p.state == "live" for p in fabric.paths(nqn))
+
+
+def nvme_controllers(vm: LabVM) -> list[str]:
+    return vm.listdir("/sys/class/nvme") if vm.exists("/sys/class/nvme") else []
+
+
+def assert_all_released(stack: GuestDriver, nqn: str) -> None:
+    vm = stack.vm
+    assert stack.mounts() == [], "a mount was left behind"
+    assert Fabric(vm).paths(nqn) == [], "a controller was left behind"
+    assert vm.listdir(f"{NODE_STATE}/staging") == [], "a staging record was left behind"
+    assert nqn not in vm.listdir("/sys/kernel/config/nvmet/subsystems"), "the target subsystem was not removed"
+
+
+@pytest.fixture
+def published(stack: GuestDriver) -> Iterator[dict[str, str]]:
+    """A 256 MiB ext4 volume, staged and published through CSI, with a 16 MiB preallocated probe file."""
+    steps = stack.csi({"op": "up", "name": "fo", "size": 256 * MiB, "mode": "mount", "fs": "ext4"},
+                      {"op": "probe-target", "name": "fo", "mib": 16})
+    fabric = Fabric(stack.vm)
+    nqn = steps[0]["nqn"]
+    fabric.wait_paths(nqn, live=2)
+    yield {"nqn": nqn, "probe": steps[1]["path"]}
+    stack.csi({"op": "down", "name": "fo"})
+    assert_all_released(stack, nqn)
+
+
+def _under_probe(stack: GuestDriver, path: str, seconds: float, fault: Callable[[], None]) -> ProbeResult:
+    probe = IoProbe(stack.vm, path, seconds=seconds)
+    time.sleep(3)
+    fault()
+    return probe.result()
+
+
+def test_failover_suite_on_a_published_volume(
+    stack: GuestDriver, published: dict[str, str], report: Reporter
+) -> None:
+    vm, nqn, path = stack.vm, published["nqn"], published["probe"]
+    fabric = Fabric(vm)
+    longest: dict[str, float] = {}
+
+    def check(name: str, result: ProbeResult) -> None:
+        report(f"published volume: {name}", result.line())
+        longest[name] = result.max_gap_s
+        assert result.errors == 0, (name, result.errlog)
+        assert result.ios > 0 and result.ios_after_last_stall > 0, (name, "I/O did not resume", result)
+
+    # 1. ANA: the optimized group becomes inaccessible (through our agent), then back.
+    result = _under_probe(stack, path, 9, lambda: stack.agent.ctl("ana", "set", "a", "inaccessible"))
+    check("ANA group a optimized->inaccessible", result)
+    stack.agent.ctl("ana", "set", "a", "optimized")
+
+    # 2. Portal removal: the subsystem leaves port 1; the volume's condition names the lost path.
+    result = _under_probe(stack, path, 9, lambda: fabric.unlink(P1.port_id, nqn))
+    check("portal 127.0.0.1:4420 removed", result)
+    stats = stack.one("stats", "fo")
+    report("condition with one portal gone", stats["condition"])
+    assert stats["abnormal"] and stats["condition"].startswith("1 of 2 paths live"), stats
+    assert "127.0.0.1:4420" in stats["condition"], stats
+    fabric.link(P1.port_id, nqn)
+    fabric.wait_paths(nqn, live=2, timeout=60)
+
+    # 3. A black-holed path (packets silently dropped): keep-alive (5 s) notices, I/O moves to the other path.
+    result = _under_probe(stack, path, 26, lambda: fabric.blackhole(P1.trsvcid, on=True))
+    fabric.blackhole(P1.trsvcid, on=False)
+    check("path 127.0.0.1:4420 black-holed", result)
+    fabric.wait_paths(nqn, live=2, timeout=60)
+
+    # 4. Both paths down for 10 s, then restored: I/O queues (no error) and resumes.
+    outage = threading.Thread(target=fabric.all_paths_down, args=(nqn, [P1.port_id, P2.port_id], 10.0))
+    result = _under_probe(stack, path, 22, outage.start)
+    outage.join()
+    check("both paths down 10 s", result)
+    assert result.max_gap_s >= 8.0, "I/O never stalled: the outage did not take the paths down"
+    fabric.wait_paths(nqn, live=2, timeout=60)
+
+    after = stack.one("stats", "fo")
+    assert not after["abnormal"] and after["condition"] == "2 of 2 paths live", after
+    report("longest stall per scenario", ", ".join(f"{k}: {v:.3f}s" for k, v in longest.items()))
+
+
+def test_node_plugin_sigkilled_between_stage_and_publish_and_after_publish(
+    stack: GuestDriver, report: Reporter
+) -> None:
+    vm = stack.vm
+    steps = stack.csi({"op": "create", "name": "k", "size": 128 * MiB, "mode": "mount", "fs": "xfs"},
+                      {"op": "attach", "name": "k"}, {"op": "stage", "name": "k"})
+    nqn = steps[0]["nqn"]
+    Fabric(vm).wait_paths(nqn, live=2)
+    controllers = nvme_controllers(vm)
+
+    restart = stack.restart_after_kill()  # killed between Stage and Publish
+    report("driver restart after SIGKILL (staged)", f"{restart:.1f}s")
+    assert nvme_controllers(vm) == controllers, "restart must keep the staged volume's controllers"
+    steps = stack.csi({"op": "publish", "name": "k"}, {"op": "write-dataset", "name": "k", "files": 16, "kib": 256})
+    written = steps[1]["bytes"]
+
+    restart = stack.restart_after_kill()  # killed after Publish
+    report("driver restart after SIGKILL (published)", f"{restart:.1f}s")
+    assert nvme_controllers(vm) == controllers
+    steps = stack.csi({"op": "verify-dataset", "name": "k"}, {"op": "stats", "name": "k"},
+                      {"op": "publish", "name": "k"})  # a repeated Publish changes nothing
+    verify, stats = steps[0], steps[1]
+    assert verify["mismatched"] == 0 and verify["bytes_verified"] == written, verify
+    assert stats["condition"] == "2 of 2 paths live" and stats["usage"]["BYTES"]["used"] > 0, stats
+    assert len([m for m in stack.mounts() if m.endswith("/k/mount")]) == 1, stack.mounts()
+
+    stack.csi({"op": "down", "name": "k"})
+    assert_all_released(stack, nqn)
+    assert nvme_controllers(vm) == []
+
+
+def test_unstaging_one_volume_never_disconnects_another(stack: GuestDriver, report: Reporter) -> None:
+    vm = stack.vm
+    fabric = Fabric(vm)
+    steps = stack.csi({"op": "up", "name": "one", "size": 64 * MiB, "mode": "block"},
+                      {"op": "up", "name": "two", "size": 64 * MiB, "mode": "block"},
+                      {"op": "probe-target", "name": "two"})
+    nqn_one, nqn_two, device_two = steps[0]["nqn"], steps[1]["nqn"], steps[2]["path"]
+    assert nqn_one != nqn_two
+    fabric.wait_paths(nqn_one, live=2)
+    fabric.wait_paths(nqn_two, live=2)
+    probe = IoProbe(vm, device_two, seconds=14)
+    time.sleep(2)
+    stack.csi({"op": "down", "name": "one"})
+    result = probe.result()
+    report("volume two's I/O while volume one was unstaged", result.line())
+    assert result.errors == 0 and result.ios_after_last_stall > 0, result.errlog
+    assert fabric.paths(nqn_one) == []
+    assert live_paths(fabric, nqn_two) == 2
+    assert wait_until(lambda: stack.one("stats", "two")["condition"] == "2 of 2 paths live", 30)
+    stack.csi({"op": "down", "name": "two"})
+    assert_all_released(stack, nqn_two)
