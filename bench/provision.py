@@ -11,6 +11,7 @@ import argparse
 import json
 import time
 
+from bench.results import save
 from lab import Fabric, LabVM, Portal
 from lab.build import REPO
 from lab.target import POOL_DIR, GuestTargetAgent
@@ -35,9 +36,7 @@ def main() -> None:
         agent.stop()
     result = json.loads(out.strip().splitlines()[-1])
     result.update(kernel=vm.ready["kernel"], accel=vm.accel, wall_seconds=round(time.monotonic() - started, 1))
-    results = REPO / "results"
-    results.mkdir(exist_ok=True)
-    (results / "bench-provision.json").write_text(json.dumps(result, indent=1) + "\n")
+    save("provision", result)
     print(f"bench provision: agent {result['agent_ms_per_create']} ms/create {result['agent_ms_per_delete']} ms/delete"
           f" vs raw {result['raw_ms_per_create']} / {result['raw_ms_per_delete']} ms"
           f" -> ratio {result['ratio_total']}x ({result['operations_each']} each, {result['accel']})")

@@ -51,6 +51,15 @@ def agent_command(
     buffered_io: Annotated[bool, typer.Option(help="Use the page cache for backing files (needed on tmpfs).")] = False,
     grace_seconds: Annotated[float, typer.Option(envvar=env_var("GRACE_SECONDS"), help="SIGTERM grace.")] = 30.0,
     log_level: Annotated[str, typer.Option(envvar=env_var("LOG_LEVEL"), help="DEBUG, INFO, WARNING, ERROR.")] = "INFO",
+    alluxio_proxy: Annotated[
+        str, typer.Option(envvar=env_var("ALLUXIO_PROXY"), help="Alluxio REST proxy URL (dataset volumes).")
+    ] = "",
+    alluxio_job: Annotated[
+        str, typer.Option(envvar=env_var("ALLUXIO_JOB"), help="Alluxio job master web URL (cache load jobs).")
+    ] = "",
+    metrics_listen: Annotated[
+        str, typer.Option(envvar=env_var("METRICS_LISTEN"), help="HOST:PORT for Prometheus /metrics ('' = off).")
+    ] = "",
 ) -> None:
     """Run the target agent of one storage node: kernel nvmet over configfs, backing files, persistent state."""
     settings = settings_or_exit("nvmeof-csi agent", lambda: AgentSettings(
@@ -68,6 +77,9 @@ def agent_command(
             buffered_io=buffered_io,
             grace_seconds=grace_seconds,
             log_level=log_level,
+            alluxio_proxy=alluxio_proxy,
+            alluxio_job=alluxio_job,
+            metrics_listen=metrics_listen,
     ))
     logctx.install(settings.log_level)
     run_or_exit("nvmeof-csi agent", lambda: serve_agent(settings, plain_tree=configfs_plain_tree))

@@ -175,8 +175,18 @@ class AgentSettings:
     buffered_io: bool = False
     grace_seconds: float = 30.0
     log_level: str = "INFO"
+    alluxio_proxy: str = ""
+    alluxio_job: str = ""
+    metrics_listen: str = ""
 
     def __post_init__(self) -> None:
+        if bool(self.alluxio_proxy) != bool(self.alluxio_job):
+            raise ConfigError("--alluxio-proxy and --alluxio-job go together (dataset volumes need both)")
+        for url in (self.alluxio_proxy, self.alluxio_job):
+            if url and not url.startswith(("http://", "https://")):
+                raise ConfigError(f"Alluxio URL {url!r} must start with http:// or https://")
+        if self.metrics_listen and ":" not in self.metrics_listen:
+            raise ConfigError("--metrics-listen must be HOST:PORT")
         if not valid_location(self.name):
             raise ConfigError(f"agent name {self.name!r} must be a DNS label (it becomes part of volume IDs)")
         if not self.portals:

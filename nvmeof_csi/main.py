@@ -1,4 +1,4 @@
-"""``nvmeof-csi``: the driver executable (``serve``; later ``agent`` and ``demo``).
+"""``nvmeof-csi``: the driver executable (``serve``, ``agent``, ``demo``).
 
 Flags can also be given as ``NVMEOF_CSI_<FLAG>`` environment variables (e.g. ``NVMEOF_CSI_ENDPOINT``).
 Invalid settings exit with code 2 and one line naming the setting.
@@ -17,6 +17,7 @@ from nvmeof_csi.agent_cmd import agent_command
 from nvmeof_csi.cmd_common import run_or_exit, settings_or_exit
 from nvmeof_csi.config import Backend, Endpoint, Mode, Settings, env_var, parse_size
 from nvmeof_csi.csi.server import serve as serve_grpc
+from nvmeof_csi.demo_cmd import demo_command
 from nvmeof_csi.wiring import build_services
 
 app = typer.Typer(help=f"{DRIVER_NAME}: NVMe-over-Fabrics CSI driver.", no_args_is_help=True, add_completion=False)
@@ -86,6 +87,7 @@ def version() -> None:
 
 
 app.command(name="agent")(agent_command)
+app.command(name="demo")(demo_command)
 
 if __name__ == "__main__":
     app()

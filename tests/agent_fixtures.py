@@ -78,6 +78,7 @@ class LocalAgent:
     def create_volume(
         self, name: str, capacity_bytes: int, parameters: Mapping[str, str] | None = None,
         labels: Mapping[str, str] | None = None, source_volume: str = "", source_snapshot: str = "",
+        timeout: float | None = None,
     ) -> pb.Volume:
         self.before_create()
         view = self.agent.create_volume(

@@ -1,1 +1,1 @@
-"""Alluxio client and dataset tier (dataset issue)."""
+"""Dataset caching through Alluxio: the REST/job client, dataset hydration, metrics."""

@@ -13,7 +13,7 @@ from typing import Annotated
 import typer
 
 from nvmeof_csi import DRIVER_NAME, __version__
-from nvmeof_csi.cli import driver, health, hosts, portals, snapshots, volumes
+from nvmeof_csi.cli import datasets, driver, health, hosts, portals, snapshots, volumes
 from nvmeof_csi.cli.context import CliState, Output, load_targets
 from nvmeof_csi.config import ConfigError
 from nvmeof_csi.errors import DriverError
@@ -29,6 +29,7 @@ app.add_typer(portals.portals_app, name="portals")
 app.add_typer(portals.ana_app, name="ana")
 app.add_typer(snapshots.app, name="snapshots")
 app.add_typer(driver.app, name="driver")
+app.add_typer(datasets.app, name="datasets")
 app.command("targets")(health.targets)
 app.command("health")(health.health)
 

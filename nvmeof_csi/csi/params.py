@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from nvmeof_csi.cache.dataset import KEYS as DATASET_KEYS
+from nvmeof_csi.cache.dataset import DatasetSpec
 from nvmeof_csi.errors import InvalidArgument
 
 SIDECAR_PREFIX = "csi.storage.k8s.io/"
@@ -26,7 +28,7 @@ INT_RANGES: dict[str, tuple[int, int]] = {
     "tos": (0, 255),
 }
 TRANSPORTS = ("tcp", "rdma")
-KNOWN = frozenset({"transport", *INT_RANGES})
+KNOWN = frozenset({"transport", *INT_RANGES, *DATASET_KEYS})
 
 
 @dataclass(frozen=True)
@@ -52,6 +54,7 @@ def parse(params: Mapping[str, str]) -> VolumeOptions:
         raise InvalidArgument(
             f"unknown StorageClass parameter {unknown[0]!r} (known: {', '.join(sorted(KNOWN))})"
         )
+    DatasetSpec.from_parameters(own)  # validates the dataset.* keys of a dataset volume
     transport = own.get("transport", "tcp")
     if transport not in TRANSPORTS:
         raise InvalidArgument(f"parameter 'transport' must be one of {', '.join(TRANSPORTS)}, not {transport!r}")

@@ -20,6 +20,7 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import Protocol
 
+from nvmeof_csi.cache.dataset import DatasetSpec
 from nvmeof_csi.errors import DriverError, NotFound, ResourceExhausted, Unavailable
 from nvmeof_csi.gen import nvmeof_agent_pb2 as pb
 from nvmeof_csi.nodeid import host_nqn_of
@@ -48,6 +49,7 @@ class AgentApi(Protocol):
     def create_volume(
         self, name: str, capacity_bytes: int, parameters: Mapping[str, str] | None = ...,
         labels: Mapping[str, str] | None = ..., source_volume: str = ..., source_snapshot: str = ...,
+        timeout: float | None = ...,
     ) -> pb.Volume: ...
     def delete_volume(self, vol_uuid: str) -> None: ...
     def resize_volume(self, vol_uuid: str, capacity_bytes: int) -> pb.Volume: ...
@@ -59,6 +61,10 @@ class AgentApi(Protocol):
     def allow_host(self, vol_uuid: str, host_nqn: str, secret: str = ..., readonly: bool = ...) -> pb.Volume: ...
     def deny_host(self, vol_uuid: str, host_nqn: str) -> pb.Volume: ...
     def capacity(self) -> list[pb.Pool]: ...
+
+
+#: how long a controller waits for an agent to fill a dataset volume (the CO retries CreateVolume meanwhile)
+DATASET_CREATE_TIMEOUT = 3600.0
 
 
 def default_client(entry: AgentEntry) -> AgentApi:
@@ -103,7 +109,7 @@ class AgentBackend:
             ref=VolumeRef(entry.name, vol.uuid), name=vol.name, capacity_bytes=vol.capacity_bytes,
             parameters=dict(vol.parameters), context=context,
             accessible_topology=(volume_segment(entry, transport),),
-            published_nodes=tuple(sorted(vol.allowed_hosts)), source=source,
+            published_nodes=tuple(sorted(vol.allowed_hosts)), source=source, ready=vol.status != "creating",
         )
 
     @staticmethod
@@ -167,10 +173,15 @@ class AgentBackend:
         source: ContentSource | None = None,
     ) -> Volume:
         existing = self.find_volume_by_name(name)
-        if existing is not None:
-            return existing
         transport = transport_of(parameters)
-        if source is not None:
+        timeout = DATASET_CREATE_TIMEOUT if DatasetSpec.from_parameters(parameters) else None
+        if existing is not None:
+            if existing.ready:
+                return existing
+            entry = self._entry(existing.ref.location)  # still being filled: wait for that agent to finish
+            if entry is None:
+                return existing
+        elif source is not None:
             entry = self._source_agent(source, transport, requirement)
         else:
             entry = place(self._candidates(), capacity_bytes, transport, requirement)
@@ -178,12 +189,21 @@ class AgentBackend:
             name, capacity_bytes, parameters, {"csi.nvmeof.io/name": name},
             source_volume=source.ref.uuid if source and source.kind == "volume" else "",
             source_snapshot=source.ref.uuid if source and source.kind == "snapshot" else "",
+            timeout=timeout,
         )
         mine = self._volume(entry, created)
         winner = self._all_named(name)[0]
         if winner.ref != mine.ref:
             log.info("volume %s: another controller created it first on %s; removing ours", name, winner.ref.location)
             self._client(entry).delete_volume(created.uuid)
+            winner_entry = self._entry(winner.ref.location)
+            if not winner.ready and winner_entry is not None:  # the other create is still running: wait for it
+                finished = self._client(winner_entry).create_volume(
+                    name, capacity_bytes, parameters, {"csi.nvmeof.io/name": name},
+                    source_volume=created.source_volume_uuid, source_snapshot=created.source_snapshot_uuid,
+                    timeout=timeout,
+                )
+                winner = self._volume(winner_entry, finished)
         return winner
 
     def _source_agent(

@@ -81,7 +81,10 @@ class AgentClient:
     def create_volume(
         self, name: str, capacity_bytes: int, parameters: Mapping[str, str] | None = None,
         labels: Mapping[str, str] | None = None, source_volume: str = "", source_snapshot: str = "",
+        timeout: float | None = None,
     ) -> pb.Volume:
+        """Create (idempotent by name). ``timeout`` overrides the client's default: filling a dataset volume
+        can take much longer than an ordinary create."""
         source = None
         if source_volume:
             source = pb.VolumeSource(volume_uuid=source_volume)
@@ -91,7 +94,7 @@ class AgentClient:
             name=name, capacity_bytes=capacity_bytes, parameters=dict(parameters or {}), labels=dict(labels or {}),
             source=source,
         )
-        return self._call(self._stub.CreateVolume, request)
+        return self._call(self._stub.CreateVolume, request, timeout)
 
     def delete_volume(self, vol_uuid: str) -> None:
         self._call(self._stub.DeleteVolume, pb.DeleteVolumeRequest(uuid=vol_uuid))

@@ -60,6 +60,7 @@ class Volume:
     accessible_topology: tuple[Topology, ...] = ()
     published_nodes: tuple[str, ...] = ()
     source: ContentSource | None = None
+    ready: bool = True  # False while the backend is still creating it (e.g. filling a dataset volume)
 
 
 @dataclass(frozen=True)

@@ -123,7 +123,9 @@ class VolumeService:
                 raise AlreadyExists(f"volume {name!r} exists with different parameters")
             if existing.source != source:
                 raise AlreadyExists(f"volume {name!r} exists with a different content source")
-            return existing
+            if existing.ready:
+                return existing
+            return self._backend.create_volume(name, existing.capacity_bytes, parameters, None, source)
         if source is not None:
             cap = CapacityRange(max(cap.required, self._source_size(source)), cap.limit)
         size = choose_size(cap, self._backend.max_volume_size())

@@ -190,8 +190,15 @@ def test_two_controllers_racing_on_one_name_make_one_volume(tmp_path: Path) -> N
     view2 = {n: LocalAgent(a.agent, free=(7 * GiB if n == "store-b" else GiB)) for n, a in agents.items()}
     both_created = threading.Barrier(2)
     for view in (view1, view2):
+        first: list[bool] = []  # only each controller's own first create waits for the other's
+
+        def meet(first: list[bool] = first) -> None:
+            if not first:
+                first.append(True)
+                both_created.wait(60)
+
         for local in view.values():
-            local.before_create = lambda: both_created.wait(60)
+            local.before_create = meet
     c1 = controller_services(view1).volumes
     c2 = controller_services(view2).volumes
     assert c1 is not None and c2 is not None

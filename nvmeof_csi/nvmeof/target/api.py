@@ -28,11 +28,18 @@ def portal_msg(portal: PortSpec, ana_state: str) -> pb.Portal:
     )
 
 
+def _labels(view: VolumeView) -> dict[str, str]:
+    labels = dict(view.record.labels)
+    if view.progress:
+        labels["dataset.progress"] = view.progress
+    return labels
+
+
 def volume_msg(view: VolumeView) -> pb.Volume:
     rec = view.record
     return pb.Volume(
         uuid=rec.uuid, name=rec.name, capacity_bytes=rec.capacity_bytes, parameters=dict(rec.parameters),
-        labels=dict(rec.labels), nqn=view.nqn, namespace_uuid=view.namespace_uuid,
+        labels=_labels(view), nqn=view.nqn, namespace_uuid=view.namespace_uuid,
         namespace_nguid=view.namespace_nguid, allowed_hosts=sorted(rec.hosts),
         source_volume_uuid=rec.source_volume, source_snapshot_uuid=rec.source_snapshot,
         portals=[portal_msg(p, s) for p, s in view.portals], status=rec.status,

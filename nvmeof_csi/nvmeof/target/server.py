@@ -9,15 +9,21 @@ convergence happens before the first RPC is accepted; unknown objects are logged
 from __future__ import annotations
 
 import logging
+import threading
 
 import grpc
+from prometheus_client import CollectorRegistry, start_http_server
 
+from nvmeof_csi.cache.client import AlluxioRest, JobServiceLoader
+from nvmeof_csi.cache.hydrate import DatasetMetrics, Hydrator
+from nvmeof_csi.cache.volumes import DatasetVolumes
 from nvmeof_csi.config import AgentSettings
 from nvmeof_csi.csi.interceptors import EdgeInterceptor
 from nvmeof_csi.csi.locks import KeyedLocks
 from nvmeof_csi.csi.server import bind, run_until_stopped
 from nvmeof_csi.errors import FailedPrecondition
 from nvmeof_csi.gen import nvmeof_agent_pb2_grpc as pb_grpc
+from nvmeof_csi.host.executor import SubprocessExecutor
 from nvmeof_csi.nvmeof.target.api import AgentServicer
 from nvmeof_csi.nvmeof.target.configfs import Nvmet
 from nvmeof_csi.nvmeof.target.service import TargetAgent
@@ -27,7 +33,18 @@ from nvmeof_csi.nvmeof.target.store import FileStore
 log = logging.getLogger(__name__)
 
 
-def build_agent(settings: AgentSettings, plain_tree: bool = False) -> TargetAgent:
+def build_datasets(settings: AgentSettings, registry: CollectorRegistry) -> DatasetVolumes | None:
+    """Dataset hydration through Alluxio, when the agent is configured with one."""
+    if not settings.alluxio_proxy:
+        return None
+    rest = AlluxioRest(settings.alluxio_proxy, settings.alluxio_job)
+    hydrator = Hydrator(rest, JobServiceLoader(rest), SubprocessExecutor(), DatasetMetrics(registry))
+    return DatasetVolumes(hydrator, settings.pool_dir / ".hydrate")
+
+
+def build_agent(
+    settings: AgentSettings, plain_tree: bool = False, registry: CollectorRegistry | None = None
+) -> TargetAgent:
     settings.state_dir.mkdir(parents=True, exist_ok=True)
     return TargetAgent(
         name=settings.name,
@@ -37,6 +54,7 @@ def build_agent(settings: AgentSettings, plain_tree: bool = False) -> TargetAgen
         portals=settings.portals,
         capacity_limit=settings.capacity_limit_bytes,
         buffered_io=settings.buffered_io,
+        datasets=build_datasets(settings, registry or CollectorRegistry()),
     )
 
 
@@ -50,7 +68,12 @@ def _credentials(settings: AgentSettings) -> grpc.ServerCredentials:
 
 
 async def serve_agent(settings: AgentSettings, plain_tree: bool = False) -> None:
-    agent = build_agent(settings, plain_tree)
+    registry = CollectorRegistry()
+    agent = build_agent(settings, plain_tree, registry)
+    if settings.metrics_listen:
+        host, _, metrics_port = settings.metrics_listen.rpartition(":")
+        start_http_server(int(metrics_port), addr=host or "127.0.0.1", registry=registry)
+        log.info("metrics on http://%s/metrics", settings.metrics_listen)
     if not agent.nvmet.available():
         raise FailedPrecondition(
             f"nvmet configfs is not available at {settings.configfs_root} (modprobe nvmet nvmet-tcp; mount configfs)"
@@ -81,4 +104,6 @@ async def serve_agent(settings: AgentSettings, plain_tree: bool = False) -> None
     log.info("agent %s serving (%s%s), %d volumes, portals %s", agent.name, settings.unix_endpoint or "",
              f" {settings.tcp_endpoint} (mTLS)" if settings.tls else "", len(agent.list_volumes()),
              ", ".join(f"{p.trtype}:{p.traddr}:{p.trsvcid}/{p.group}" for p in agent.portals))
+    if agent.datasets is not None:
+        threading.Thread(target=agent.resume_hydrations, name="resume-hydrations", daemon=True).start()
     await run_until_stopped(server, settings.grace_seconds, sockets)

@@ -21,10 +21,20 @@ import uuid as uuidlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
+from pathlib import Path
 
 from nvmeof_csi import NQN_PREFIX
+from nvmeof_csi.cache.volumes import DatasetVolumes
 from nvmeof_csi.concurrency import KeyedMutex
-from nvmeof_csi.errors import AlreadyExists, DriverError, FailedPrecondition, InvalidArgument, NotFound, OutOfRange
+from nvmeof_csi.errors import (
+    AlreadyExists,
+    DriverError,
+    FailedPrecondition,
+    InvalidArgument,
+    NotFound,
+    OutOfRange,
+    Unavailable,
+)
 from nvmeof_csi.nodeid import check_host_nqn
 from nvmeof_csi.nvmeof.target.configfs import ANA_STATES, Nvmet, PortSpec
 from nvmeof_csi.nvmeof.target.state import (
@@ -60,6 +70,7 @@ class VolumeView:
     namespace_uuid: str
     namespace_nguid: str
     portals: Sequence[tuple[PortSpec, str]]  # (portal, ANA state)
+    progress: str = ""  # dataset hydration in progress ("copying: 12/100 files, ...")
 
 
 @dataclass
@@ -81,6 +92,7 @@ class TargetAgent:
         capacity_limit: int = 0,
         buffered_io: bool = False,
         clock: Callable[[], float] = time.time,
+        datasets: DatasetVolumes | None = None,
     ) -> None:
         ids = [p.port_id for p in portals]
         if len(set(ids)) != len(ids):
@@ -93,6 +105,7 @@ class TargetAgent:
         self.capacity_limit = capacity_limit
         self.buffered_io = buffered_io
         self._clock = clock
+        self.datasets = datasets
         self._keys = KeyedMutex()
         self._ports = threading.Lock()
 
@@ -102,6 +115,7 @@ class TargetAgent:
         return VolumeView(
             rec, volume_nqn(rec.uuid), rec.uuid, namespace_nguid(rec.uuid),
             [(p, ana.get(p.group, "optimized")) for p in self.portals],
+            self.datasets.progress(rec.uuid) if self.datasets else "",
         )
 
     def _live_volumes(self) -> list[VolumeRecord]:
@@ -150,7 +164,7 @@ class TargetAgent:
                     self._check_same(found, capacity_bytes, parameters, source_volume, source_snapshot)
                     if found.status == CREATING:
                         with self._keys.hold(found.uuid):
-                            found = self._materialize(found)  # noqa: PLW2901 - returned right away
+                            found = self._finish_creating(found)  # noqa: PLW2901 - returned right away
                     return self._view(found)
             source_size = self._source_size(source_volume, source_snapshot)
             if capacity_bytes < source_size:
@@ -161,9 +175,10 @@ class TargetAgent:
                 labels=dict(labels), source_volume=source_volume, source_snapshot=source_snapshot,
                 status=CREATING,
             )
+            self._dataset(rec)  # refuse a dataset volume early when this agent has no cache
             with self._keys.hold(rec.uuid):
                 rec = self._first_save(rec)
-                rec = self._materialize(rec)
+                rec = self._materialize_new(rec)
             log.info("volume %s (%s) created: %d bytes", rec.uuid, name, capacity_bytes)
             return self._view(rec)
 
@@ -195,6 +210,46 @@ class TargetAgent:
             return snap.size_bytes
         return 0
 
+    def _finish_creating(self, seen: VolumeRecord) -> VolumeRecord:
+        """Finish a create someone else may have been finishing meanwhile (re-read under the volume's key)."""
+        current = self.state.current.volumes.get(seen.uuid)
+        if current is None or current.status == DELETING:
+            raise Unavailable(f"volume {seen.name!r} could not be created (its hydration failed); retry")
+        return self._materialize_new(current) if current.status == CREATING else current
+
+    def _dataset(self, rec: VolumeRecord) -> DatasetVolumes | None:
+        """The dataset hydration service when ``rec`` is a dataset volume (FAILED_PRECONDITION without one)."""
+        if DatasetVolumes.spec(rec.parameters) is None:
+            return None
+        if self.datasets is None:
+            raise FailedPrecondition(f"agent {self.name} has no Alluxio configured (--alluxio-proxy): "
+                                     "it cannot create dataset volumes")
+        return self.datasets
+
+    def _materialize_new(self, rec: VolumeRecord) -> VolumeRecord:
+        """:meth:`_materialize` for a create; a dataset volume whose hydration fails is removed again (nothing
+        half-created is left: record, configfs objects, backing file and work folder all go)."""
+        try:
+            return self._materialize(rec)
+        except DriverError:
+            if self._dataset(rec) is not None:
+                log.warning("volume %s (%s): hydration failed; removing the volume", rec.uuid, rec.name)
+                self._teardown(self.state.put_volume(rec.evolve(status=DELETING)))
+                self._discard_work(rec)
+            raise
+
+    def _discard_work(self, rec: VolumeRecord) -> None:
+        if self.datasets is not None:
+            self.datasets.discard(rec.uuid)
+
+    def _hydrate(self, rec: VolumeRecord, path: Path) -> VolumeRecord:
+        datasets = self._dataset(rec)
+        spec = DatasetVolumes.spec(rec.parameters)
+        if datasets is None or spec is None or rec.status == READY:
+            return rec
+        labels = datasets.fill(rec.uuid, spec, path, rec.capacity_bytes)
+        return self.state.put_volume(rec.evolve(labels={**rec.labels, **labels}))
+
     def _materialize(self, rec: VolumeRecord) -> VolumeRecord:
         """Make file and configfs match ``rec`` (creating -> ready). Caller holds the volume's key."""
         path = self.store.volume_path(rec.uuid)
@@ -209,6 +264,7 @@ class TargetAgent:
                 self.store.create(path, rec.capacity_bytes)
         else:
             self.store.grow(path, rec.capacity_bytes)
+        rec = self._hydrate(rec, path)  # dataset volumes: filled before the namespace is exported
         nqn = volume_nqn(rec.uuid)
         self.nvmet.ensure_subsystem(nqn, serial=rec.uuid.replace("-", "")[:20], model=MODEL)
         self.nvmet.ensure_namespace(nqn, NSID, str(path), rec.uuid, namespace_nguid(rec.uuid), self.buffered_io)
@@ -221,6 +277,7 @@ class TargetAgent:
             self.nvmet.link(portal.port_id, nqn)
         if rec.status != READY:
             rec = self.state.put_volume(rec.evolve(status=READY))
+            self._discard_work(rec)
         return rec
 
     def delete_volume(self, vol_uuid: str) -> None:
@@ -231,7 +288,14 @@ class TargetAgent:
             if rec.status != DELETING:
                 rec = self.state.put_volume(rec.evolve(status=DELETING))  # save before acting
             self._teardown(rec)
+            self._discard_work(rec)
+            self._release_dataset(rec)
         log.info("volume %s (%s) deleted", vol_uuid, rec.name)
+
+    def _release_dataset(self, rec: VolumeRecord) -> None:
+        spec = DatasetVolumes.spec(rec.parameters)
+        if spec is not None and self.datasets is not None:
+            self.datasets.release_if_unused(spec, [v.parameters for v in self._live_volumes() if v.uuid != rec.uuid])
 
     def _teardown(self, rec: VolumeRecord) -> None:
         nqn = volume_nqn(rec.uuid)
@@ -392,6 +456,9 @@ class TargetAgent:
                     self._teardown(rec)
                     report.applied.append(f"finished deleting volume {rec.uuid}")
                     continue
+                if rec.status == CREATING and DatasetVolumes.spec(rec.parameters) is not None:
+                    report.applied.append(f"volume {rec.uuid}: dataset hydration resumes in the background")
+                    continue  # can take minutes: resume_hydrations() runs it once the agent serves
                 try:
                     before = rec.status
                     self._materialize(rec)
@@ -399,6 +466,22 @@ class TargetAgent:
                         report.applied.append(f"finished creating volume {rec.uuid}")
                 except DriverError as err:
                     report.problems.append(f"volume {rec.uuid}: {err}")
+
+    def resume_hydrations(self) -> None:
+        """Finish dataset volumes a restart interrupted (their journals make this resume, not restart); a
+        hydration that fails now removes its volume, as a failed create does. Run after the agent serves."""
+        for rec in list(self.state.current.volumes.values()):
+            if rec.status != CREATING or DatasetVolumes.spec(rec.parameters) is None:
+                continue
+            with self._keys.hold(f"name:{rec.name}"), self._keys.hold(rec.uuid):
+                current = self.state.current.volumes.get(rec.uuid)
+                if current is None or current.status != CREATING:
+                    continue
+                try:
+                    self._materialize_new(current)
+                    log.info("volume %s (%s): resumed hydration finished", rec.uuid, rec.name)
+                except DriverError as err:
+                    log.warning("volume %s (%s): resumed hydration failed, volume removed: %s", rec.uuid, rec.name, err)
 
     def _unknown(self, report: ConvergeReport, prune: bool) -> None:
         state = self.state.current

@@ -1,0 +1,74 @@
+"""What the target agent needs for dataset volumes: hydrate a volume's backing file, show progress, keep the
+data set pinned while volumes reference it, and release it after the last one.
+
+Contract: :meth:`DatasetVolumes.fill` runs (or resumes) hydration of one volume and returns the labels to
+record with it (``dataset.*``: files, bytes, cache vs. under-store bytes, hit ratio, worker hosts); while it
+runs, :meth:`progress` returns a one-line progress text for that volume. Work folders live under
+``work_root/<volume uuid>`` and are removed by :meth:`discard`. :meth:`release_if_unused` unpins and frees a
+data set when no other volume references its Alluxio path; a cache that cannot be reached then is logged,
+never raised (deleting a volume must not fail because the cache is down; the TTL, if any, frees it later).
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import threading
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+from nvmeof_csi.cache.dataset import DatasetSpec
+from nvmeof_csi.cache.hydrate import Hydrator, Progress
+from nvmeof_csi.errors import DriverError
+
+log = logging.getLogger(__name__)
+
+
+class DatasetVolumes:
+    def __init__(self, hydrator: Hydrator, work_root: Path) -> None:
+        self.hydrator = hydrator
+        self.work_root = work_root
+        self._progress: dict[str, str] = {}
+        self._lock = threading.Lock()
+
+    @staticmethod
+    def spec(parameters: Mapping[str, str]) -> DatasetSpec | None:
+        return DatasetSpec.from_parameters(parameters)
+
+    def progress(self, vol_uuid: str) -> str:
+        with self._lock:
+            return self._progress.get(vol_uuid, "")
+
+    def _report(self, vol_uuid: str, spec: DatasetSpec, step: Progress) -> None:
+        line = step.line()
+        with self._lock:
+            self._progress[vol_uuid] = line
+        log.info("volume %s: hydrating %s: %s", vol_uuid, spec.path, line)
+
+    def fill(self, vol_uuid: str, spec: DatasetSpec, backing: Path, capacity: int) -> dict[str, str]:
+        work = self.work_root / vol_uuid
+        work.mkdir(parents=True, exist_ok=True)
+        try:
+            result = self.hydrator.hydrate(spec, backing, capacity, work,
+                                           lambda step: self._report(vol_uuid, spec, step))
+        finally:
+            with self._lock:
+                self._progress.pop(vol_uuid, None)
+        return {
+            "dataset.files": str(result.files), "dataset.bytes": str(result.bytes),
+            "dataset.cacheBytes": str(result.cache_bytes), "dataset.ufsBytes": str(result.ufs_bytes),
+            "dataset.hitRatio": f"{result.hit_ratio:.4f}", "dataset.workers": ",".join(result.workers),
+        }
+
+    def discard(self, vol_uuid: str) -> None:
+        shutil.rmtree(self.work_root / vol_uuid, ignore_errors=True)
+
+    def release_if_unused(self, spec: DatasetSpec, others: Iterable[Mapping[str, str]]) -> None:
+        for params in others:
+            other = DatasetSpec.from_parameters(params)
+            if other is not None and other.path == spec.path:
+                return
+        try:
+            self.hydrator.release(spec)
+        except DriverError as err:
+            log.warning("data set %s could not be released (%s); its TTL, if any, frees it", spec.path, err)

@@ -1,0 +1,78 @@
+"""The alluxio tier: one real Alluxio 2.9 cluster (master, worker with MEM + SSD tiers, job master, job worker,
+REST proxy) on loopback for the whole session, over a local-folder under-store holding a generated data set of
+about 1,000 files. A failing test prints the servers' log tails."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import random
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from lab.alluxio import AlluxioCluster, AlluxioError
+from nvmeof_csi.cache.client import AlluxioRest
+
+FILES = 1000
+MIN_KIB, MAX_KIB = 64, 448  # about 250 MiB in all
+
+
+@dataclass
+class Dataset:
+    root: Path  # the UFS folder
+    checksums: dict[str, str]  # relative path -> sha256
+
+    @property
+    def bytes(self) -> int:
+        return sum((self.root / rel).stat().st_size for rel in self.checksums)
+
+
+@dataclass
+class Alluxio:
+    cluster: AlluxioCluster
+    rest: AlluxioRest
+    ufs: Path
+    dataset: Dataset
+
+
+def make_dataset(root: Path, files: int = FILES, seed: int = 7) -> Dataset:
+    rnd = random.Random(seed)
+    checksums = {}
+    for i in range(files):
+        rel = f"shard-{i // 100:02d}/sample-{i:05d}.bin"
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        data = os.urandom(rnd.randint(MIN_KIB, MAX_KIB) << 10)
+        path.write_bytes(data)
+        checksums[rel] = hashlib.sha256(data).hexdigest()
+    return Dataset(root, checksums)
+
+
+@pytest.fixture(scope="session")
+def alluxio(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Alluxio]:
+    base = tmp_path_factory.mktemp("alluxio")
+    ufs = base / "ufs"
+    dataset = make_dataset(base / "datasets" / "train")  # outside the root UFS: mounted by dataset.uri
+    cluster = AlluxioCluster(base / "cluster", ufs)
+    try:
+        cluster.start()
+    except AlluxioError as err:
+        cluster.stop()
+        pytest.fail(f"Alluxio did not start: {err}")
+    try:
+        yield Alluxio(cluster, AlluxioRest(cluster.proxy_url, cluster.job_url), ufs, dataset)
+    finally:
+        cluster.stop()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):  # type: ignore[no-untyped-def]
+    outcome = yield
+    report = outcome.get_result()
+    if report.failed and "alluxio" in getattr(item, "fixturenames", ()):
+        cluster = item.funcargs.get("alluxio")  # type: ignore[attr-defined]
+        if cluster is not None:
+            report.sections.append(("Alluxio server logs", cluster.cluster.logs()))

@@ -1,0 +1,308 @@
+"""Dataset volumes against a real Alluxio 2.9: the REST/job client, pin/TTL/free lifecycle, cold then warm
+hydration through the CSI controller and a real agent (plain configfs tree, real backing files, real ext4
+built with mkfs.ext4 -d), checksums of every file, Alluxio's own metrics, and Alluxio killed mid-hydration."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import subprocess
+import threading
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import grpc
+import pytest
+from prometheus_client import CollectorRegistry, generate_latest
+
+from nvmeof_csi.cache.client import AlluxioRest, CacheNotFound, CacheUnavailable, JobServiceLoader
+from nvmeof_csi.cache.hydrate import DatasetMetrics, Hydrator
+from nvmeof_csi.cache.volumes import DatasetVolumes
+from nvmeof_csi.config import Endpoint, Mode, Settings
+from nvmeof_csi.csi.server import bind, build_server
+from nvmeof_csi.errors import DriverError
+from nvmeof_csi.gen import csi_pb2, csi_pb2_grpc
+from nvmeof_csi.host.executor import SubprocessExecutor
+from nvmeof_csi.nodeid import HostNqnNodes
+from nvmeof_csi.nvmeof.backend import AgentBackend
+from nvmeof_csi.nvmeof.client import AgentClient, AgentTarget
+from nvmeof_csi.nvmeof.target.configfs import Nvmet
+from nvmeof_csi.nvmeof.target.service import TargetAgent
+from nvmeof_csi.nvmeof.target.state import StateStore
+from nvmeof_csi.nvmeof.target.store import FileStore
+from nvmeof_csi.service.volumes import VolumeService
+from nvmeof_csi.topology.fabric_map import AgentEntry, FabricMap
+from nvmeof_csi.wiring import Services
+from tests.agent_fixtures import PORTALS, LocalAgent, plain_configfs, start_agent
+from tests.alluxio.conftest import Alluxio, Dataset, make_dataset
+from tests.component.test_servicers import mount_cap
+
+MiB = 1 << 20
+FABRIC = FabricMap((AgentEntry("store-a", Endpoint.parse("unix:///a"), "f1", "z1", ("tcp",)),))
+
+
+@dataclass
+class Stack:
+    agent: TargetAgent
+    registry: CollectorRegistry
+    stub: csi_pb2_grpc.ControllerStub
+    pool: Path
+
+    async def create(self, name: str, params: dict[str, str], size: int = 512 * MiB) -> csi_pb2.Volume:
+        reply = await self.stub.CreateVolume(csi_pb2.CreateVolumeRequest(
+            name=name, capacity_range=csi_pb2.CapacityRange(required_bytes=size),
+            volume_capabilities=[mount_cap()], parameters=params), timeout=1800)
+        return reply.volume
+
+    async def delete(self, volume_id: str) -> None:
+        await self.stub.DeleteVolume(csi_pb2.DeleteVolumeRequest(volume_id=volume_id), timeout=300)
+
+    def backing(self, volume: csi_pb2.Volume) -> Path:
+        return self.agent.store.volume_path(volume.volume_id.rsplit(".", 1)[1])
+
+
+@pytest.fixture
+async def stack(tmp_path: Path, alluxio: Alluxio) -> AsyncIterator[Stack]:
+    (tmp_path / "pool").mkdir()
+    registry = CollectorRegistry()
+    rest = AlluxioRest(alluxio.cluster.proxy_url, alluxio.cluster.job_url, timeout=20, attempts=3)
+    hydrator = Hydrator(rest, JobServiceLoader(rest), SubprocessExecutor(), DatasetMetrics(registry))
+    agent = TargetAgent(
+        name="store-a", nvmet=Nvmet(plain_configfs(tmp_path / "nvmet"), plain_tree=True),
+        store=FileStore(tmp_path / "pool"), state=StateStore(tmp_path / "state" / "agent-state.json"),
+        portals=PORTALS, datasets=DatasetVolumes(hydrator, tmp_path / "pool" / ".hydrate"),
+    )
+    agent.converge()  # as the agent process does at start (prepares the pool)
+    backend = AgentBackend(FABRIC, client=lambda _: LocalAgent(agent))
+    sock = tmp_path / "ctrl.sock"
+    settings = Settings(mode=Mode.CONTROLLER, endpoint=Endpoint.parse(f"unix://{sock}"))
+    server = build_server(settings, Services(volumes=VolumeService(backend, HostNqnNodes()), checks=[]))
+    bind(server, settings.endpoint)
+    await server.start()
+    channel = grpc.aio.insecure_channel(f"unix://{sock}")
+    yield Stack(agent, registry, csi_pb2_grpc.ControllerStub(channel), tmp_path / "pool")
+    await channel.close()
+    await server.stop(1)
+
+
+def files_in_volume(backing: Path, dest: Path) -> dict[str, str]:
+    """Every file of the ext4 filesystem in ``backing`` (read with debugfs, no mount) -> sha256."""
+    dest.mkdir(parents=True)
+    subprocess.run(["debugfs", "-R", f"rdump / {dest}", str(backing)], check=True, capture_output=True, timeout=600)
+    return {str(p.relative_to(dest)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(dest.rglob("*")) if p.is_file() and "lost+found" not in p.parts}
+
+
+def worker_bytes(alluxio: Alluxio) -> tuple[float, float]:
+    """(bytes the worker read from the under-store, bytes it served to clients) from its own metrics."""
+    metrics = alluxio.rest.metrics(alluxio.cluster.worker_web_url)
+    ufs = sum(v for k, v in metrics.items() if k.startswith("Worker.BytesReadPerUfs."))
+    served = sum(v for k, v in metrics.items() if k.startswith(("Worker.BytesReadRemote", "Worker.BytesReadDomain")))
+    return ufs, served
+
+
+def wait_for(check: Callable[[], bool], timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():
+            return True
+        time.sleep(0.5)
+    return check()
+
+
+# -- the client on its own ---------------------------------------------------------------------------------
+def test_client_namespace_pin_ttl_free_lifecycle(alluxio: Alluxio, tmp_path: Path) -> None:
+    rest = alluxio.rest
+    small = make_dataset(tmp_path / "small", files=4, seed=3)
+    rest.mount("/client-test", str(small.root))
+    try:
+        files = rest.files("/client-test")
+        assert [f.path.removeprefix("/client-test/") for f in files] == sorted(small.checksums)
+        first = files[0]
+        assert first.in_alluxio_percentage == 0 and first.length == (small.root / sorted(small.checksums)[0]).stat().st_size
+        data = b"".join(rest.read(first.path))
+        assert hashlib.sha256(data).hexdigest() == small.checksums[sorted(small.checksums)[0]]
+        cached = rest.get_status(first.path)
+        assert cached.in_alluxio_percentage == 100 and cached.locations and cached.locations[0].tier in ("MEM", "SSD")
+
+        rest.set_attribute("/client-test", pinned=True)
+        assert rest.get_status(first.path).pinned and rest.get_status("/client-test").pinned
+        rest.set_attribute("/client-test", ttl_ms=3_600_000, ttl_action="FREE")
+        status = rest.get_status("/client-test")
+        assert (status.ttl_ms, status.ttl_action) == (3_600_000, "FREE")
+
+        rest.set_attribute("/client-test", pinned=False)
+        rest.free("/client-test")
+        assert wait_for(lambda: rest.get_status(first.path).in_alluxio_percentage == 0, 30)
+
+        # TTL with action FREE: the cached copy goes, the file stays
+        b"".join(rest.read(files[1].path))
+        assert rest.get_status(files[1].path).in_alluxio_percentage == 100
+        rest.set_attribute(files[1].path, ttl_ms=1000, ttl_action="FREE", recursive=False)
+        assert wait_for(lambda: rest.get_status(files[1].path).in_alluxio_percentage == 0, 60)
+        assert rest.exists(files[1].path)
+
+        with pytest.raises(CacheNotFound):
+            rest.get_status("/client-test/no-such-file")
+    finally:
+        rest.unmount("/client-test")
+    assert not rest.exists("/client-test")
+
+
+def test_load_job_warms_the_cache(alluxio: Alluxio, tmp_path: Path) -> None:
+    rest, loader = alluxio.rest, JobServiceLoader(alluxio.rest)
+    small = make_dataset(tmp_path / "load", files=3, seed=5)
+    rest.mount("/load-test", str(small.root))
+    try:
+        paths = [f.path for f in rest.files("/load-test")]
+        job = loader.load(paths)
+        assert wait_for(lambda: loader.job_status(job).finished, 120)
+        assert loader.job_status(job).status == "COMPLETED", loader.job_status(job)
+        assert all(rest.get_status(p).in_alluxio_percentage == 100 for p in paths)
+    finally:
+        rest.free("/load-test")
+        rest.unmount("/load-test")
+
+
+def test_unreachable_alluxio_is_unavailable_after_retries() -> None:
+    rest = AlluxioRest("http://127.0.0.1:9", "http://127.0.0.1:9", timeout=2, attempts=2)
+    with pytest.raises(CacheUnavailable, match="unreachable"):
+        rest.exists("/x")
+
+
+# -- dataset volumes ---------------------------------------------------------------------------------------
+async def test_cold_then_warm_hydration_pin_and_release(
+    stack: Stack, alluxio: Alluxio, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    ds = alluxio.dataset
+    params = {"dataset.uri": str(ds.root), "dataset.path": "/datasets/train", "dataset.ttl": "86400"}
+    begin = time.monotonic()
+    vol_a = await stack.create("train-a", params)
+    cold_s = time.monotonic() - begin
+    ufs0, served0 = worker_bytes(alluxio)
+    begin = time.monotonic()
+    vol_b = await stack.create("train-b", params)
+    warm_s = time.monotonic() - begin
+    ufs1, served1 = worker_bytes(alluxio)
+
+    from_ufs, served = ufs1 - ufs0, served1 - served0
+    hit = 1 - from_ufs / ds.bytes  # every byte of B was read (checksums below); Alluxio says how many came from the UFS
+    with capsys.disabled():
+        print(f"\nalluxio: {len(ds.checksums)} files, {ds.bytes / MiB:.0f} MiB; cold {cold_s:.1f}s, warm {warm_s:.1f}s; "
+              f"volume B: worker served {served / MiB:.0f} MiB, read {from_ufs / MiB:.1f} MiB from the UFS "
+              f"-> {100 * hit:.1f}% from cache")
+    assert served >= 0.9 * ds.bytes, "volume B's bytes did not come through the Alluxio worker"
+    assert hit >= 0.90, f"only {100 * hit:.1f}% of volume B's bytes came from the cache"
+
+    for vol, name in ((vol_a, "a"), (vol_b, "b")):
+        assert files_in_volume(stack.backing(vol), tmp_path / name) == ds.checksums, f"volume {name} differs"
+    labels_b = stack.agent.get_volume(name="train-b").record.labels
+    assert float(labels_b["dataset.hitRatio"]) >= 0.9 and labels_b["dataset.files"] == str(len(ds.checksums))
+    assert float(stack.agent.get_volume(name="train-a").record.labels["dataset.hitRatio"]) < 0.1  # cold
+    assert labels_b["dataset.workers"] == "127.0.0.1"
+    assert 'nvmeof_csi_dataset_bytes_total{dataset="/datasets/train",source="cache"}' in generate_latest(
+        stack.registry).decode()
+
+    sample = "/datasets/train/" + sorted(ds.checksums)[0]
+    status = alluxio.rest.get_status("/datasets/train")
+    assert status.pinned and status.ttl_ms == 86_400_000 and status.ttl_action == "FREE"
+    await stack.delete(vol_a.volume_id)
+    assert alluxio.rest.get_status(sample).pinned, "B still references the data set: it must stay pinned"
+    assert alluxio.rest.get_status(sample).in_alluxio_percentage == 100
+    await stack.delete(vol_b.volume_id)
+    assert not alluxio.rest.get_status(sample).pinned
+    assert wait_for(lambda: alluxio.rest.get_status(sample).in_alluxio_percentage == 0, 60), "not freed"
+    assert stack.agent.list_volumes() == []
+    assert list((stack.pool / "volumes").iterdir()) == []
+
+
+async def test_alluxio_killed_mid_hydration_is_unavailable_then_the_retry_succeeds(
+    stack: Stack, alluxio: Alluxio, tmp_path: Path
+) -> None:
+    ds: Dataset = make_dataset(tmp_path / "kill-ufs", files=300, seed=11)
+    params = {"dataset.uri": str(ds.root), "dataset.path": "/datasets/kill"}
+    killed = threading.Event()
+
+    def kill_when_copying() -> None:
+        def copying() -> bool:
+            try:
+                return "copying" in stack.agent.get_volume(name="kill-a").progress
+            except Exception:  # not created yet
+                return False
+        if wait_for(copying, 300):
+            alluxio.cluster.kill()
+            killed.set()
+
+    killer = threading.Thread(target=kill_when_copying)
+    killer.start()
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await stack.create("kill-a", params)
+    killer.join()
+    assert killed.is_set(), "hydration finished before Alluxio could be killed"
+    assert err.value.code() == grpc.StatusCode.UNAVAILABLE, err.value.details()
+    assert stack.agent.list_volumes() == [], "a half-created volume was left"
+    assert list((stack.pool / "volumes").iterdir()) == [], "a backing file was left"
+    assert not any((stack.pool / ".hydrate").iterdir()), "a hydration work folder was left"
+
+    await asyncio.to_thread(alluxio.cluster.restart)
+    vol = await stack.create("kill-a", params)
+    assert files_in_volume(stack.backing(vol), tmp_path / "kill-check") == ds.checksums
+    await stack.delete(vol.volume_id)
+    assert stack.agent.list_volumes() == []
+
+
+def test_agent_killed_mid_hydration_resumes_after_restart(alluxio: Alluxio, tmp_path: Path) -> None:
+    """A real agent process, SIGKILLed while copying: restarted, it serves at once and finishes the volume in
+    the background from its journal (files already copied are not read again)."""
+    ds = make_dataset(tmp_path / "resume-ufs", files=300, seed=23)
+    work = tmp_path / "agent"
+    extra = ["--alluxio-proxy", alluxio.cluster.proxy_url, "--alluxio-job", alluxio.cluster.job_url]
+    params = {"dataset.uri": str(ds.root), "dataset.path": "/datasets/resume", "dataset.pin": "false"}
+    running = start_agent(work, extra)
+
+    def client() -> AgentClient:
+        return AgentClient(AgentTarget("store-a", Endpoint.parse(running.unix)), 30)
+
+    def create() -> None:
+        with contextlib.suppress(DriverError), client() as c:
+            c.create_volume("resume-a", 512 * MiB, params, timeout=600)
+
+    creator = threading.Thread(target=create)
+    creator.start()
+    journals = lambda: list((work / "pool" / ".hydrate").glob("*/journal.jsonl"))  # noqa: E731
+    try:
+        assert wait_for(lambda: bool(journals()) and len(journals()[0].read_text().splitlines()) >= 30, 300)
+        running.proc.kill()
+        running.proc.wait(30)
+        creator.join(60)
+        copied_before = len(journals()[0].read_text().splitlines())
+        vol_uuid = journals()[0].parent.name
+        log_size = (work / "agent.log").stat().st_size
+
+        (work / "agent.sock").unlink()  # the killed agent's socket file (start_agent waits for a new one)
+        running = start_agent(work, extra)  # serves right away; the hydration resumes in the background
+
+        def ready(c: AgentClient) -> bool:
+            try:
+                return c.get_volume(vol_uuid).status == "ready"
+            except DriverError:
+                return False
+
+        with client() as c:
+            assert wait_for(lambda: ready(c), 600), (work / "agent.log").read_text()[-3000:]
+            labels = dict(c.get_volume(vol_uuid).labels)
+        after = (work / "agent.log").read_text()[log_size:]
+        assert "dataset hydration resumes in the background" in after
+        assert "resumed hydration finished" in after
+        assert labels["dataset.files"] == "300"
+        assert files_in_volume(work / "pool" / "volumes" / f"{vol_uuid}.img", tmp_path / "check") == ds.checksums
+        assert copied_before < 300, "the kill came too late to test resuming"
+        with client() as c:
+            c.delete_volume(vol_uuid)
+            assert c.list_volumes() == []
+    finally:
+        running.proc.kill()
+        running.proc.wait(30)

@@ -1,0 +1,150 @@
+"""Dataset volumes without Alluxio: parameter validation, resumable hydration (fake cache, fake mkfs), the
+release rule and the nvmeofctl summary. The real Alluxio runs in the alluxio tier."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from nvmeof_csi.cache.client import CacheUnavailable, FileStatus, JobStatus
+from nvmeof_csi.cache.dataset import DatasetSpec
+from nvmeof_csi.cache.hydrate import DatasetMetrics, Hydrator, Progress
+from nvmeof_csi.cache.volumes import DatasetVolumes
+from nvmeof_csi.cli.datasets import summarize
+from nvmeof_csi.errors import InvalidArgument, OutOfRange
+from nvmeof_csi.host.executor import Result
+
+
+@pytest.mark.parametrize(("params", "message"), [
+    ({"dataset.path": "relative"}, "absolute"),
+    ({"dataset.uri": "/d", "dataset.ttl": "soon"}, "dataset.ttl"),
+    ({"dataset.uri": "/d", "dataset.ttl": "-1"}, "negative"),
+    ({"dataset.uri": "/d", "dataset.medium": "tape"}, "dataset.medium"),
+    ({"dataset.uri": "/d", "dataset.pin": "yes"}, "dataset.pin"),
+    ({"dataset.uri": "/d", "dataset.colour": "x"}, "dataset.colour"),
+    ({"dataset.pin": "true"}, "needs 'dataset.uri' or 'dataset.path'"),
+])
+def test_bad_dataset_parameters_are_named(params: dict[str, str], message: str) -> None:
+    with pytest.raises(InvalidArgument, match=message):
+        DatasetSpec.from_parameters(params)
+
+
+def test_dataset_spec_defaults() -> None:
+    assert DatasetSpec.from_parameters({"transport": "tcp"}) is None
+    spec = DatasetSpec.from_parameters({"dataset.uri": "s3://b/imagenet", "dataset.medium": "ssd"})
+    assert spec is not None and spec.path.startswith("/datasets/") and spec.pin and spec.medium == "SSD"
+    assert spec == DatasetSpec.from_parameters({"dataset.uri": "s3://b/imagenet", "dataset.medium": "SSD"})
+
+
+class FakeCache:
+    def __init__(self, files: dict[str, bytes], fail_after: int | None = None) -> None:
+        self.files, self.fail_after, self.reads, self.attrs = files, fail_after, 0, []  # type: ignore[var-annotated]
+        self.loaded: list[list[str]] = []
+        self.freed = False
+
+    def exists(self, path: str) -> bool:
+        return True
+
+    def files_(self) -> list[FileStatus]:
+        return [FileStatus(f"/ds/{k}", False, len(v), False, -1, "", 0, (), "") for k, v in sorted(self.files.items())]
+
+    def read(self, path: str) -> Iterator[bytes]:
+        if self.fail_after is not None and self.reads >= self.fail_after:
+            raise CacheUnavailable("Alluxio at http://127.0.0.1:1 unreachable: ConnectionError")
+        self.reads += 1
+        yield self.files[path.removeprefix("/ds/")]
+
+    def set_attribute(self, path: str, **kw: object) -> None:
+        self.attrs.append((path, kw))
+
+    def free(self, path: str) -> None:
+        self.freed = True
+
+    # loader
+    def load(self, paths: list[str], replication: int = 1) -> int:
+        self.loaded.append(paths)
+        return len(self.loaded)
+
+    def job_status(self, job_id: int) -> JobStatus:
+        return JobStatus(job_id, "COMPLETED", "")
+
+    def cancel(self, job_id: int) -> None: ...
+
+
+class FakeMkfs:
+    def __init__(self) -> None:
+        self.trees: list[dict[str, bytes]] = []
+
+    def run(self, argv: Sequence[str], *, timeout: float, check: bool = True, stdin: str | None = None,
+            secrets: Sequence[str] = ()) -> Result:
+        tree = Path(argv[argv.index("-d") + 1])
+        self.trees.append({str(p.relative_to(tree)): p.read_bytes() for p in tree.rglob("*") if p.is_file()})
+        return Result(0, "", "")
+
+
+def hydrator(cache: FakeCache, mkfs: FakeMkfs) -> Hydrator:
+    rest = SimpleNamespace(exists=cache.exists, files=lambda _p: cache.files_(), read=cache.read,
+                           set_attribute=cache.set_attribute, free=cache.free)
+    return Hydrator(rest, cache, mkfs, DatasetMetrics(CollectorRegistry()), sleep=lambda _s: None)  # type: ignore[arg-type]
+
+
+def test_hydration_resumes_from_its_journal_and_builds_the_filesystem_once(tmp_path: Path) -> None:
+    files = {f"d{i % 3}/f{i}.bin": bytes([i]) * (1000 + i) for i in range(10)}
+    spec = DatasetSpec("/ds", pin=True, ttl_seconds=60, medium="MEM")
+    cache, mkfs = FakeCache(files, fail_after=4), FakeMkfs()
+    seen: list[Progress] = []
+    with pytest.raises(CacheUnavailable):
+        hydrator(cache, mkfs).hydrate(spec, tmp_path / "vol.img", 1 << 30, tmp_path / "work", seen.append)
+    assert cache.reads == 4 and mkfs.trees == []
+    journal = (tmp_path / "work" / "journal.jsonl").read_text().splitlines()
+    assert len(journal) == 4 and all(json.loads(line)["sha256"] for line in journal)
+
+    cache.fail_after = None
+    result = hydrator(cache, mkfs).hydrate(spec, tmp_path / "vol.img", 1 << 30, tmp_path / "work", seen.append)
+    assert cache.reads == 10, "the 4 journaled files must not be read again"
+    assert mkfs.trees == [files] and result.files == 10 and result.bytes == sum(map(len, files.values()))
+    assert result.ufs_bytes == result.bytes and result.hit_ratio == 0.0  # nothing was cached beforehand
+    assert ("/ds", {"pinned": True, "pinned_media": ["MEM"]}) in cache.attrs
+    assert ("/ds", {"ttl_ms": 60_000, "ttl_action": "FREE"}) in cache.attrs
+    assert seen[-1].phase == "done" and not (tmp_path / "work" / "tree").exists()
+    again = hydrator(cache, mkfs).hydrate(spec, tmp_path / "vol.img", 1 << 30, tmp_path / "work", seen.append)
+    assert again == result and len(mkfs.trees) == 1, "a completed hydration is not repeated"
+
+
+def test_a_data_set_larger_than_the_volume_is_out_of_range(tmp_path: Path) -> None:
+    cache = FakeCache({"big.bin": b"x" * (1 << 20)})
+    with pytest.raises(OutOfRange, match="the volume needs at least"):
+        hydrator(cache, FakeMkfs()).hydrate(DatasetSpec("/ds"), tmp_path / "v", 1 << 20, tmp_path / "w", print)
+
+
+def test_release_only_after_the_last_volume(tmp_path: Path) -> None:
+    cache = FakeCache({})
+    volumes = DatasetVolumes(hydrator(cache, FakeMkfs()), tmp_path)
+    spec = DatasetSpec("/ds")
+    volumes.release_if_unused(spec, [{"dataset.path": "/other"}, {"dataset.path": "/ds"}])
+    assert not cache.freed
+    volumes.release_if_unused(spec, [{"dataset.path": "/other"}, {}])
+    assert cache.freed and ("/ds", {"pinned": False}) in cache.attrs
+
+
+def test_nvmeofctl_datasets_summary() -> None:
+    def vol(name: str, status: str = "ready", **labels: str) -> SimpleNamespace:
+        return SimpleNamespace(name=name, status=status, parameters={"dataset.path": "/ds/a"}, labels=labels)
+
+    rows = summarize([
+        ("s1", vol("a", **{"dataset.bytes": "100", "dataset.cacheBytes": "0", "dataset.ufsBytes": "100",
+                           "dataset.workers": "w1"})),
+        ("s1", vol("b", **{"dataset.bytes": "100", "dataset.cacheBytes": "100", "dataset.ufsBytes": "0",
+                           "dataset.workers": "w1,w2"})),
+        ("s2", vol("c", status="creating", **{"dataset.progress": "copying: 3/10 files, 1/4 MiB"})),
+        ("s2", SimpleNamespace(name="plain", status="ready", parameters={}, labels={})),
+    ])
+    assert len(rows) == 1
+    row = rows[0]
+    assert row["volumes"] == ["s1/a", "s1/b"] and row["hit_ratio"] == "0.500" and row["cached_on"] == ["w1", "w2"]
+    assert row["hydrating"] == ["s2/c: copying: 3/10 files, 1/4 MiB"]
