@@ -95,8 +95,11 @@ class Settings:
     fabric_map: Path | None = None
     zone: str = ""
     allow_single_path: bool = False
+    alluxio_proxy: str = ""
 
     def __post_init__(self) -> None:
+        if self.alluxio_proxy and not self.alluxio_proxy.startswith(("http://", "https://")):
+            raise ConfigError(f"--alluxio-proxy {self.alluxio_proxy!r} must start with http:// or https://")
         if self.backend is Backend.NVMEOF and self.mode.controller and self.fabric_map is None:
             raise ConfigError("backend nvmeof needs --fabric-map (the YAML list of target agents) for the controller")
         if not self.node_id:

@@ -57,6 +57,10 @@ def serve(
     allow_single_path: Annotated[
         bool, typer.Option(help="Stage multi-portal volumes over one path when native multipath is off.")
     ] = False,
+    alluxio_proxy: Annotated[
+        str, typer.Option(envvar=env_var("ALLUXIO_PROXY"), help="Alluxio REST proxy URL: place dataset volumes "
+                          "next to the worker caching their data set (fabric map alluxioHost).")
+    ] = "",
 ) -> None:
     """Run the CSI gRPC server (controller, node or both) until SIGTERM."""
     settings = settings_or_exit("nvmeof-csi", lambda: Settings(
@@ -73,6 +77,7 @@ def serve(
             fabric_map=fabric_map,
             zone=zone,
             allow_single_path=allow_single_path,
+            alluxio_proxy=alluxio_proxy,
     ))
     logctx.install(settings.log_level)
     if settings.backend is Backend.LOOP:

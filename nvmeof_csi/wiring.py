@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 
 from nvmeof_csi import TOPOLOGY_FABRIC, TOPOLOGY_RDMA
 from nvmeof_csi.backends.loop import LoopConnector, LoopTargetBackend
+from nvmeof_csi.cache.client import AlluxioRest
+from nvmeof_csi.cache.locality import CacheLocality
 from nvmeof_csi.config import Backend, Settings
 from nvmeof_csi.host.executor import Executor, SubprocessExecutor
 from nvmeof_csi.host.filesystems import Filesystems
@@ -54,7 +56,8 @@ def build_services(settings: Settings, executor: Executor | None = None) -> Serv
         nodes: NodeDirectory
         if settings.backend is Backend.NVMEOF:
             assert settings.fabric_map is not None
-            backend = AgentBackend(load_fabric_map(settings.fabric_map))
+            locality = CacheLocality(AlluxioRest(settings.alluxio_proxy, "")) if settings.alluxio_proxy else None
+            backend = AgentBackend(load_fabric_map(settings.fabric_map), locality=locality)
             nodes = HostNqnNodes()
         else:
             backend = LoopTargetBackend(settings.state_dir / "loop", settings.loop_capacity_bytes, topology)

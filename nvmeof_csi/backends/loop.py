@@ -18,6 +18,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from nvmeof_csi.cache.dataset import DatasetSpec
 from nvmeof_csi.errors import (
     AlreadyExists,
     FailedPrecondition,
@@ -125,6 +126,9 @@ class LoopTargetBackend:
             return existing
         if source is not None:
             raise InvalidArgument("the loop backend cannot fill a volume from a snapshot or volume")
+        if DatasetSpec.from_parameters(parameters) is not None:
+            raise FailedPrecondition("the loop backend cannot fill dataset volumes (use the nvmeof backend with "
+                                     "agents started with --alluxio-proxy)")
         if requirement and requirement.requisite and not any(
             all(self._topology.get(k) == v for k, v in t.items() if k in self._topology) for t in requirement.requisite
         ):

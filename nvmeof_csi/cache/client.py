@@ -62,22 +62,27 @@ class FileStatus:
     in_alluxio_percentage: int
     locations: tuple[BlockLocation, ...]
     ufs_path: str
+    block_hosts: tuple[tuple[str, ...], ...] = ()  # per block: the worker hosts holding a copy
 
     @classmethod
     def from_json(cls, doc: dict[str, Any]) -> FileStatus:
         """A proxy URIStatus (fields under ``fileInfo``) or a bare FileInfo."""
         doc = doc.get("fileInfo", doc)
         locations = []
+        block_hosts = []
         for fbi in doc.get("fileBlockInfos") or []:
+            hosts = []
             for loc in (fbi.get("blockInfo") or {}).get("locations") or []:
                 host = (loc.get("workerAddress") or {}).get("host", "")
                 locations.append(BlockLocation(host, loc.get("tierAlias", "")))
+                hosts.append(host)
+            block_hosts.append(tuple(hosts))
         ttl = doc.get("ttl", -1)
         return cls(
             path=doc.get("path", ""), folder=bool(doc.get("folder")), length=int(doc.get("length", 0)),
             pinned=bool(doc.get("pinned")), ttl_ms=int(ttl if ttl is not None else -1),
             ttl_action=str(doc.get("ttlAction", "")), in_alluxio_percentage=int(doc.get("inAlluxioPercentage", 0)),
-            locations=tuple(locations), ufs_path=doc.get("ufsPath", ""),
+            locations=tuple(locations), ufs_path=doc.get("ufsPath", ""), block_hosts=tuple(block_hosts),
         )
 
 

@@ -7,6 +7,9 @@ from typing import Annotated, Any
 
 import typer
 
+from nvmeof_csi.cache.client import AlluxioRest
+from nvmeof_csi.cache.dataset import DatasetSpec
+from nvmeof_csi.cache.locality import bytes_by_host, node_label
 from nvmeof_csi.cli.context import state
 from nvmeof_csi.cli.output import human_bytes, render
 
@@ -54,3 +57,21 @@ def list_datasets(ctx: typer.Context, target: Target = None) -> None:
         with cli.client(t) as client:
             volumes += [(t.name, v) for v in client.list_volumes()]
     render(summarize(volumes), COLUMNS, cli.output, title="datasets")
+
+
+@app.command("labels")
+def labels(
+    ctx: typer.Context,
+    path: Annotated[str, typer.Argument(help="The data set's Alluxio path (the StorageClass 'dataset.path').")],
+    alluxio_proxy: Annotated[str, typer.Option("--alluxio-proxy", envvar="NVMEOF_CSI_ALLUXIO_PROXY",
+                                               help="Alluxio REST proxy URL.")],
+) -> None:
+    """Node labels a scheduler can use: for each Alluxio worker host caching the data set, the bytes it holds
+    and the label (with the `kubectl label node` line) that marks the node as close to the data set."""
+    spec = DatasetSpec(path)
+    held = bytes_by_host(AlluxioRest(alluxio_proxy, ""), spec.path)
+    key = node_label(spec)
+    rows = [{"host": host, "cached": human_bytes(size), "label": f"{key}=cached",
+             "command": f"kubectl label node {host} --overwrite {key}=cached"}
+            for host, size in sorted(held.items(), key=lambda item: -item[1])]
+    render(rows, ("host", "cached", "label", "command"), state(ctx).output, title=f"where {path} is cached")

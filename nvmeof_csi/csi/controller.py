@@ -15,6 +15,7 @@ import grpc
 from google.protobuf.timestamp_pb2 import Timestamp
 from google.protobuf.wrappers_pb2 import Int64Value
 
+from nvmeof_csi.cache.dataset import DatasetSpec
 from nvmeof_csi.csi import capabilities, params, volume_id
 from nvmeof_csi.csi.common import blocking, require
 from nvmeof_csi.errors import InvalidArgument, NotFound, OutOfRange, Unimplemented
@@ -123,6 +124,8 @@ class ControllerServicer(csi_pb2_grpc.ControllerServicer):
             raise InvalidArgument("name must be at most 128 bytes")
         specs = capabilities.check_all(request.volume_capabilities)
         params.parse(request.parameters)
+        if DatasetSpec.from_parameters(request.parameters) and any(s.fs_type not in ("", "ext4") for s in specs):
+            raise InvalidArgument("dataset volumes are filled as ext4: fsType must be ext4 (or empty)")
         rng = _within_filesystem_floor(_range(request.capacity_range), specs)
         source = _source(request)
         if source is not None and not self._volumes.supports_snapshots:

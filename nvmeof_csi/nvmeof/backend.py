@@ -78,9 +78,13 @@ def transport_of(parameters: Mapping[str, str] | None) -> str:
 class AgentBackend:
     supports_snapshots = True
 
-    def __init__(self, fabric: FabricMap, client: Callable[[AgentEntry], AgentApi] = default_client) -> None:
+    def __init__(
+        self, fabric: FabricMap, client: Callable[[AgentEntry], AgentApi] = default_client,
+        locality: Callable[[DatasetSpec], Mapping[str, int]] | None = None,
+    ) -> None:
         self.fabric = fabric
         self._factory = client
+        self._locality = locality
         self._clients: dict[str, AgentApi] = {}
         self._lock = threading.Lock()
 
@@ -184,7 +188,7 @@ class AgentBackend:
         elif source is not None:
             entry = self._source_agent(source, transport, requirement)
         else:
-            entry = place(self._candidates(), capacity_bytes, transport, requirement)
+            entry = place(self._candidates(), capacity_bytes, transport, requirement, self._cached_near(parameters))
         created = self._client(entry).create_volume(
             name, capacity_bytes, parameters, {"csi.nvmeof.io/name": name},
             source_volume=source.ref.uuid if source and source.kind == "volume" else "",
@@ -205,6 +209,18 @@ class AgentBackend:
                 )
                 winner = self._volume(winner_entry, finished)
         return winner
+
+    def _cached_near(self, parameters: Mapping[str, str]) -> dict[str, int]:
+        """For a dataset volume: agent name -> bytes of the data set cached on the Alluxio worker next to it."""
+        spec = DatasetSpec.from_parameters(parameters)
+        if spec is None or self._locality is None:
+            return {}
+        try:
+            held = self._locality(spec)
+        except DriverError as err:
+            log.warning("data set %s: cache locality unknown (%s); placing by capacity", spec.path, err)
+            return {}
+        return {a.name: held.get(a.alluxio_host, 0) for a in self.fabric.agents if a.alluxio_host}
 
     def _source_agent(
         self, source: ContentSource, transport: str, requirement: TopologyRequirement | None

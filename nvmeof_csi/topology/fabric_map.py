@@ -36,6 +36,7 @@ class AgentEntry:
     transports: tuple[str, ...] = ("tcp",)
     tls: TlsFiles | None = None
     allow_plaintext_loopback: bool = False
+    alluxio_host: str = ""  # the Alluxio worker next to this agent: data sets it caches are local here
 
 
 @dataclass(frozen=True)
@@ -70,6 +71,7 @@ def _entry(raw: Any, index: int) -> AgentEntry:
     entry = AgentEntry(
         name=name, endpoint=endpoint, fabric=str(raw["fabric"]), zone=str(raw.get("zone", "")),
         transports=transports, tls=tls, allow_plaintext_loopback=bool(raw.get("allowPlaintextLoopback", False)),
+        alluxio_host=str(raw.get("alluxioHost", "")),
     )
     if not valid_location(entry.fabric):
         raise ConfigError(f"{where}: fabric {entry.fabric!r} must be a DNS label")

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import json
 import subprocess
 import threading
 import time
@@ -17,10 +18,13 @@ from pathlib import Path
 import grpc
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
+from typer.testing import CliRunner
 
 from nvmeof_csi.cache.client import AlluxioRest, CacheNotFound, CacheUnavailable, JobServiceLoader
 from nvmeof_csi.cache.hydrate import DatasetMetrics, Hydrator
+from nvmeof_csi.cache.locality import CacheLocality, bytes_by_host
 from nvmeof_csi.cache.volumes import DatasetVolumes
+from nvmeof_csi.cli.main import app as cli_app
 from nvmeof_csi.config import Endpoint, Mode, Settings
 from nvmeof_csi.csi.server import bind, build_server
 from nvmeof_csi.errors import DriverError
@@ -35,6 +39,7 @@ from nvmeof_csi.nvmeof.target.state import StateStore
 from nvmeof_csi.nvmeof.target.store import FileStore
 from nvmeof_csi.service.volumes import VolumeService
 from nvmeof_csi.topology.fabric_map import AgentEntry, FabricMap
+from nvmeof_csi.topology.placement import Candidate, place
 from nvmeof_csi.wiring import Services
 from tests.agent_fixtures import PORTALS, LocalAgent, plain_configfs, start_agent
 from tests.alluxio.conftest import Alluxio, Dataset, make_dataset
@@ -205,6 +210,24 @@ async def test_cold_then_warm_hydration_pin_and_release(
     assert labels_b["dataset.workers"] == "127.0.0.1"
     assert 'nvmeof_csi_dataset_bytes_total{dataset="/datasets/train",source="cache"}' in generate_latest(
         stack.registry).decode()
+
+    # locality: the worker next to store-a holds the data set, so a dataset volume goes there even though
+    # store-b has more room; and the node labels a scheduler can use
+    held = bytes_by_host(alluxio.rest, "/datasets/train")
+    assert held.get("127.0.0.1", 0) >= 0.9 * ds.bytes, held
+    two = FabricMap((AgentEntry("store-a", Endpoint.parse("unix:///a"), "f1", alluxio_host="127.0.0.1"),
+                     AgentEntry("store-b", Endpoint.parse("unix:///b"), "f1", alluxio_host="10.9.9.9")))
+    near = AgentBackend(two, client=lambda _: LocalAgent(stack.agent), locality=CacheLocality(alluxio.rest))
+    cached = near._cached_near(params)
+    assert cached == {"store-a": held["127.0.0.1"], "store-b": 0}
+    roomier = [Candidate(two.agents[0], 1 << 30), Candidate(two.agents[1], 1 << 40)]
+    assert place(roomier, 512 * MiB, "tcp", None, cached).name == "store-a"
+    assert place(roomier, 512 * MiB, "tcp", None, {}).name == "store-b"
+    out = CliRunner().invoke(cli_app, ["-o", "json", "datasets", "labels", "/datasets/train", "--alluxio-proxy",
+                                       alluxio.cluster.proxy_url])
+    assert out.exit_code == 0, out.output
+    rows = json.loads(out.output)
+    assert [r["host"] for r in rows] == ["127.0.0.1"] and rows[0]["label"].startswith("dataset.csi.nvmeof.io/")
 
     sample = "/datasets/train/" + sorted(ds.checksums)[0]
     status = alluxio.rest.get_status("/datasets/train")

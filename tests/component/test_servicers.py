@@ -110,6 +110,8 @@ BAD = [
     (C, "CreateVolume", csi_pb2.CreateVolumeRequest(name="a", volume_capabilities=[mount_cap(Mode.MULTI_NODE_MULTI_WRITER)]), "INVALID_ARGUMENT", "MULTI_NODE_MULTI_WRITER"),
     (C, "CreateVolume", csi_pb2.CreateVolumeRequest(name="a", volume_capabilities=[mount_cap()], capacity_range=csi_pb2.CapacityRange(required_bytes=1 << 50)), "OUT_OF_RANGE", "largest"),
     (C, "CreateVolume", csi_pb2.CreateVolumeRequest(name="a", volume_capabilities=[mount_cap(fs="xfs")], capacity_range=csi_pb2.CapacityRange(required_bytes=64 << 20, limit_bytes=100 << 20)), "OUT_OF_RANGE", "xfs needs at least 314572800 bytes"),
+    (C, "CreateVolume", csi_pb2.CreateVolumeRequest(name="a", volume_capabilities=[mount_cap(fs="xfs")], parameters={"dataset.uri": "/d"}), "INVALID_ARGUMENT", "filled as ext4"),
+    (C, "CreateVolume", csi_pb2.CreateVolumeRequest(name="a", volume_capabilities=[mount_cap()], parameters={"dataset.uri": "/d", "dataset.ttl": "x"}), "INVALID_ARGUMENT", "dataset.ttl"),
     (C, "CreateVolume", csi_pb2.CreateVolumeRequest(name="a", volume_capabilities=[mount_cap()], accessibility_requirements=csi_pb2.TopologyRequirement(requisite=[csi_pb2.Topology(segments={"topology.csi.nvmeof.io/fabric": "elsewhere"})])), "RESOURCE_EXHAUSTED", "topology"),
     (C, "DeleteVolume", csi_pb2.DeleteVolumeRequest(), "INVALID_ARGUMENT", "volume_id"),
     (C, "ControllerPublishVolume", csi_pb2.ControllerPublishVolumeRequest(node_id="node-1", volume_capability=mount_cap()), "INVALID_ARGUMENT", "volume_id"),

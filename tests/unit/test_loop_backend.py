@@ -46,3 +46,9 @@ def test_capacity_and_segments(tmp_path: Path) -> None:
 def test_state_survives_a_new_instance(tmp_path: Path) -> None:
     v = LoopTargetBackend(tmp_path, 3 << 30, TOPO).create_volume("a", 1 << 20, {})
     assert LoopTargetBackend(tmp_path, 3 << 30, TOPO).find_volume_by_name("a") == v
+
+
+def test_loop_backend_refuses_dataset_volumes(tmp_path: Path) -> None:
+    with pytest.raises(FailedPrecondition, match="cannot fill dataset volumes"):
+        LoopTargetBackend(tmp_path, 3 << 30, TOPO).create_volume("d", 1 << 20, {"dataset.uri": "/srv/d"})
+    assert LoopTargetBackend(tmp_path, 3 << 30, TOPO).list_volumes() == []
