@@ -49,12 +49,18 @@ def main() -> None:
                 datasets=DatasetVolumes(Hydrator(rest, JobServiceLoader(rest), SubprocessExecutor(),
                                                  DatasetMetrics(CollectorRegistry())), base / "pool" / ".hydrate"),
             )
+            agent.converge()  # prepares the pool, as the agent process does at start
             params = {"dataset.uri": str(ds.root), "dataset.path": "/bench/data", "dataset.pin": "false"}
             cold, warm, hit = [], [], []
             size = 2 * sum((ds.root / rel).stat().st_size for rel in ds.checksums) + 64 * MiB
             for r in range(args.rounds):
-                if rest.exists("/bench/data"):
+                if rest.exists("/bench/data"):  # cold again: free the cache and wait until it is really gone
                     rest.free("/bench/data")
+                    deadline = time.monotonic() + 120
+                    while any(f.in_alluxio_percentage for f in rest.files("/bench/data")):
+                        if time.monotonic() > deadline:
+                            raise SystemExit("bench dataset: Alluxio did not free the data set within 120 s")
+                        time.sleep(1)
                 times = []
                 for name in (f"cold-{r}", f"warm-{r}"):
                     begin = time.monotonic()
