@@ -18,14 +18,14 @@ from prometheus_client import CollectorRegistry
 
 from bench.results import save
 from lab.alluxio import AlluxioCluster
+from nvmeof_csi.agent.configfs import Nvmet, PortSpec
+from nvmeof_csi.agent.state import StateStore
+from nvmeof_csi.agent.store import FileStore
+from nvmeof_csi.agent.target_agent import TargetAgent
 from nvmeof_csi.cache.client import AlluxioRest, JobServiceLoader
 from nvmeof_csi.cache.hydrate import DatasetMetrics, Hydrator
 from nvmeof_csi.cache.volumes import DatasetVolumes
 from nvmeof_csi.host.executor import SubprocessExecutor
-from nvmeof_csi.nvmeof.target.configfs import Nvmet, PortSpec
-from nvmeof_csi.nvmeof.target.service import TargetAgent
-from nvmeof_csi.nvmeof.target.state import StateStore
-from nvmeof_csi.nvmeof.target.store import FileStore
 from tests.agent_fixtures import plain_configfs
 from tests.alluxio.conftest import make_dataset
 

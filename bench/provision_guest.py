@@ -11,8 +11,8 @@ import time
 import uuid
 from pathlib import Path
 
-from nvmeof_csi.config import Endpoint
-from nvmeof_csi.nvmeof.client import AgentClient, AgentTarget
+from nvmeof_csi.agent.client import AgentClient, AgentTarget
+from nvmeof_csi.rpc.endpoints import Endpoint
 
 CFS = Path("/sys/kernel/config/nvmet")
 SIZE = 64 << 20

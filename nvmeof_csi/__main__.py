@@ -1,3 +1,3 @@
-from nvmeof_csi.main import app
+from nvmeof_csi.cmd.main import app
 
 app()

@@ -1,7 +1,7 @@
 """The domain exception hierarchy: every error the driver raises on purpose.
 
 Contract: each class carries the gRPC status code the CSI spec names for it (``code``), so the one error
-boundary (``nvmeof_csi.csi.errors``) maps an exception to a status by class, with ``isinstance``. Code below
+boundary (``nvmeof_csi.rpc.boundary``) maps an exception to a status by class, with ``isinstance``. Code below
 the servicers raises these and never touches gRPC contexts. Anything that is not a ``DriverError`` is a bug
 and becomes INTERNAL with its traceback logged.
 
@@ -17,6 +17,8 @@ and becomes INTERNAL with its traceback logged.
     ├── DeadlineExceeded             DEADLINE_EXCEEDED  a bounded wait ran out
     ├── Unimplemented                UNIMPLEMENTED      capability not offered
     └── CommandError                 INTERNAL           a host command failed (argv, rc, stdout, stderr)
+
+    ConfigError (a ValueError)       a setting or configuration file is invalid: the commands exit 2
 """
 
 from __future__ import annotations
@@ -30,6 +32,10 @@ class DriverError(Exception):
     """Base of all intended errors; ``code`` is the gRPC status the boundary returns."""
 
     code: grpc.StatusCode = grpc.StatusCode.INTERNAL
+
+
+class ConfigError(ValueError):
+    """A setting is invalid; the message names it and says what is accepted."""
 
 
 class InvalidArgument(DriverError):

@@ -9,12 +9,12 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from nvmeof_csi.agent.api import snapshot_msg, volume_msg
+from nvmeof_csi.agent.configfs import Nvmet, PortSpec
+from nvmeof_csi.agent.state import StateStore
+from nvmeof_csi.agent.store import FileStore
+from nvmeof_csi.agent.target_agent import TargetAgent
 from nvmeof_csi.gen import nvmeof_agent_pb2 as pb
-from nvmeof_csi.nvmeof.target.api import snapshot_msg, volume_msg
-from nvmeof_csi.nvmeof.target.configfs import Nvmet, PortSpec
-from nvmeof_csi.nvmeof.target.service import TargetAgent
-from nvmeof_csi.nvmeof.target.state import StateStore
-from nvmeof_csi.nvmeof.target.store import FileStore
 
 PORTALS = (PortSpec(1, "tcp", "127.0.0.1", 4420, "a"), PortSpec(2, "tcp", "127.0.0.2", 4421, "b"))
 

@@ -18,7 +18,6 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from nvmeof_csi.cache.dataset import DatasetSpec
 from nvmeof_csi.errors import (
     AlreadyExists,
     FailedPrecondition,
@@ -30,6 +29,7 @@ from nvmeof_csi.errors import (
 from nvmeof_csi.host.atomic import read_json, remove_durably, write_json_atomic
 from nvmeof_csi.host.executor import Executor
 from nvmeof_csi.host.filesystems import device_size
+from nvmeof_csi.service.datasets import DatasetSpec
 from nvmeof_csi.service.ports import (
     Condition,
     ContentSource,

@@ -30,9 +30,9 @@ from pathlib import Path
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from nvmeof_csi.cache.client import AlluxioRest, CacheNotFound, DatasetLoader, FileStatus
-from nvmeof_csi.cache.dataset import DatasetSpec
 from nvmeof_csi.errors import OutOfRange
 from nvmeof_csi.host.executor import Executor
+from nvmeof_csi.service.datasets import DatasetSpec
 
 log = logging.getLogger(__name__)
 FS_OVERHEAD = 0.08  # ext4 metadata, journal and per-file slack, as a share of the data set

@@ -17,9 +17,9 @@ import threading
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-from nvmeof_csi.cache.dataset import DatasetSpec
 from nvmeof_csi.cache.hydrate import Hydrator, Progress
 from nvmeof_csi.errors import DriverError
+from nvmeof_csi.service.datasets import DatasetSpec
 
 log = logging.getLogger(__name__)
 

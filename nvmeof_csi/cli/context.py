@@ -23,8 +23,9 @@ from typing import Any
 import typer
 import yaml
 
-from nvmeof_csi.config import ConfigError, Endpoint, TlsFiles
-from nvmeof_csi.nvmeof.client import AgentClient, AgentTarget
+from nvmeof_csi.agent.client import AgentClient, AgentTarget
+from nvmeof_csi.errors import ConfigError
+from nvmeof_csi.rpc.endpoints import Endpoint, TlsFiles
 
 DEFAULT_TARGETS = Path("/etc/nvmeof-csi/targets.yaml")
 

@@ -8,10 +8,10 @@ from typing import Annotated, Any
 import typer
 
 from nvmeof_csi.cache.client import AlluxioRest
-from nvmeof_csi.cache.dataset import DatasetSpec
 from nvmeof_csi.cache.locality import bytes_by_host, node_label
 from nvmeof_csi.cli.context import state
 from nvmeof_csi.cli.output import human_bytes, render
+from nvmeof_csi.service.datasets import DatasetSpec
 
 app = typer.Typer(help="Dataset volumes (filled through Alluxio): progress and cache hit ratio.",
                   no_args_is_help=True)

@@ -11,8 +11,9 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from nvmeof_csi.config import ConfigError, Endpoint
+from nvmeof_csi.errors import ConfigError
 from nvmeof_csi.gen import csi_pb2, csi_pb2_grpc
+from nvmeof_csi.rpc.endpoints import Endpoint
 
 app = typer.Typer(help="Inspect a running nvmeof-csi driver over its CSI socket.", no_args_is_help=True)
 

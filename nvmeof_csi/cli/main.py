@@ -15,8 +15,7 @@ import typer
 from nvmeof_csi import DRIVER_NAME, __version__
 from nvmeof_csi.cli import datasets, driver, health, hosts, portals, snapshots, volumes
 from nvmeof_csi.cli.context import CliState, Output, load_targets
-from nvmeof_csi.config import ConfigError
-from nvmeof_csi.errors import DriverError
+from nvmeof_csi.errors import ConfigError, DriverError
 
 app = typer.Typer(
     help="Administer nvmeof-csi target agents: volumes, hosts, portals, ANA, snapshots, health.",

@@ -15,11 +15,11 @@ import grpc
 from google.protobuf.timestamp_pb2 import Timestamp
 from google.protobuf.wrappers_pb2 import Int64Value
 
-from nvmeof_csi.cache.dataset import DatasetSpec
 from nvmeof_csi.csi import capabilities, params, volume_id
-from nvmeof_csi.csi.common import blocking, require
 from nvmeof_csi.errors import InvalidArgument, NotFound, OutOfRange, Unimplemented
 from nvmeof_csi.gen import csi_pb2, csi_pb2_grpc
+from nvmeof_csi.rpc.calls import blocking, require
+from nvmeof_csi.service.datasets import DatasetSpec
 from nvmeof_csi.service.ports import ContentSource, Snapshot, Topology, TopologyRequirement, Volume, VolumeRef
 from nvmeof_csi.service.records import AccessSpec
 from nvmeof_csi.service.volumes import CapacityRange, VolumeService

@@ -9,8 +9,8 @@ import grpc
 from google.protobuf.wrappers_pb2 import BoolValue
 
 from nvmeof_csi import DRIVER_NAME, __version__
-from nvmeof_csi.csi.common import blocking
 from nvmeof_csi.gen import csi_pb2, csi_pb2_grpc
+from nvmeof_csi.rpc.calls import blocking
 from nvmeof_csi.service.ports import Health
 
 Ctx = grpc.aio.ServicerContext[Any, Any]

@@ -8,9 +8,9 @@ from typing import Any
 import grpc
 
 from nvmeof_csi.csi import capabilities, volume_id
-from nvmeof_csi.csi.common import blocking, remaining, require
 from nvmeof_csi.errors import InvalidArgument
 from nvmeof_csi.gen import csi_pb2, csi_pb2_grpc
+from nvmeof_csi.rpc.calls import blocking, remaining, require
 from nvmeof_csi.service.staging import StagingService
 
 Ctx = grpc.aio.ServicerContext[Any, Any]

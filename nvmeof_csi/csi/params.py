@@ -11,9 +11,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from nvmeof_csi.cache.dataset import KEYS as DATASET_KEYS
-from nvmeof_csi.cache.dataset import DatasetSpec
 from nvmeof_csi.errors import InvalidArgument
+from nvmeof_csi.service.datasets import KEYS as DATASET_KEYS
+from nvmeof_csi.service.datasets import DatasetSpec
 
 SIDECAR_PREFIX = "csi.storage.k8s.io/"
 

@@ -9,22 +9,14 @@ and anything else that is not an ID of ours with NOT_FOUND (no such volume can e
 
 from __future__ import annotations
 
-import re
 import uuid
 
 from nvmeof_csi.errors import InvalidArgument, NotFound
-from nvmeof_csi.service.ports import VolumeRef
+from nvmeof_csi.service.ports import VolumeRef, valid_location
 
 VERSION_PREFIX = "nvmeof-v1"
 SNAPSHOT_PREFIX = "nvmeof-snap-v1"
 MAX_ID_BYTES = 128
-_LOCATION = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
-
-
-def valid_location(location: str) -> bool:
-    return bool(_LOCATION.match(location))
-
-
 def encode(ref: VolumeRef, prefix: str = VERSION_PREFIX) -> str:
     """The ID of ``ref``; raises ``ValueError`` for a location or UUID we would not be able to decode."""
     if not valid_location(ref.location):

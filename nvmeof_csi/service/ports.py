@@ -17,11 +17,18 @@ Shared contracts, for every method unless it says otherwise:
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
 Topology = Mapping[str, str]
+_LOCATION = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+
+
+def valid_location(location: str) -> bool:
+    """A location (backend or agent name, fabric name) is a DNS label: it is encoded in volume IDs."""
+    return _LOCATION.fullmatch(location) is not None
 
 
 @dataclass(frozen=True)

@@ -21,8 +21,9 @@ from typing import Any
 
 import yaml
 
-from nvmeof_csi.config import ConfigError, Endpoint, TlsFiles
-from nvmeof_csi.csi.volume_id import valid_location
+from nvmeof_csi.errors import ConfigError
+from nvmeof_csi.rpc.endpoints import Endpoint, TlsFiles
+from nvmeof_csi.service.ports import valid_location
 
 TRANSPORTS = ("tcp", "rdma")
 

@@ -20,27 +20,27 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from typer.testing import CliRunner
 
+from nvmeof_csi.agent.client import AgentClient, AgentTarget
+from nvmeof_csi.agent.configfs import Nvmet
+from nvmeof_csi.agent.state import StateStore
+from nvmeof_csi.agent.store import FileStore
+from nvmeof_csi.agent.target_agent import TargetAgent
+from nvmeof_csi.backends.agent import AgentBackend
 from nvmeof_csi.cache.client import AlluxioRest, CacheNotFound, CacheUnavailable, JobServiceLoader
 from nvmeof_csi.cache.hydrate import DatasetMetrics, Hydrator
 from nvmeof_csi.cache.locality import CacheLocality, bytes_by_host
 from nvmeof_csi.cache.volumes import DatasetVolumes
 from nvmeof_csi.cli.main import app as cli_app
-from nvmeof_csi.config import Endpoint, Mode, Settings
-from nvmeof_csi.csi.server import bind, build_server
+from nvmeof_csi.csi.server import CsiServices, build_server
 from nvmeof_csi.errors import DriverError
 from nvmeof_csi.gen import csi_pb2, csi_pb2_grpc
 from nvmeof_csi.host.executor import SubprocessExecutor
-from nvmeof_csi.nodeid import HostNqnNodes
-from nvmeof_csi.nvmeof.backend import AgentBackend
-from nvmeof_csi.nvmeof.client import AgentClient, AgentTarget
-from nvmeof_csi.nvmeof.target.configfs import Nvmet
-from nvmeof_csi.nvmeof.target.service import TargetAgent
-from nvmeof_csi.nvmeof.target.state import StateStore
-from nvmeof_csi.nvmeof.target.store import FileStore
+from nvmeof_csi.nvmeof.nqn import HostNqnNodes
+from nvmeof_csi.rpc.endpoints import Endpoint
+from nvmeof_csi.rpc.server import bind
 from nvmeof_csi.service.volumes import VolumeService
 from nvmeof_csi.topology.fabric_map import AgentEntry, FabricMap
 from nvmeof_csi.topology.placement import Candidate, place
-from nvmeof_csi.wiring import Services
 from tests.agent_fixtures import PORTALS, LocalAgent, plain_configfs, start_agent
 from tests.alluxio.conftest import Alluxio, Dataset, make_dataset
 from tests.component.test_servicers import mount_cap
@@ -83,9 +83,8 @@ async def stack(tmp_path: Path, alluxio: Alluxio) -> AsyncIterator[Stack]:
     agent.converge()  # as the agent process does at start (prepares the pool)
     backend = AgentBackend(FABRIC, client=lambda _: LocalAgent(agent))
     sock = tmp_path / "ctrl.sock"
-    settings = Settings(mode=Mode.CONTROLLER, endpoint=Endpoint.parse(f"unix://{sock}"))
-    server = build_server(settings, Services(volumes=VolumeService(backend, HostNqnNodes()), checks=[]))
-    bind(server, settings.endpoint)
+    server = build_server(CsiServices(volumes=VolumeService(backend, HostNqnNodes()), checks=[]))
+    bind(server, Endpoint.parse(f"unix://{sock}"))
     await server.start()
     channel = grpc.aio.insecure_channel(f"unix://{sock}")
     yield Stack(agent, registry, csi_pb2_grpc.ControllerStub(channel), tmp_path / "pool")

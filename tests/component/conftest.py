@@ -10,16 +10,16 @@ from pathlib import Path
 import grpc
 import pytest
 
-from nvmeof_csi.config import Endpoint, Mode, Settings
-from nvmeof_csi.csi.server import bind, build_server
+from nvmeof_csi.csi.server import CsiServices, build_server
 from nvmeof_csi.gen import csi_pb2_grpc
 from nvmeof_csi.host.filesystems import Filesystems
 from nvmeof_csi.host.mounter import Mounter
+from nvmeof_csi.rpc.endpoints import Endpoint
+from nvmeof_csi.rpc.server import bind
 from nvmeof_csi.service.ports import StaticNodes
 from nvmeof_csi.service.records import StagingStore
 from nvmeof_csi.service.staging import StagingService
 from nvmeof_csi.service.volumes import VolumeService
-from nvmeof_csi.wiring import Services
 from tests.fakes import TOPO, FakeBackend, FakeConnector, FakeHost
 
 
@@ -34,17 +34,18 @@ class Stack:
     tmp: Path
 
 
-def make_services(tmp: Path, backend: FakeBackend) -> tuple[Services, FakeConnector, FakeHost]:
+def make_services(tmp: Path, backend: FakeBackend) -> tuple[CsiServices, FakeConnector, FakeHost]:
     (tmp / "dev").mkdir(exist_ok=True)
     host = FakeHost(tmp / "mountinfo")
     connector = FakeConnector(tmp / "dev")
     staging = StagingService(
         connector, Mounter(host, tmp / "mountinfo"), Filesystems(host), StagingStore(tmp / "rec"), size_of=lambda d: 1 << 30
     )
-    services = Services(
+    services = CsiServices(
         volumes=VolumeService(backend, StaticNodes(frozenset({"node-1"}))),
         staging=staging,
         topology=dict(TOPO),
+        node_id="node-1",
         checks=[backend.health, connector.health],
     )
     return services, connector, host
@@ -55,9 +56,8 @@ async def stack(tmp_path: Path) -> AsyncIterator[Stack]:
     backend = FakeBackend(100 << 30)
     services, connector, host = make_services(tmp_path, backend)
     sock = tmp_path / "csi.sock"
-    settings = Settings(mode=Mode.ALL, endpoint=Endpoint.parse(f"unix://{sock}"), node_id="node-1", fabric="f1")
-    server = build_server(settings, services)
-    bind(server, settings.endpoint)
+    server = build_server(services)
+    bind(server, Endpoint.parse(f"unix://{sock}"))
     await server.start()
     channel = grpc.aio.insecure_channel(f"unix://{sock}")
     yield Stack(

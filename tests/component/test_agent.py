@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from nvmeof_csi.agent.client import AgentClient, AgentTarget
 from nvmeof_csi.cli.main import app as nvmeofctl
-from nvmeof_csi.config import ConfigError, Endpoint, TlsFiles
-from nvmeof_csi.errors import DriverError, InvalidArgument, NotFound, Unavailable
-from nvmeof_csi.nvmeof.client import AgentClient, AgentTarget
+from nvmeof_csi.errors import ConfigError, DriverError, InvalidArgument, NotFound, Unavailable
+from nvmeof_csi.rpc.endpoints import Endpoint, TlsFiles
 from tests.agent_fixtures import Running, start_agent
 
 HOST = "nqn.2014-08.org.nvmexpress:uuid:0f0f0f0f-0000-0000-0000-000000000001"

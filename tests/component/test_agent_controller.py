@@ -13,14 +13,14 @@ from pathlib import Path
 import grpc
 import pytest
 
-from nvmeof_csi.config import Endpoint, Mode, Settings
-from nvmeof_csi.csi.server import bind, build_server
+from nvmeof_csi.backends.agent import AgentBackend
+from nvmeof_csi.csi.server import CsiServices, build_server
 from nvmeof_csi.gen import csi_pb2, csi_pb2_grpc
-from nvmeof_csi.nodeid import HostNqnNodes
-from nvmeof_csi.nvmeof.backend import AgentBackend
+from nvmeof_csi.nvmeof.nqn import HostNqnNodes
+from nvmeof_csi.rpc.endpoints import Endpoint
+from nvmeof_csi.rpc.server import bind
 from nvmeof_csi.service.volumes import CapacityRange, VolumeService
 from nvmeof_csi.topology.fabric_map import AgentEntry, FabricMap
-from nvmeof_csi.wiring import Services
 from tests.agent_fixtures import LocalAgent, local_agents
 from tests.component.test_servicers import BAD, block_cap, mount_cap
 
@@ -45,18 +45,17 @@ class Ctl:
     tmp: Path
 
 
-def controller_services(agents: dict[str, LocalAgent]) -> Services:
+def controller_services(agents: dict[str, LocalAgent]) -> CsiServices:
     backend = AgentBackend(FABRIC, client=lambda e: agents[e.name])
-    return Services(volumes=VolumeService(backend, HostNqnNodes()), checks=[backend.health])
+    return CsiServices(volumes=VolumeService(backend, HostNqnNodes()), checks=[backend.health])
 
 
 @pytest.fixture
 async def ctl(tmp_path: Path) -> AsyncIterator[Ctl]:
     agents = local_agents(tmp_path, ["store-a", "store-b", "store-c"], capacity=8 * GiB)
     sock = tmp_path / "ctrl.sock"
-    settings = Settings(mode=Mode.CONTROLLER, endpoint=Endpoint.parse(f"unix://{sock}"))
-    server = build_server(settings, controller_services(agents))
-    bind(server, settings.endpoint)
+    server = build_server(controller_services(agents))
+    bind(server, Endpoint.parse(f"unix://{sock}"))
     await server.start()
     channel = grpc.aio.insecure_channel(f"unix://{sock}")
     yield Ctl(agents, csi_pb2_grpc.ControllerStub(channel), tmp_path)

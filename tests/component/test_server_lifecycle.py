@@ -13,9 +13,10 @@ from pathlib import Path
 import grpc
 import pytest
 
-from nvmeof_csi.config import Endpoint, Mode, Settings
-from nvmeof_csi.csi.server import SocketInUse, claim_socket, serve
+from nvmeof_csi.csi.server import serve
 from nvmeof_csi.gen import csi_pb2, csi_pb2_grpc
+from nvmeof_csi.rpc.endpoints import Endpoint
+from nvmeof_csi.rpc.server import SocketInUse, claim_socket
 from tests.component.conftest import make_services
 from tests.component.test_servicers import mount_cap
 from tests.fakes import FakeBackend
@@ -26,10 +27,7 @@ async def _slow_create_during_sigterm(tmp_path: Path, grace: float, hold: float)
     backend.gate = threading.Event()
     services, _, _ = make_services(tmp_path, backend)
     sock = tmp_path / "csi.sock"
-    settings = Settings(
-        mode=Mode.ALL, endpoint=Endpoint.parse(f"unix://{sock}"), node_id="node-1", fabric="f1", grace_seconds=grace
-    )
-    server_task = asyncio.ensure_future(serve(settings, services))
+    server_task = asyncio.ensure_future(serve(services, Endpoint.parse(f"unix://{sock}"), grace))
     while not sock.exists():
         await asyncio.sleep(0.02)
     channel = grpc.aio.insecure_channel(f"unix://{sock}")

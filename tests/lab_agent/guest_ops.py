@@ -18,9 +18,9 @@ from typing import Any
 
 from google.protobuf.json_format import MessageToDict
 
-from nvmeof_csi.config import Endpoint
-from nvmeof_csi.nvmeof.client import AgentClient, AgentTarget
-from nvmeof_csi.nvmeof.target.configfs import Nvmet
+from nvmeof_csi.agent.client import AgentClient, AgentTarget
+from nvmeof_csi.agent.configfs import Nvmet
+from nvmeof_csi.rpc.endpoints import Endpoint
 
 
 def main(argv: list[str]) -> Any:

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from nvmeof_csi.agent.state import CREATING, DELETING
+from nvmeof_csi.agent.target_agent import namespace_nguid, volume_nqn
 from nvmeof_csi.errors import (
     AlreadyExists,
     FailedPrecondition,
@@ -18,8 +20,6 @@ from nvmeof_csi.errors import (
     OutOfRange,
     ResourceExhausted,
 )
-from nvmeof_csi.nvmeof.target.service import namespace_nguid, volume_nqn
-from nvmeof_csi.nvmeof.target.state import CREATING, DELETING
 from tests.agent_fixtures import make_agent
 
 MiB = 1 << 20

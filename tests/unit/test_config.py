@@ -2,7 +2,9 @@ from pathlib import Path
 
 import pytest
 
-from nvmeof_csi.config import ConfigError, Endpoint, Mode, Settings, parse_size
+from nvmeof_csi.cmd.settings import Mode, Settings, parse_size
+from nvmeof_csi.errors import ConfigError
+from nvmeof_csi.rpc.endpoints import Endpoint
 
 
 @pytest.mark.parametrize(

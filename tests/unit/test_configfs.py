@@ -4,8 +4,8 @@ from pathlib import Path
 
 import pytest
 
+from nvmeof_csi.agent.configfs import Nvmet, PortSpec
 from nvmeof_csi.errors import FailedPrecondition, InvalidArgument
-from nvmeof_csi.nvmeof.target.configfs import Nvmet, PortSpec
 from tests.agent_fixtures import plain_configfs
 
 NQN = "nqn.2026-11.io.nvmeof:vol:1"

@@ -13,10 +13,10 @@ import pytest
 from nvmeof_csi import NQN_PREFIX
 from nvmeof_csi.errors import CommandError, DeadlineExceeded, FailedPrecondition, Unavailable
 from nvmeof_csi.host.executor import Result
-from nvmeof_csi.nvmeof.initiator.connector import NvmeofConnector, parse_portals
-from nvmeof_csi.nvmeof.initiator.identity import HostIdentity
-from nvmeof_csi.nvmeof.initiator.sysfs import NvmeSysfs
-from nvmeof_csi.nvmeof.initiator.uevents import PollingWait, UdevWait
+from nvmeof_csi.initiator.connector import NvmeofConnector, parse_portals
+from nvmeof_csi.initiator.identity import HostIdentity
+from nvmeof_csi.initiator.sysfs import NvmeSysfs
+from nvmeof_csi.initiator.uevents import PollingWait, UdevWait
 from nvmeof_csi.service.ports import VolumeRef
 
 VOL = VolumeRef("lab", "0b6d5bd6-4c1e-4f55-9d7a-3e0f6f1a7c01")
@@ -246,7 +246,7 @@ def test_udev_wait_drains_a_burst_and_polling_is_bounded() -> None:
 
 def test_block_events_open_and_wait_for_real() -> None:
     """The real pyudev path (or the polling fallback where netlink is refused) opens, waits bounded, closes."""
-    from nvmeof_csi.nvmeof.initiator.uevents import open_block_events
+    from nvmeof_csi.initiator.uevents import open_block_events
 
     for _ in range(2):
         with open_block_events() as events:

@@ -12,12 +12,12 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from nvmeof_csi.cache.client import CacheUnavailable, FileStatus, JobStatus
-from nvmeof_csi.cache.dataset import DatasetSpec
 from nvmeof_csi.cache.hydrate import DatasetMetrics, Hydrator, Progress
 from nvmeof_csi.cache.volumes import DatasetVolumes
 from nvmeof_csi.cli.datasets import summarize
 from nvmeof_csi.errors import InvalidArgument, OutOfRange
 from nvmeof_csi.host.executor import Result
+from nvmeof_csi.service.datasets import DatasetSpec
 
 
 @pytest.mark.parametrize(("params", "message"), [
@@ -163,7 +163,7 @@ def test_bytes_by_host_shares_a_file_over_its_blocks() -> None:
 
 
 def test_placement_prefers_the_agent_next_to_the_cached_data_set() -> None:
-    from nvmeof_csi.nvmeof.backend import AgentBackend
+    from nvmeof_csi.backends.agent import AgentBackend
     from nvmeof_csi.service.ports import TopologyRequirement
     from nvmeof_csi.topology.fabric_map import parse_fabric_map
     from nvmeof_csi.topology.placement import Candidate, place

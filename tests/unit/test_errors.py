@@ -2,7 +2,7 @@ import grpc
 import pytest
 
 from nvmeof_csi import errors
-from nvmeof_csi.csi.errors import is_expected, to_status
+from nvmeof_csi.rpc.boundary import is_expected, to_status
 
 CASES = [
     (errors.InvalidArgument("x"), grpc.StatusCode.INVALID_ARGUMENT),

@@ -2,8 +2,9 @@ import threading
 
 import pytest
 
-from nvmeof_csi.csi.locks import LOCK_TABLE, KeyedLocks
 from nvmeof_csi.errors import Aborted
+from nvmeof_csi.csi.locks import CSI_LOCK_TABLE as LOCK_TABLE
+from nvmeof_csi.rpc.locks import KeyedLocks
 
 
 def test_second_holder_is_aborted_and_entry_removed_on_release() -> None:

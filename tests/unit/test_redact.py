@@ -1,5 +1,5 @@
-from nvmeof_csi.csi.redact import REDACTED, safe_text
 from nvmeof_csi.gen import csi_pb2
+from nvmeof_csi.rpc.redact import REDACTED, safe_text
 
 
 def test_secrets_are_stripped_and_message_untouched() -> None:

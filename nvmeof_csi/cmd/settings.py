@@ -1,5 +1,8 @@
-"""Typed settings (frozen dataclasses). Built from flags and ``NVMEOF_CSI_*`` environment variables in
-``main`` only, validated here with messages that name the setting; nothing else reads the environment.
+"""Typed settings of the executables (frozen dataclasses), built from flags and ``NVMEOF_CSI_*`` environment
+variables by the commands in this package and validated here with messages that name the setting.
+
+Nothing below ``cmd/`` imports these types or reads the environment: the wiring hands each component the
+plain values it needs.
 """
 
 from __future__ import annotations
@@ -10,8 +13,10 @@ from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 
-from nvmeof_csi.csi.volume_id import valid_location
-from nvmeof_csi.nvmeof.target.configfs import PortSpec
+from nvmeof_csi.agent.configfs import PortSpec
+from nvmeof_csi.errors import ConfigError
+from nvmeof_csi.rpc.endpoints import Endpoint, TlsFiles, is_loopback
+from nvmeof_csi.service.ports import valid_location
 
 ENV_PREFIX = "NVMEOF_CSI_"
 
@@ -19,10 +24,6 @@ ENV_PREFIX = "NVMEOF_CSI_"
 def env_var(name: str) -> str:
     """The environment variable that can set a flag, e.g. ``env_var("ENDPOINT")`` -> ``NVMEOF_CSI_ENDPOINT``."""
     return ENV_PREFIX + name
-
-
-class ConfigError(ValueError):
-    """A setting is invalid; the message names it and says what is accepted."""
 
 
 class Mode(StrEnum):
@@ -42,40 +43,6 @@ class Mode(StrEnum):
 class Backend(StrEnum):
     LOOP = "loop"  # development only
     NVMEOF = "nvmeof"  # target agents from a fabric map
-
-
-@dataclass(frozen=True)
-class Endpoint:
-    """Where the gRPC server listens: a unix socket path, or a TCP host and port."""
-
-    scheme: str
-    path: Path | None = None
-    host: str = ""
-    port: int = 0
-
-    @classmethod
-    def parse(cls, text: str) -> Endpoint:
-        if text.startswith("unix://"):
-            raw = text[len("unix://") :]
-            if not raw.startswith("/"):
-                raise ConfigError(f"endpoint {text!r}: a unix socket path must be absolute (unix:///path/csi.sock)")
-            return cls("unix", path=Path(raw))
-        match = re.fullmatch(r"tcp://(\[[0-9a-fA-F:]+\]|[^:/\[\]]+):(\d{1,5})", text)
-        if match:
-            port = int(match.group(2))
-            if not 0 < port < 65536:
-                raise ConfigError(f"endpoint {text!r}: port must be 1..65535")
-            return cls("tcp", host=match.group(1), port=port)
-        raise ConfigError(f"endpoint {text!r} must be unix:///absolute/path or tcp://HOST:PORT")
-
-    @property
-    def grpc_address(self) -> str:
-        if self.scheme == "unix":
-            return f"unix://{self.path}"
-        return f"{self.host}:{self.port}"
-
-    def __str__(self) -> str:
-        return f"unix://{self.path}" if self.scheme == "unix" else f"tcp://{self.host}:{self.port}"
 
 
 @dataclass(frozen=True)
@@ -127,37 +94,6 @@ def parse_size(text: str) -> int:
         raise ConfigError(f"size {text!r} must be a number with an optional K/M/G/T/P suffix")
     power = " KMGTP".index(match.group(2).upper() or " ")
     return int(match.group(1)) << (10 * power)
-
-
-LOOPBACK_HOSTS = ("localhost", "[::1]", "::1")
-
-
-def is_loopback(host: str) -> bool:
-    return host in LOOPBACK_HOSTS or host.startswith("127.")
-
-
-@dataclass(frozen=True)
-class TlsFiles:
-    """Mutual TLS: our certificate and key, and the CA that signs the peers we accept."""
-
-    cert: Path
-    key: Path
-    ca: Path
-
-    @classmethod
-    def from_options(cls, cert: Path | None, key: Path | None, ca: Path | None) -> TlsFiles | None:
-        """All three files, or none (no TLS); anything in between is a configuration error."""
-        if cert is None and key is None and ca is None:
-            return None
-        if cert is None or key is None or ca is None:
-            raise ConfigError("tls-cert, tls-key and tls-ca go together")
-        return cls(cert, key, ca)
-
-    def __post_init__(self) -> None:
-        for name in ("cert", "key", "ca"):
-            path = getattr(self, name)
-            if not path.is_file():
-                raise ConfigError(f"tls-{name} {path} is not a readable file")
 
 
 @dataclass(frozen=True)

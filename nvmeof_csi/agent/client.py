@@ -13,10 +13,10 @@ from typing import Any, TypeVar
 
 import grpc
 
-from nvmeof_csi.config import ConfigError, Endpoint, TlsFiles, is_loopback
-from nvmeof_csi.errors import error_for
+from nvmeof_csi.errors import ConfigError, error_for
 from nvmeof_csi.gen import nvmeof_agent_pb2 as pb
 from nvmeof_csi.gen import nvmeof_agent_pb2_grpc as pb_grpc
+from nvmeof_csi.rpc.endpoints import Endpoint, TlsFiles, is_loopback
 
 T = TypeVar("T")
 #: Reconnect quickly after an agent restarts (gRPC's default backoff grows to two minutes).

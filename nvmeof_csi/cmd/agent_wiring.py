@@ -1,5 +1,6 @@
-"""``nvmeof-csi agent``: converge configfs and the pool to the saved state, then serve the agent API on a
-unix socket and/or TCP with mutual TLS until SIGTERM.
+"""Composition root of ``nvmeof-csi agent``: builds the target agent from :class:`AgentSettings`, converges
+configfs and the pool to the saved state, then serves the agent API on a unix socket and/or TCP with mutual
+TLS until SIGTERM.
 
 Contract: the agent refuses to start on plaintext TCP unless explicitly allowed on a loopback address;
 convergence happens before the first RPC is accepted; unknown objects are logged (and removed only with
@@ -11,24 +12,21 @@ from __future__ import annotations
 import logging
 import threading
 
-import grpc
 from prometheus_client import CollectorRegistry, start_http_server
 
+from nvmeof_csi.agent.api import AGENT_LOCK_TABLE, AgentServicer
+from nvmeof_csi.agent.configfs import Nvmet
+from nvmeof_csi.agent.state import StateStore
+from nvmeof_csi.agent.store import FileStore
+from nvmeof_csi.agent.target_agent import TargetAgent
 from nvmeof_csi.cache.client import AlluxioRest, JobServiceLoader
 from nvmeof_csi.cache.hydrate import DatasetMetrics, Hydrator
 from nvmeof_csi.cache.volumes import DatasetVolumes
-from nvmeof_csi.config import AgentSettings
-from nvmeof_csi.csi.interceptors import EdgeInterceptor
-from nvmeof_csi.csi.locks import KeyedLocks
-from nvmeof_csi.csi.server import bind, run_until_stopped
+from nvmeof_csi.cmd.settings import AgentSettings
 from nvmeof_csi.errors import FailedPrecondition
 from nvmeof_csi.gen import nvmeof_agent_pb2_grpc as pb_grpc
 from nvmeof_csi.host.executor import SubprocessExecutor
-from nvmeof_csi.nvmeof.target.api import AgentServicer
-from nvmeof_csi.nvmeof.target.configfs import Nvmet
-from nvmeof_csi.nvmeof.target.service import TargetAgent
-from nvmeof_csi.nvmeof.target.state import StateStore
-from nvmeof_csi.nvmeof.target.store import FileStore
+from nvmeof_csi.rpc.server import bind, bind_mtls, new_server, run_until_stopped
 
 log = logging.getLogger(__name__)
 
@@ -58,15 +56,6 @@ def build_agent(
     )
 
 
-def _credentials(settings: AgentSettings) -> grpc.ServerCredentials:
-    assert settings.tls is not None
-    return grpc.ssl_server_credentials(
-        [(settings.tls.key.read_bytes(), settings.tls.cert.read_bytes())],
-        root_certificates=settings.tls.ca.read_bytes(),
-        require_client_auth=True,
-    )
-
-
 async def serve_agent(settings: AgentSettings, plain_tree: bool = False) -> None:
     registry = CollectorRegistry()
     agent = build_agent(settings, plain_tree, registry)
@@ -87,7 +76,7 @@ async def serve_agent(settings: AgentSettings, plain_tree: bool = False) -> None
         log.warning("pruned unknown object: %s", line)
     for line in report.problems:
         log.error("converge problem: %s", line)
-    server = grpc.aio.server(interceptors=[EdgeInterceptor(KeyedLocks())])
+    server = new_server(AGENT_LOCK_TABLE)
     pb_grpc.add_AgentServicer_to_server(AgentServicer(agent, report.unknown), server)
     sockets = []
     if settings.unix_endpoint is not None:
@@ -95,12 +84,10 @@ async def serve_agent(settings: AgentSettings, plain_tree: bool = False) -> None
         assert settings.unix_endpoint.path is not None
         sockets.append(settings.unix_endpoint.path)
     if settings.tcp_endpoint is not None:
-        address = settings.tcp_endpoint.grpc_address
-        port = server.add_secure_port(address, _credentials(settings)) if settings.tls else bind(
-            server, settings.tcp_endpoint
-        )
-        if port == 0:
-            raise FailedPrecondition(f"cannot listen on {settings.tcp_endpoint}")
+        if settings.tls is not None:
+            bind_mtls(server, settings.tcp_endpoint, settings.tls)
+        else:  # plaintext: settings allow it on a loopback address only
+            bind(server, settings.tcp_endpoint)
     log.info("agent %s serving (%s%s), %d volumes, portals %s", agent.name, settings.unix_endpoint or "",
              f" {settings.tcp_endpoint} (mTLS)" if settings.tls else "", len(agent.list_volumes()),
              ", ".join(f"{p.trtype}:{p.traddr}:{p.trsvcid}/{p.group}" for p in agent.portals))

@@ -7,11 +7,12 @@ from typing import Annotated
 
 import typer
 
-from nvmeof_csi import logctx
-from nvmeof_csi.cmd_common import run_or_exit, settings_or_exit
-from nvmeof_csi.config import AgentSettings, Endpoint, TlsFiles, env_var, parse_size
-from nvmeof_csi.nvmeof.target.configfs import PortSpec
-from nvmeof_csi.nvmeof.target.server import serve_agent
+from nvmeof_csi.agent.configfs import PortSpec
+from nvmeof_csi.cmd.agent_wiring import serve_agent
+from nvmeof_csi.cmd.exits import run_or_exit, settings_or_exit
+from nvmeof_csi.cmd.settings import AgentSettings, env_var, parse_size
+from nvmeof_csi.rpc import logctx
+from nvmeof_csi.rpc.endpoints import Endpoint, TlsFiles
 
 
 def agent_command(

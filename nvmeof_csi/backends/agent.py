@@ -20,11 +20,11 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import Protocol
 
-from nvmeof_csi.cache.dataset import DatasetSpec
+from nvmeof_csi.agent.client import AgentClient, AgentTarget
 from nvmeof_csi.errors import DriverError, NotFound, ResourceExhausted, Unavailable
 from nvmeof_csi.gen import nvmeof_agent_pb2 as pb
-from nvmeof_csi.nodeid import host_nqn_of
-from nvmeof_csi.nvmeof.client import AgentClient, AgentTarget
+from nvmeof_csi.nvmeof.nqn import host_nqn_of
+from nvmeof_csi.service.datasets import DatasetSpec
 from nvmeof_csi.service.ports import (
     Condition,
     ContentSource,

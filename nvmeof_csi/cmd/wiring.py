@@ -1,30 +1,30 @@
-"""The composition root: builds every concrete dependency from :class:`Settings`.
+"""Composition root of ``nvmeof-csi serve``: builds every concrete dependency from :class:`Settings`.
 
-This is the only place that chooses implementations (real executor, loop or NVMe-oF backend); everything
-else receives its collaborators through constructors.
+This is the only place that chooses the driver's implementations (real executor, loop or agent backend,
+kernel initiator); everything else receives its collaborators through constructors. The agent's composition
+root is ``agent_wiring``.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
-from dataclasses import dataclass, field
 
 from nvmeof_csi import TOPOLOGY_FABRIC, TOPOLOGY_RDMA
+from nvmeof_csi.backends.agent import AgentBackend
 from nvmeof_csi.backends.loop import LoopConnector, LoopTargetBackend
 from nvmeof_csi.cache.client import AlluxioRest
 from nvmeof_csi.cache.locality import CacheLocality
-from nvmeof_csi.config import Backend, Settings
+from nvmeof_csi.cmd.settings import Backend, Settings
+from nvmeof_csi.csi.server import CsiServices
 from nvmeof_csi.host.executor import Executor, SubprocessExecutor
 from nvmeof_csi.host.filesystems import Filesystems
 from nvmeof_csi.host.mounter import Mounter
-from nvmeof_csi.nodeid import HostNqnNodes, node_id_for
-from nvmeof_csi.nvmeof.backend import AgentBackend
-from nvmeof_csi.nvmeof.initiator.connector import NvmeofConnector, rdma_capable
-from nvmeof_csi.nvmeof.initiator.identity import ensure_identity
-from nvmeof_csi.nvmeof.initiator.sysfs import NvmeSysfs
-from nvmeof_csi.nvmeof.initiator.uevents import open_block_events
-from nvmeof_csi.service.ports import Connector, Health, NodeDirectory, StaticNodes, TargetBackend
+from nvmeof_csi.initiator.connector import NvmeofConnector, rdma_capable
+from nvmeof_csi.initiator.identity import ensure_identity
+from nvmeof_csi.initiator.sysfs import NvmeSysfs
+from nvmeof_csi.initiator.uevents import open_block_events
+from nvmeof_csi.nvmeof.nqn import HostNqnNodes, node_id_for
+from nvmeof_csi.service.ports import Connector, NodeDirectory, StaticNodes, TargetBackend
 from nvmeof_csi.service.records import StagingStore
 from nvmeof_csi.service.staging import StagingService
 from nvmeof_csi.service.volumes import VolumeService
@@ -34,23 +34,14 @@ from nvmeof_csi.topology.placement import TOPOLOGY_ZONE
 log = logging.getLogger(__name__)
 
 
-@dataclass
-class Services:
-    """What the servicers need; ``None`` for a side that does not run in this mode."""
-
-    volumes: VolumeService | None = None
-    staging: StagingService | None = None
-    topology: dict[str, str] = field(default_factory=dict)
-    node_id: str = ""
-    checks: list[Callable[[], Health]] = field(default_factory=list)
-
-
-def build_services(settings: Settings, executor: Executor | None = None) -> Services:
+def build_services(settings: Settings, executor: Executor | None = None) -> CsiServices:
     executor = executor or SubprocessExecutor()
     topology = {TOPOLOGY_FABRIC: settings.fabric}
     if settings.zone:
         topology[TOPOLOGY_ZONE] = settings.zone
-    services = Services(topology=topology, node_id=settings.node_id)
+    services = CsiServices(
+        topology=topology, node_id=settings.node_id, max_volumes_per_node=settings.max_volumes_per_node
+    )
     if settings.mode.controller:
         backend: TargetBackend
         nodes: NodeDirectory

@@ -11,14 +11,16 @@ from typing import Any
 import grpc
 
 from nvmeof_csi import __version__
-from nvmeof_csi.csi.common import blocking, require
+from nvmeof_csi.agent.configfs import PortSpec
+from nvmeof_csi.agent.state import SnapshotRecord
+from nvmeof_csi.agent.target_agent import TargetAgent, VolumeView
 from nvmeof_csi.gen import nvmeof_agent_pb2 as pb
 from nvmeof_csi.gen import nvmeof_agent_pb2_grpc as pb_grpc
-from nvmeof_csi.nvmeof.target.configfs import PortSpec
-from nvmeof_csi.nvmeof.target.service import TargetAgent, VolumeView
-from nvmeof_csi.nvmeof.target.state import SnapshotRecord
+from nvmeof_csi.rpc.calls import blocking, require
 
 Ctx = grpc.aio.ServicerContext[Any, Any]
+#: The agent locks inside its service (per name, per volume), where it can wait; the edge takes no keys.
+AGENT_LOCK_TABLE: dict[str, tuple[str, ...]] = {}
 
 
 def portal_msg(portal: PortSpec, ana_state: str) -> pb.Portal:

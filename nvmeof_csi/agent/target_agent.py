@@ -24,8 +24,17 @@ from functools import partial
 from pathlib import Path
 
 from nvmeof_csi import NQN_PREFIX
+from nvmeof_csi.agent.configfs import ANA_STATES, Nvmet, PortSpec
+from nvmeof_csi.agent.state import (
+    CREATING,
+    DELETING,
+    READY,
+    SnapshotRecord,
+    StateStore,
+    VolumeRecord,
+)
+from nvmeof_csi.agent.store import FileStore
 from nvmeof_csi.cache.volumes import DatasetVolumes
-from nvmeof_csi.concurrency import KeyedMutex
 from nvmeof_csi.errors import (
     AlreadyExists,
     DriverError,
@@ -35,17 +44,8 @@ from nvmeof_csi.errors import (
     OutOfRange,
     Unavailable,
 )
-from nvmeof_csi.nodeid import check_host_nqn
-from nvmeof_csi.nvmeof.target.configfs import ANA_STATES, Nvmet, PortSpec
-from nvmeof_csi.nvmeof.target.state import (
-    CREATING,
-    DELETING,
-    READY,
-    SnapshotRecord,
-    StateStore,
-    VolumeRecord,
-)
-from nvmeof_csi.nvmeof.target.store import FileStore
+from nvmeof_csi.nvmeof.nqn import check_host_nqn
+from nvmeof_csi.rpc.locks import KeyedMutex
 
 log = logging.getLogger(__name__)
 NSID = 1

@@ -1,8 +1,4 @@
-"""``nvmeof-csi``: the driver executable (``serve``, ``agent``, ``demo``).
-
-Flags can also be given as ``NVMEOF_CSI_<FLAG>`` environment variables (e.g. ``NVMEOF_CSI_ENDPOINT``).
-Invalid settings exit with code 2 and one line naming the setting.
-"""
+"""``nvmeof-csi serve``: flags -> :class:`Settings` -> :func:`build_services` -> the CSI server."""
 
 from __future__ import annotations
 
@@ -12,20 +8,17 @@ from typing import Annotated
 
 import typer
 
-from nvmeof_csi import DRIVER_NAME, __version__, logctx
-from nvmeof_csi.agent_cmd import agent_command
-from nvmeof_csi.cmd_common import run_or_exit, settings_or_exit
-from nvmeof_csi.config import Backend, Endpoint, Mode, Settings, env_var, parse_size
+from nvmeof_csi.cmd.exits import run_or_exit, settings_or_exit
+from nvmeof_csi.cmd.settings import Backend, Mode, Settings, env_var, parse_size
+from nvmeof_csi.cmd.wiring import build_services
 from nvmeof_csi.csi.server import serve as serve_grpc
-from nvmeof_csi.demo_cmd import demo_command
-from nvmeof_csi.wiring import build_services
+from nvmeof_csi.rpc import logctx
+from nvmeof_csi.rpc.endpoints import Endpoint
 
-app = typer.Typer(help=f"{DRIVER_NAME}: NVMe-over-Fabrics CSI driver.", no_args_is_help=True, add_completion=False)
 log = logging.getLogger("nvmeof_csi")
 
 
-@app.command()
-def serve(
+def serve_command(
     mode: Annotated[Mode, typer.Option(envvar=env_var("MODE"), help="Which CSI services to run.")] = Mode.ALL,
     endpoint: Annotated[
         str, typer.Option(envvar=env_var("ENDPOINT"), help="unix:///path/csi.sock or tcp://127.0.0.1:PORT")
@@ -82,17 +75,4 @@ def serve(
     logctx.install(settings.log_level)
     if settings.backend is Backend.LOOP:
         log.warning("backend 'loop' is for DEVELOPMENT ONLY: no durability, no access control")
-    run_or_exit("nvmeof-csi", lambda: serve_grpc(settings, build_services(settings)))
-
-
-@app.command()
-def version() -> None:
-    """Print the driver name and version."""
-    typer.echo(f"{DRIVER_NAME} {__version__}")
-
-
-app.command(name="agent")(agent_command)
-app.command(name="demo")(demo_command)
-
-if __name__ == "__main__":
-    app()
+    run_or_exit("nvmeof-csi", lambda: serve_grpc(build_services(settings), settings.endpoint, settings.grace_seconds))

@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from nvmeof_csi.host.atomic import read_json, write_atomic
-from nvmeof_csi.nodeid import valid_host_nqn
+from nvmeof_csi.nvmeof.nqn import valid_host_nqn
 
 UUID_NQN_PREFIX = "nqn.2014-08.org.nvmexpress:uuid:"
 ZERO = "00000000-0000-0000-0000-000000000000"

@@ -1,5 +1,6 @@
-"""The RPC edge around every unary call: request ID, one log line in and one out (with duration and status
-code, secrets stripped), the keyed try-locks of ``LOCK_TABLE``, and the single error boundary.
+"""The RPC edge around every unary call of every service (CSI and the target agent): request ID, one log line
+in and one out (with duration and status code, secrets stripped), the keyed try-locks the service's lock
+table names, and the single error boundary.
 
 Contract: a servicer raises domain errors; here they become the status code they carry. Unknown exceptions
 become INTERNAL and their traceback is logged. Nothing below the servicers calls ``context.abort``.
@@ -16,10 +17,10 @@ from typing import Any, cast
 import grpc
 from google.protobuf.message import Message
 
-from nvmeof_csi import logctx
-from nvmeof_csi.csi.errors import is_expected, to_status
-from nvmeof_csi.csi.locks import LOCK_TABLE, KeyedLocks
-from nvmeof_csi.csi.redact import safe_text
+from nvmeof_csi.rpc import logctx
+from nvmeof_csi.rpc.boundary import is_expected, to_status
+from nvmeof_csi.rpc.locks import KeyedLocks, LockTable
+from nvmeof_csi.rpc.redact import safe_text
 
 log = logging.getLogger("nvmeof_csi.rpc")
 
@@ -36,8 +37,9 @@ def _request_id(context: grpc.aio.ServicerContext[Any, Any]) -> str:
 class EdgeInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[type-arg]
     """Wraps every unary-unary handler; see the module docstring."""
 
-    def __init__(self, locks: KeyedLocks) -> None:
+    def __init__(self, locks: KeyedLocks, lock_table: LockTable) -> None:
         self._locks = locks
+        self._table = lock_table
 
     async def intercept_service(
         self,
@@ -57,7 +59,7 @@ class EdgeInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[type-arg]
         )
 
     def _wrap(self, method: str, inner: Handler) -> Handler:
-        lock_fields = LOCK_TABLE.get(method, ())
+        lock_fields = self._table.get(method, ())
         short = method.rsplit("/", 1)[-1]
 
         async def call(request: Message, context: grpc.aio.ServicerContext[Any, Any]) -> Any:

@@ -33,9 +33,9 @@ from nvmeof_csi.errors import (
     Unavailable,
 )
 from nvmeof_csi.host.executor import Executor
-from nvmeof_csi.nvmeof.initiator.identity import HostIdentity
-from nvmeof_csi.nvmeof.initiator.sysfs import NvmeSysfs, Subsystem
-from nvmeof_csi.nvmeof.initiator.uevents import EventWait, PollingWait
+from nvmeof_csi.initiator.identity import HostIdentity
+from nvmeof_csi.initiator.sysfs import NvmeSysfs, Subsystem
+from nvmeof_csi.initiator.uevents import EventWait, PollingWait
 from nvmeof_csi.service.ports import Condition, Health, VolumeRef
 
 log = logging.getLogger(__name__)

@@ -9,8 +9,7 @@ from typing import Any, TypeVar
 
 import typer
 
-from nvmeof_csi.config import ConfigError
-from nvmeof_csi.errors import DriverError, InvalidArgument
+from nvmeof_csi.errors import ConfigError, DriverError, InvalidArgument
 
 T = TypeVar("T")
 

@@ -1,1 +1,0 @@
-"""GPU-node side: kernel initiator connect/disconnect, sysfs model, device discovery (node issue)."""

@@ -1,1 +1,0 @@
-"""Storage-node side: nvmet configfs model, backing stores, agent service (target-agent issue)."""

@@ -1,0 +1,109 @@
+"""Server lifecycle shared by every gRPC service (CSI and the target agent): sockets, TLS, graceful stop.
+
+Contract:
+- A stale unix socket file (nothing accepting on it) is replaced; a live server on it is never stolen
+  from: :func:`claim_socket` raises :class:`SocketInUse`.
+- :func:`run_until_stopped` runs until SIGTERM/SIGINT (or ``stop`` is set), then stops accepting new RPCs and
+  gives in-flight RPCs ``grace_seconds`` to finish before they are cancelled; the socket files are removed.
+- :func:`new_server` puts the shared edge (request IDs, logs, the service's lock table, the one error
+  boundary) in front of every servicer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import socket
+import stat
+from pathlib import Path
+
+import grpc
+
+from nvmeof_csi.errors import FailedPrecondition
+from nvmeof_csi.rpc.edge import EdgeInterceptor
+from nvmeof_csi.rpc.endpoints import Endpoint, TlsFiles
+from nvmeof_csi.rpc.locks import KeyedLocks, LockTable
+
+log = logging.getLogger(__name__)
+
+
+def new_server(lock_table: LockTable) -> grpc.aio.Server:
+    """An asyncio gRPC server whose every unary call crosses the shared edge with ``lock_table``."""
+    return grpc.aio.server(interceptors=[EdgeInterceptor(KeyedLocks(), lock_table)])
+
+
+class SocketInUse(FailedPrecondition):
+    """Another live server listens on the endpoint's socket."""
+
+
+def claim_socket(path: Path) -> None:
+    """Make ``path`` free for a new server: remove a stale socket, refuse a live one or a non-socket."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        mode = path.lstat().st_mode
+    except FileNotFoundError:
+        return
+    if not stat.S_ISSOCK(mode):
+        raise SocketInUse(f"{path} exists and is not a socket; refusing to replace it")
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    probe.settimeout(2.0)
+    try:
+        probe.connect(str(path))
+    except (ConnectionRefusedError, FileNotFoundError):
+        log.info("removing stale socket %s", path)
+        path.unlink(missing_ok=True)
+        return
+    except OSError as exc:
+        raise SocketInUse(f"cannot tell whether {path} is in use: {exc}") from exc
+    finally:
+        probe.close()
+    raise SocketInUse(f"a live server is already listening on {path}")
+
+
+def bind(server: grpc.aio.Server, endpoint: Endpoint) -> int:
+    """Bind the endpoint; returns the TCP port (0 for unix sockets)."""
+    if endpoint.scheme == "unix":
+        assert endpoint.path is not None
+        claim_socket(endpoint.path)
+        server.add_insecure_port(endpoint.grpc_address)
+        return 0
+    port = server.add_insecure_port(endpoint.grpc_address)
+    if port == 0:
+        raise FailedPrecondition(f"cannot listen on {endpoint}")
+    return port
+
+
+async def run_until_stopped(
+    server: grpc.aio.Server, grace_seconds: float, sockets: list[Path], stop: asyncio.Event | None = None
+) -> None:
+    """Start ``server``; on SIGTERM/SIGINT (or ``stop``) stop it, giving in-flight RPCs ``grace_seconds``;
+    remove the unix socket files."""
+    stop = stop or asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await server.start()
+    try:
+        await stop.wait()
+        log.info("stopping: in-flight RPCs get %.0f s", grace_seconds)
+        await server.stop(grace_seconds)
+    finally:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.remove_signal_handler(sig)
+        for path in sockets:
+            path.unlink(missing_ok=True)
+        log.info("stopped")
+
+
+def bind_mtls(server: grpc.aio.Server, endpoint: Endpoint, tls: TlsFiles) -> int:
+    """Listen on a TCP ``endpoint`` with mutual TLS: clients must present a certificate ``tls.ca`` signed."""
+    creds = grpc.ssl_server_credentials(
+        [(tls.key.read_bytes(), tls.cert.read_bytes())],
+        root_certificates=tls.ca.read_bytes(),
+        require_client_auth=True,
+    )
+    port = server.add_secure_port(endpoint.grpc_address, creds)
+    if port == 0:
+        raise FailedPrecondition(f"cannot listen on {endpoint}")
+    return port
