@@ -6,7 +6,6 @@ DRIVER_NAME = "csi.nvmeof.io"
 TOPOLOGY_PREFIX = "topology.csi.nvmeof.io/"
 TOPOLOGY_FABRIC = TOPOLOGY_PREFIX + "fabric"
 TOPOLOGY_RDMA = TOPOLOGY_PREFIX + "transport-rdma"
-NQN_PREFIX = "nqn.2026-11.io.nvmeof:vol:"
 
 try:
     __version__ = version("nvmeof-csi")

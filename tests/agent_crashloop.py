@@ -23,8 +23,8 @@ from typing import Any
 from nvmeof_csi.agent.client import AgentClient, AgentTarget
 from nvmeof_csi.agent.configfs import Nvmet
 from nvmeof_csi.agent.state import StateStore
-from nvmeof_csi.agent.target_agent import volume_nqn
 from nvmeof_csi.errors import DriverError, Unavailable
+from nvmeof_csi.nvmeof.nqn import volume_nqn
 from nvmeof_csi.rpc.endpoints import Endpoint
 
 MiB = 1 << 20

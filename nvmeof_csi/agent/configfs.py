@@ -21,10 +21,10 @@ from pathlib import Path
 from typing import Any
 
 from nvmeof_csi.errors import DriverError, FailedPrecondition, InvalidArgument
+from nvmeof_csi.nvmeof.context import TRANSPORTS
 
 DEFAULT_ROOT = Path("/sys/kernel/config/nvmet")
 ANA_STATES = ("optimized", "non-optimized", "inaccessible", "persistent-loss", "change")
-TRTYPES = ("tcp", "rdma")
 DEFAULT_ANA_GROUP = 1
 
 
@@ -44,8 +44,8 @@ class PortSpec:
     group: str = "a"
 
     def __post_init__(self) -> None:
-        if self.trtype not in TRTYPES:
-            raise InvalidArgument(f"portal {self.port_id}: transport must be one of {', '.join(TRTYPES)}")
+        if self.trtype not in TRANSPORTS:
+            raise InvalidArgument(f"portal {self.port_id}: transport must be one of {', '.join(TRANSPORTS)}")
         if not 0 < self.port_id < 65535:
             raise InvalidArgument(f"portal id {self.port_id} must be within 1..65534")
         if not 0 < self.trsvcid < 65536:

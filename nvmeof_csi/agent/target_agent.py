@@ -23,7 +23,6 @@ from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 
-from nvmeof_csi import NQN_PREFIX
 from nvmeof_csi.agent.configfs import ANA_STATES, Nvmet, PortSpec
 from nvmeof_csi.agent.state import (
     CREATING,
@@ -44,21 +43,12 @@ from nvmeof_csi.errors import (
     OutOfRange,
     Unavailable,
 )
-from nvmeof_csi.nvmeof.nqn import check_host_nqn
+from nvmeof_csi.nvmeof.nqn import check_host_nqn, namespace_nguid, volume_nqn
 from nvmeof_csi.rpc.locks import KeyedMutex
 
 log = logging.getLogger(__name__)
 NSID = 1
 MODEL = "nvmeof-csi"
-
-
-def volume_nqn(vol_uuid: str) -> str:
-    return NQN_PREFIX + vol_uuid
-
-
-def namespace_nguid(vol_uuid: str) -> str:
-    """The namespace NGUID, derived from (and distinct from) the volume UUID."""
-    return str(uuidlib.uuid5(uuidlib.UUID(vol_uuid), "nguid"))
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,8 @@ from typing import Protocol
 from nvmeof_csi.agent.client import AgentClient, AgentTarget
 from nvmeof_csi.errors import DriverError, NotFound, ResourceExhausted, Unavailable
 from nvmeof_csi.gen import nvmeof_agent_pb2 as pb
-from nvmeof_csi.nvmeof.nqn import host_nqn_of
+from nvmeof_csi.nvmeof.context import Portal, VolumeContext, tunables_from
+from nvmeof_csi.nvmeof.nqn import host_nqn_of, valid_host_nqn
 from nvmeof_csi.service.datasets import DatasetSpec
 from nvmeof_csi.service.ports import (
     Condition,
@@ -39,7 +40,6 @@ from nvmeof_csi.topology.fabric_map import AgentEntry, FabricMap
 from nvmeof_csi.topology.placement import Candidate, capacity_in, place, reachable, volume_segment
 
 log = logging.getLogger(__name__)
-TUNABLES = ("ctrlLossTmo", "reconnectDelay", "fastIoFailTmo", "keepAliveTmo", "nrIoQueues", "queueSize", "tos")
 
 
 class AgentApi(Protocol):
@@ -100,10 +100,11 @@ class AgentBackend:
     # -- translation -------------------------------------------------------------------------------------
     def _volume(self, entry: AgentEntry, vol: pb.Volume) -> Volume:
         transport = transport_of(vol.parameters)
-        portals = [f"{p.trtype}:{p.traddr}:{p.trsvcid}" for p in vol.portals if p.trtype == transport]
-        context = {"nqn": vol.nqn, "namespaceUUID": vol.namespace_uuid, "transport": transport,
-                   "portals": ",".join(portals), "agent": entry.name}
-        context.update({k: vol.parameters[k] for k in TUNABLES if k in vol.parameters})
+        context = VolumeContext(
+            nqn=vol.nqn, namespace_uuid=vol.namespace_uuid, transport=transport,
+            portals=tuple(Portal(p.trtype, p.traddr, str(p.trsvcid)) for p in vol.portals if p.trtype == transport),
+            tunables=tunables_from(vol.parameters), agent=entry.name,
+        ).to_dict()
         source = None
         if vol.source_snapshot_uuid:
             source = ContentSource("snapshot", VolumeRef(entry.name, vol.source_snapshot_uuid))
@@ -314,3 +315,10 @@ class AgentBackend:
     def list_snapshots(self) -> list[Snapshot]:
         snaps = [self._snapshot(e, s) for e in self.fabric.agents for s in self._client(e).list_snapshots()]
         return sorted(snaps, key=lambda s: s.ref.uuid)
+
+
+class HostNqnNodes:
+    """NodeDirectory for the agent backend: every node ID that is a host NQN may be published to."""
+
+    def knows(self, node_id: str) -> bool:
+        return valid_host_nqn(node_id)

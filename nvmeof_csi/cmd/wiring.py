@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 
 from nvmeof_csi import TOPOLOGY_FABRIC, TOPOLOGY_RDMA
-from nvmeof_csi.backends.agent import AgentBackend
+from nvmeof_csi.backends.agent import AgentBackend, HostNqnNodes
 from nvmeof_csi.backends.loop import LoopConnector, LoopTargetBackend
 from nvmeof_csi.cache.client import AlluxioRest
 from nvmeof_csi.cache.locality import CacheLocality
@@ -23,7 +23,7 @@ from nvmeof_csi.initiator.connector import NvmeofConnector, rdma_capable
 from nvmeof_csi.initiator.identity import ensure_identity
 from nvmeof_csi.initiator.sysfs import NvmeSysfs
 from nvmeof_csi.initiator.uevents import open_block_events
-from nvmeof_csi.nvmeof.nqn import HostNqnNodes, node_id_for
+from nvmeof_csi.nvmeof.nqn import node_id_for
 from nvmeof_csi.service.ports import Connector, NodeDirectory, StaticNodes, TargetBackend
 from nvmeof_csi.service.records import StagingStore
 from nvmeof_csi.service.staging import StagingService

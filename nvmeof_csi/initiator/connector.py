@@ -20,59 +20,25 @@ import logging
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 
-from nvmeof_csi import NQN_PREFIX
 from nvmeof_csi.errors import (
     CommandError,
     DeadlineExceeded,
     DriverError,
     FailedPrecondition,
-    InvalidArgument,
     Unavailable,
 )
 from nvmeof_csi.host.executor import Executor
 from nvmeof_csi.initiator.identity import HostIdentity
 from nvmeof_csi.initiator.sysfs import NvmeSysfs, Subsystem
 from nvmeof_csi.initiator.uevents import EventWait, PollingWait
+from nvmeof_csi.nvmeof.context import TUNABLES, Portal, VolumeContext
+from nvmeof_csi.nvmeof.nqn import is_driver_nqn, volume_nqn
 from nvmeof_csi.service.ports import Condition, Health, VolumeRef
 
 log = logging.getLogger(__name__)
 CONNECT_TIMEOUT = 60.0
-#: Bounded defaults: a lost target is retried for 10 minutes (never forever: a reboot must not hang), I/O is
-#: queued meanwhile (fast_io_fail off), keep-alive notices a dead link within 5 s.
-DEFAULTS = {"ctrlLossTmo": "600", "reconnectDelay": "2", "keepAliveTmo": "5"}
-FLAGS = {
-    "ctrlLossTmo": "--ctrl-loss-tmo", "reconnectDelay": "--reconnect-delay", "keepAliveTmo": "--keep-alive-tmo",
-    "nrIoQueues": "--nr-io-queues", "queueSize": "--queue-size", "tos": "--tos",
-}
-
-
-@dataclass(frozen=True)
-class Portal:
-    trtype: str
-    traddr: str
-    trsvcid: str
-
-    @property
-    def key(self) -> str:
-        return f"{self.trtype}:{self.traddr}:{self.trsvcid}"
-
-
-def parse_portals(text: str) -> list[Portal]:
-    """``tcp:10.0.0.5:4420,rdma:10.0.2.5:4420`` (IPv6 in brackets) -> portals."""
-    portals = []
-    for item in filter(None, (p.strip() for p in text.split(","))):
-        trtype, _, rest = item.partition(":")
-        if rest.startswith("["):
-            addr, _, port = rest[1:].partition("]:")
-        else:
-            addr, _, port = rest.rpartition(":")
-        if trtype not in ("tcp", "rdma") or not addr or not port.isdigit():
-            raise InvalidArgument(f"volume context portal {item!r} is not TRTYPE:TRADDR:TRSVCID")
-        portals.append(Portal(trtype, addr, port))
-    return portals
 
 
 class NvmeofConnector:
@@ -105,17 +71,8 @@ class NvmeofConnector:
             return Health(False, "native NVMe multipath is off (nvme_core.multipath=N)")
         return Health(True, f"initiator ready as {self._identity.nqn}")
 
-    @staticmethod
-    def _nqn(ref: VolumeRef, context: Mapping[str, str]) -> str:
-        nqn = context.get("nqn", "")
-        if not nqn:
-            raise FailedPrecondition(f"volume {ref.uuid}: volume context has no 'nqn' (not an NVMe-oF volume)")
-        return nqn
-
-    def _portals(self, ref: VolumeRef, context: Mapping[str, str]) -> list[Portal]:
-        portals = parse_portals(context.get("portals", ""))
-        if not portals:
-            raise FailedPrecondition(f"volume {ref.uuid}: volume context lists no portals")
+    def _portals(self, ref: VolumeRef, ctx: VolumeContext) -> list[Portal]:
+        portals = list(ctx.portals)
         if len(portals) > 1 and self._sysfs.multipath_enabled() is False:
             if not self._single_path:
                 raise FailedPrecondition(
@@ -125,19 +82,21 @@ class NvmeofConnector:
             portals = portals[:1]
         return portals
 
-    def _connect_argv(self, portal: Portal, nqn: str, context: Mapping[str, str]) -> list[str]:
-        argv = ["nvme", "connect", "-t", portal.trtype, "-a", portal.traddr, "-s", portal.trsvcid, "-n", nqn,
+    def _connect_argv(self, portal: Portal, ctx: VolumeContext) -> list[str]:
+        argv = ["nvme", "connect", "-t", portal.trtype, "-a", portal.traddr, "-s", portal.trsvcid, "-n", ctx.nqn,
                 f"--hostnqn={self._identity.nqn}", f"--hostid={self._identity.host_id}"]
-        for key, flag in FLAGS.items():
-            value = context.get(key) or DEFAULTS.get(key)
-            if value:
-                argv.append(f"{flag}={value}")
+        for tunable in TUNABLES:
+            value = ctx.tunable(tunable.key)
+            value = tunable.default if value is None else value
+            if tunable.flag and value is not None:
+                argv.append(f"{tunable.flag}={value}")
         return argv
 
     def connect(self, ref: VolumeRef, context: Mapping[str, str], timeout: float) -> str:
         deadline = self._clock() + timeout
-        nqn, ns_uuid = self._nqn(ref, context), context.get("namespaceUUID", "")
-        portals = self._portals(ref, context)
+        ctx = VolumeContext.from_dict(context)
+        nqn, ns_uuid = ctx.nqn, ctx.namespace_uuid
+        portals = self._portals(ref, ctx)
         with self._events() as events:  # listening before connecting: no uevent can slip past
             sub = self._sysfs.subsystem(nqn)
             have = {c.portal for c in sub.controllers} if sub else set()
@@ -149,27 +108,29 @@ class NvmeofConnector:
                 if left <= 0:
                     break
                 try:
-                    self._exec.run(self._connect_argv(portal, nqn, context), timeout=min(CONNECT_TIMEOUT, left))
+                    self._exec.run(self._connect_argv(portal, ctx), timeout=min(CONNECT_TIMEOUT, left))
                 except CommandError as err:
                     if "already connected" in (err.err + err.out).lower():
                         continue
                     errors.append(f"{portal.key}: {err.err.strip() or err}")
                     log.warning("volume %s: connect %s failed: %s", ref.uuid, portal.key, err)
-            self._apply_sysfs_tunables(nqn, context)
+            self._apply_sysfs_tunables(ctx)
             log.debug("volume %s: waiting for namespace %s (%s)", ref.uuid, ns_uuid, events.source)
             return self._wait_for_namespace(ref, nqn, ns_uuid, deadline, errors, events)
 
-    def _apply_sysfs_tunables(self, nqn: str, context: Mapping[str, str]) -> None:
-        value = context.get("fastIoFailTmo")
-        sub = self._sysfs.subsystem(nqn)
-        if not value or sub is None:
-            return
-        for ctrl in sub.controllers:
-            attr = self._sysfs.root / "class" / "nvme" / ctrl.name / "fast_io_fail_tmo"
-            try:
-                attr.write_text(value)
-            except OSError as exc:
-                log.warning("cannot set fast_io_fail_tmo on %s: %s", ctrl.name, exc)
+    def _apply_sysfs_tunables(self, ctx: VolumeContext) -> None:
+        """Tunables nvme-cli cannot pass at connect time, written to each controller's sysfs attribute."""
+        sub = self._sysfs.subsystem(ctx.nqn)
+        for tunable in TUNABLES:
+            value = ctx.tunable(tunable.key)
+            if not tunable.sysfs or value is None or sub is None:
+                continue
+            for ctrl in sub.controllers:
+                attr = self._sysfs.root / "class" / "nvme" / ctrl.name / tunable.sysfs
+                try:
+                    attr.write_text(str(value))
+                except OSError as exc:
+                    log.warning("cannot set %s on %s: %s", tunable.sysfs, ctrl.name, exc)
 
     def _wait_for_namespace(
         self, ref: VolumeRef, nqn: str, ns_uuid: str, deadline: float, errors: list[str], events: EventWait
@@ -198,13 +159,12 @@ class NvmeofConnector:
                 log.warning("rescan of %s failed: %s", ctrl.name, exc)
 
     def find_device(self, ref: VolumeRef, context: Mapping[str, str]) -> str | None:
-        ns_uuid = context.get("namespaceUUID", "")
-        ns = self._sysfs.find_namespace(ns_uuid) if ns_uuid else None
+        ns = self._sysfs.find_namespace(VolumeContext.from_dict(context).namespace_uuid)
         return ns.device if ns is not None else None
 
     def disconnect(self, ref: VolumeRef, context: Mapping[str, str], in_use: frozenset[VolumeRef]) -> None:
-        nqn = self._nqn(ref, context)
-        if any(NQN_PREFIX + other.uuid == nqn for other in in_use if other != ref):
+        nqn = VolumeContext.from_dict(context).nqn
+        if any(volume_nqn(other.uuid) == nqn for other in in_use if other != ref):
             log.info("volume %s: subsystem %s still used by another staged volume; kept", ref.uuid, nqn)
             return
         sub = self._sysfs.subsystem(nqn)
@@ -218,10 +178,11 @@ class NvmeofConnector:
                 log.info("controller %s was already gone", ctrl.name)
 
     def refresh_size(self, ref: VolumeRef, context: Mapping[str, str], device: str) -> int:
-        sub = self._sysfs.subsystem(self._nqn(ref, context))
+        ctx = VolumeContext.from_dict(context)
+        sub = self._sysfs.subsystem(ctx.nqn)
         if sub is not None:
             self._rescan(sub)
-        ns_uuid = context.get("namespaceUUID", "")
+        ns_uuid = ctx.namespace_uuid
         sizes = []
         for _ in range(50):  # the new size shows up after the rescan completes
             ns = self._sysfs.find_namespace(ns_uuid)
@@ -235,11 +196,11 @@ class NvmeofConnector:
         actions = []
         claimed_nqns = set()
         for ref, context in claimed:
-            nqn = self._nqn(ref, context)
-            claimed_nqns.add(nqn)
-            before = self._sysfs.subsystem(nqn)
+            ctx = VolumeContext.from_dict(context)
+            claimed_nqns.add(ctx.nqn)
+            before = self._sysfs.subsystem(ctx.nqn)
             have = {c.portal for c in before.controllers} if before else set()
-            missing = [p.key for p in parse_portals(context.get("portals", "")) if p.key not in have]
+            missing = [p.key for p in ctx.portals if p.key not in have]
             if not missing:
                 continue
             try:
@@ -248,16 +209,17 @@ class NvmeofConnector:
             except DriverError as err:
                 actions.append(f"volume {ref.uuid}: could not reconnect {', '.join(missing)}: {err}")
         for sub in self._sysfs.subsystems():
-            if sub.nqn.startswith(NQN_PREFIX) and sub.nqn not in claimed_nqns:
+            if is_driver_nqn(sub.nqn) and sub.nqn not in claimed_nqns:
                 for ctrl in sub.controllers:
                     self._exec.run(["nvme", "disconnect", "-d", ctrl.name], timeout=CONNECT_TIMEOUT)
                 actions.append(f"disconnected {sub.nqn}: no staged volume claims it")
         return actions
 
     def condition(self, ref: VolumeRef, context: Mapping[str, str]) -> Condition:
-        nqn = self._nqn(ref, context)
+        ctx = VolumeContext.from_dict(context)
+        nqn = ctx.nqn
         sub = self._sysfs.subsystem(nqn)
-        wanted = {p.key for p in parse_portals(context.get("portals", ""))}
+        wanted = {p.key for p in ctx.portals}
         if sub is None:
             return Condition(True, f"not connected to {nqn}")
         states = {c.portal: c.state for c in sub.controllers}

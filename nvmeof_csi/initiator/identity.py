@@ -14,9 +14,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from nvmeof_csi.host.atomic import read_json, write_atomic
-from nvmeof_csi.nvmeof.nqn import valid_host_nqn
+from nvmeof_csi.nvmeof.nqn import UUID_NQN_PREFIX, uuid_nqn, valid_host_nqn
 
-UUID_NQN_PREFIX = "nqn.2014-08.org.nvmexpress:uuid:"
 ZERO = "00000000-0000-0000-0000-000000000000"
 
 
@@ -32,12 +31,12 @@ class HostIdentity:
             return False
         if parsed == ZERO or not valid_host_nqn(self.nqn) or self.nqn.endswith(ZERO):
             return False
-        return not self.nqn.startswith(UUID_NQN_PREFIX) or self.nqn == UUID_NQN_PREFIX + parsed
+        return not self.nqn.startswith(UUID_NQN_PREFIX) or self.nqn == uuid_nqn(parsed)
 
     @classmethod
     def generate(cls) -> HostIdentity:
         host_id = str(uuid.uuid4())
-        return cls(UUID_NQN_PREFIX + host_id, host_id)
+        return cls(uuid_nqn(host_id), host_id)
 
 
 def _read(path: Path) -> str:

@@ -1,31 +1,63 @@
-"""Node IDs are host NQNs — defined once, here.
+"""Every NVMe Qualified Name rule of the driver, in one place (no I/O).
 
-A node plugin's NodeGetInfo returns its host NQN (``nqn.2014-08.org.nvmexpress:uuid:<host-id>``, unique per
-node, generated and persisted when missing) as the CSI node ID. ControllerPublishVolume therefore knows, from
-the node ID alone and without any state, which host to allow on the volume's subsystem. A node ID that is not
-a valid NQN cannot belong to a node of this driver: NOT_FOUND.
+- Volume subsystems: ``nqn.2026-11.io.nvmeof:vol:<volume-uuid>`` (:func:`volume_nqn`); the namespace UUID is
+  the volume UUID and its NGUID is derived from it (:func:`namespace_nguid`). Subsystems are always matched
+  by their whole NQN (``vol1`` never matches ``vol10``); :func:`is_driver_nqn` tells the driver's subsystems
+  from anyone else's.
+- Host NQNs: ``nqn.YYYY-MM.<domain>...``, at most 223 bytes, no whitespace, ``/`` or control characters; the
+  pattern is anchored at both ends (a trailing newline or NUL is refused). Generated host NQNs are UUID NQNs
+  (``nqn.2014-08.org.nvmexpress:uuid:<host-id>``, :func:`uuid_nqn`).
+- Node IDs are host NQNs: a node plugin's NodeGetInfo returns its host NQN as the CSI node ID, so
+  ControllerPublishVolume knows from the node ID alone which host to allow on the subsystem. A node ID that
+  is not a valid NQN cannot belong to a node of this driver: NOT_FOUND (:func:`host_nqn_of`).
 """
 
 from __future__ import annotations
 
 import re
+import uuid
 
 from nvmeof_csi.errors import InvalidArgument, NotFound
 
-_NQN = re.compile(r"^nqn\.\d{4}-\d{2}\.[^\s/]{1,215}$")
-MAX_NODE_ID_BYTES = 192  # CSI limit; NQNs may be 223 bytes, ours are ~68
+VOLUME_NQN_PREFIX = "nqn.2026-11.io.nvmeof:vol:"
+UUID_NQN_PREFIX = "nqn.2014-08.org.nvmexpress:uuid:"
+MAX_NQN_BYTES = 223
+MAX_NODE_ID_BYTES = 192  # CSI limit for node IDs; NQNs may be 223 bytes, ours are ~68
+_HOST_NQN = re.compile(r"nqn\.\d{4}-\d{2}\.[^\s/\x00-\x1f\x7f]{1,215}")
+
+
+def volume_nqn(vol_uuid: str) -> str:
+    """The subsystem NQN of the volume with UUID ``vol_uuid``."""
+    return VOLUME_NQN_PREFIX + vol_uuid
+
+
+def is_driver_nqn(nqn: str) -> bool:
+    """True for subsystems this driver creates (and may therefore release); never for anyone else's."""
+    return nqn.startswith(VOLUME_NQN_PREFIX)
+
+
+def namespace_nguid(vol_uuid: str) -> str:
+    """The namespace NGUID, derived from (and distinct from) the volume UUID."""
+    return str(uuid.uuid5(uuid.UUID(vol_uuid), "nguid"))
+
+
+def uuid_nqn(host_id: str) -> str:
+    """The UUID-based host NQN of a host ID."""
+    return UUID_NQN_PREFIX + host_id
 
 
 def valid_host_nqn(text: str) -> bool:
-    return bool(_NQN.match(text)) and len(text.encode()) <= 223
+    return _HOST_NQN.fullmatch(text) is not None and len(text.encode()) <= MAX_NQN_BYTES
 
 
 def check_host_nqn(host_nqn: str) -> None:
+    """Raise ``InvalidArgument`` unless ``host_nqn`` is a valid host NQN."""
     if not valid_host_nqn(host_nqn):
         raise InvalidArgument(f"host NQN {host_nqn!r} is not a valid NQN (nqn.YYYY-MM.domain:..., <= 223 bytes)")
 
 
 def node_id_for(host_nqn: str) -> str:
+    """The CSI node ID of a node whose host NQN is ``host_nqn`` (the NQN itself)."""
     check_host_nqn(host_nqn)
     if len(host_nqn.encode()) > MAX_NODE_ID_BYTES:
         raise InvalidArgument(f"host NQN {host_nqn!r} is longer than a CSI node ID may be (192 bytes)")
@@ -33,13 +65,7 @@ def node_id_for(host_nqn: str) -> str:
 
 
 def host_nqn_of(node_id: str) -> str:
+    """The host NQN a CSI node ID stands for; ``NotFound`` when it cannot be a node of this driver."""
     if not valid_host_nqn(node_id):
         raise NotFound(f"node {node_id!r} is not a node of this driver (node IDs are host NQNs)")
     return node_id
-
-
-class HostNqnNodes:
-    """NodeDirectory for the NVMe-oF backend: every node ID that is a host NQN may be published to."""
-
-    def knows(self, node_id: str) -> bool:
-        return valid_host_nqn(node_id)

@@ -22,10 +22,9 @@ from typing import Any
 import yaml
 
 from nvmeof_csi.errors import ConfigError
+from nvmeof_csi.nvmeof.context import TRANSPORTS
 from nvmeof_csi.rpc.endpoints import Endpoint, TlsFiles
 from nvmeof_csi.service.ports import valid_location
-
-TRANSPORTS = ("tcp", "rdma")
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,7 @@ from nvmeof_csi.agent.configfs import Nvmet
 from nvmeof_csi.agent.state import StateStore
 from nvmeof_csi.agent.store import FileStore
 from nvmeof_csi.agent.target_agent import TargetAgent
-from nvmeof_csi.backends.agent import AgentBackend
+from nvmeof_csi.backends.agent import AgentBackend, HostNqnNodes
 from nvmeof_csi.cache.client import AlluxioRest, CacheNotFound, CacheUnavailable, JobServiceLoader
 from nvmeof_csi.cache.hydrate import DatasetMetrics, Hydrator
 from nvmeof_csi.cache.locality import CacheLocality, bytes_by_host
@@ -35,7 +35,6 @@ from nvmeof_csi.csi.server import CsiServices, build_server
 from nvmeof_csi.errors import DriverError
 from nvmeof_csi.gen import csi_pb2, csi_pb2_grpc
 from nvmeof_csi.host.executor import SubprocessExecutor
-from nvmeof_csi.nvmeof.nqn import HostNqnNodes
 from nvmeof_csi.rpc.endpoints import Endpoint
 from nvmeof_csi.rpc.server import bind
 from nvmeof_csi.service.volumes import VolumeService

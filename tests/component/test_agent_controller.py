@@ -13,10 +13,9 @@ from pathlib import Path
 import grpc
 import pytest
 
-from nvmeof_csi.backends.agent import AgentBackend
+from nvmeof_csi.backends.agent import AgentBackend, HostNqnNodes
 from nvmeof_csi.csi.server import CsiServices, build_server
 from nvmeof_csi.gen import csi_pb2, csi_pb2_grpc
-from nvmeof_csi.nvmeof.nqn import HostNqnNodes
 from nvmeof_csi.rpc.endpoints import Endpoint
 from nvmeof_csi.rpc.server import bind
 from nvmeof_csi.service.volumes import CapacityRange, VolumeService

@@ -11,7 +11,6 @@ from pathlib import Path
 import pytest
 
 from nvmeof_csi.agent.state import CREATING, DELETING
-from nvmeof_csi.agent.target_agent import namespace_nguid, volume_nqn
 from nvmeof_csi.errors import (
     AlreadyExists,
     FailedPrecondition,
@@ -20,6 +19,7 @@ from nvmeof_csi.errors import (
     OutOfRange,
     ResourceExhausted,
 )
+from nvmeof_csi.nvmeof.nqn import namespace_nguid, volume_nqn
 from tests.agent_fixtures import make_agent
 
 MiB = 1 << 20

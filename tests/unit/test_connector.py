@@ -10,13 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from nvmeof_csi import NQN_PREFIX
 from nvmeof_csi.errors import CommandError, DeadlineExceeded, FailedPrecondition, Unavailable
 from nvmeof_csi.host.executor import Result
-from nvmeof_csi.initiator.connector import NvmeofConnector, parse_portals
+from nvmeof_csi.initiator.connector import NvmeofConnector
 from nvmeof_csi.initiator.identity import HostIdentity
 from nvmeof_csi.initiator.sysfs import NvmeSysfs
 from nvmeof_csi.initiator.uevents import PollingWait, UdevWait
+from nvmeof_csi.nvmeof.context import parse_portals
+from nvmeof_csi.nvmeof.nqn import VOLUME_NQN_PREFIX as NQN_PREFIX
 from nvmeof_csi.service.ports import VolumeRef
 
 VOL = VolumeRef("lab", "0b6d5bd6-4c1e-4f55-9d7a-3e0f6f1a7c01")

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from nvmeof_csi.initiator.identity import UUID_NQN_PREFIX, HostIdentity, ensure_identity
+from nvmeof_csi.initiator.identity import HostIdentity, ensure_identity
 from nvmeof_csi.initiator.sysfs import NvmeSysfs, parse_address
+from nvmeof_csi.nvmeof.nqn import UUID_NQN_PREFIX
 
 UUID_A = "fc50ed74-91c7-4f2f-9ccc-e1e5ce41b835"
 

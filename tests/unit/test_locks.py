@@ -2,8 +2,8 @@ import threading
 
 import pytest
 
-from nvmeof_csi.errors import Aborted
 from nvmeof_csi.csi.locks import CSI_LOCK_TABLE as LOCK_TABLE
+from nvmeof_csi.errors import Aborted
 from nvmeof_csi.rpc.locks import KeyedLocks
 
 
