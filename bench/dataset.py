@@ -46,7 +46,7 @@ def main() -> None:
                 name="bench", nvmet=Nvmet(plain_configfs(base / "nvmet"), plain_tree=True),
                 store=FileStore(base / "pool"), state=StateStore(base / "state" / "agent-state.json"),
                 portals=[PortSpec(1, "tcp", "127.0.0.1", 4420, "a")],
-                datasets=DatasetVolumes(Hydrator(rest, JobServiceLoader(rest), SubprocessExecutor(),
+                filler=DatasetVolumes(Hydrator(rest, JobServiceLoader(rest), SubprocessExecutor(),
                                                  DatasetMetrics(CollectorRegistry())), base / "pool" / ".hydrate"),
             )
             agent.converge()  # prepares the pool, as the agent process does at start

@@ -25,9 +25,9 @@ def plain_configfs(root: Path) -> Path:
     return root
 
 
-def make_agent(tmp: Path, capacity: int = 0) -> TargetAgent:
+def make_agent(tmp: Path, capacity: int = 0, name: str = "store-a") -> TargetAgent:
     return TargetAgent(
-        name="store-a",
+        name=name,
         nvmet=Nvmet(plain_configfs(tmp / "nvmet"), plain_tree=True),
         store=FileStore(tmp / "pool"),
         state=StateStore(tmp / "state" / "agent-state.json"),
@@ -122,8 +122,7 @@ class LocalAgent:
 def local_agents(tmp: Path, names: Sequence[str], capacity: int = 1 << 40) -> dict[str, LocalAgent]:
     agents = {}
     for name in names:
-        agent = make_agent(tmp / name, capacity)
-        agent.name = name
+        agent = make_agent(tmp / name, capacity, name)
         agent.converge()
         agents[name] = LocalAgent(agent)
     return agents

@@ -13,7 +13,8 @@ import grpc
 from nvmeof_csi import __version__
 from nvmeof_csi.agent.configfs import PortSpec
 from nvmeof_csi.agent.state import SnapshotRecord
-from nvmeof_csi.agent.target_agent import TargetAgent, VolumeView
+from nvmeof_csi.agent.parts import VolumeView
+from nvmeof_csi.agent.target_agent import TargetAgent
 from nvmeof_csi.gen import nvmeof_agent_pb2 as pb
 from nvmeof_csi.gen import nvmeof_agent_pb2_grpc as pb_grpc
 from nvmeof_csi.rpc.calls import blocking, require

@@ -1,10 +1,11 @@
-"""What the target agent needs for dataset volumes: hydrate a volume's backing file, show progress, keep the
-data set pinned while volumes reference it, and release it after the last one.
+"""The target agent's filler for dataset volumes (it implements ``nvmeof_csi.agent.filler.Filler``): hydrate a
+volume's backing file from Alluxio, show progress, keep the data set pinned while volumes reference it, and
+release it after the last one.
 
 Contract: :meth:`DatasetVolumes.fill` runs (or resumes) hydration of one volume and returns the labels to
 record with it (``dataset.*``: files, bytes, cache vs. under-store bytes, hit ratio, worker hosts); while it
 runs, :meth:`progress` returns a one-line progress text for that volume. Work folders live under
-``work_root/<volume uuid>`` and are removed by :meth:`discard`. :meth:`release_if_unused` unpins and frees a
+``work_root/<volume uuid>`` and are removed by :meth:`discard`. :meth:`release` unpins and frees a
 data set when no other volume references its Alluxio path; a cache that cannot be reached then is logged,
 never raised (deleting a volume must not fail because the cache is down; the TTL, if any, frees it later).
 """
@@ -18,7 +19,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from nvmeof_csi.cache.hydrate import Hydrator, Progress
-from nvmeof_csi.errors import DriverError
+from nvmeof_csi.errors import DriverError, InvalidArgument
 from nvmeof_csi.service.datasets import DatasetSpec
 
 log = logging.getLogger(__name__)
@@ -31,10 +32,6 @@ class DatasetVolumes:
         self._progress: dict[str, str] = {}
         self._lock = threading.Lock()
 
-    @staticmethod
-    def spec(parameters: Mapping[str, str]) -> DatasetSpec | None:
-        return DatasetSpec.from_parameters(parameters)
-
     def progress(self, vol_uuid: str) -> str:
         with self._lock:
             return self._progress.get(vol_uuid, "")
@@ -45,7 +42,10 @@ class DatasetVolumes:
             self._progress[vol_uuid] = line
         log.info("volume %s: hydrating %s: %s", vol_uuid, spec.path, line)
 
-    def fill(self, vol_uuid: str, spec: DatasetSpec, backing: Path, capacity: int) -> dict[str, str]:
+    def fill(self, vol_uuid: str, parameters: Mapping[str, str], backing: Path, capacity: int) -> dict[str, str]:
+        spec = DatasetSpec.from_parameters(parameters)
+        if spec is None:
+            raise InvalidArgument(f"volume {vol_uuid}: no dataset.* parameters to fill it from")
         work = self.work_root / vol_uuid
         work.mkdir(parents=True, exist_ok=True)
         try:
@@ -63,7 +63,10 @@ class DatasetVolumes:
     def discard(self, vol_uuid: str) -> None:
         shutil.rmtree(self.work_root / vol_uuid, ignore_errors=True)
 
-    def release_if_unused(self, spec: DatasetSpec, others: Iterable[Mapping[str, str]]) -> None:
+    def release(self, parameters: Mapping[str, str], others: Iterable[Mapping[str, str]]) -> None:
+        spec = DatasetSpec.from_parameters(parameters)
+        if spec is None:
+            return
         for params in others:
             other = DatasetSpec.from_parameters(params)
             if other is not None and other.path == spec.path:

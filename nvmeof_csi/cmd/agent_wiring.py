@@ -52,7 +52,7 @@ def build_agent(
         portals=settings.portals,
         capacity_limit=settings.capacity_limit_bytes,
         buffered_io=settings.buffered_io,
-        datasets=build_datasets(settings, registry or CollectorRegistry()),
+        filler=build_datasets(settings, registry or CollectorRegistry()),
     )
 
 
@@ -91,6 +91,6 @@ async def serve_agent(settings: AgentSettings, plain_tree: bool = False) -> None
     log.info("agent %s serving (%s%s), %d volumes, portals %s", agent.name, settings.unix_endpoint or "",
              f" {settings.tcp_endpoint} (mTLS)" if settings.tls else "", len(agent.list_volumes()),
              ", ".join(f"{p.trtype}:{p.traddr}:{p.trsvcid}/{p.group}" for p in agent.portals))
-    if agent.datasets is not None:
-        threading.Thread(target=agent.resume_hydrations, name="resume-hydrations", daemon=True).start()
+    if agent.filler is not None:
+        threading.Thread(target=agent.resume_fills, name="resume-fills", daemon=True).start()
     await run_until_stopped(server, settings.grace_seconds, sockets)

@@ -77,7 +77,7 @@ async def stack(tmp_path: Path, alluxio: Alluxio) -> AsyncIterator[Stack]:
     agent = TargetAgent(
         name="store-a", nvmet=Nvmet(plain_configfs(tmp_path / "nvmet"), plain_tree=True),
         store=FileStore(tmp_path / "pool"), state=StateStore(tmp_path / "state" / "agent-state.json"),
-        portals=PORTALS, datasets=DatasetVolumes(hydrator, tmp_path / "pool" / ".hydrate"),
+        portals=PORTALS, filler=DatasetVolumes(hydrator, tmp_path / "pool" / ".hydrate"),
     )
     agent.converge()  # as the agent process does at start (prepares the pool)
     backend = AgentBackend(FABRIC, client=lambda _: LocalAgent(agent))

@@ -126,9 +126,9 @@ def test_release_only_after_the_last_volume(tmp_path: Path) -> None:
     cache = FakeCache({})
     volumes = DatasetVolumes(hydrator(cache, FakeMkfs()), tmp_path)
     spec = DatasetSpec("/ds")
-    volumes.release_if_unused(spec, [{"dataset.path": "/other"}, {"dataset.path": "/ds"}])
+    volumes.release({"dataset.path": spec.path}, [{"dataset.path": "/other"}, {"dataset.path": "/ds"}])
     assert not cache.freed
-    volumes.release_if_unused(spec, [{"dataset.path": "/other"}, {}])
+    volumes.release({"dataset.path": spec.path}, [{"dataset.path": "/other"}, {}])
     assert cache.freed and ("/ds", {"pinned": False}) in cache.attrs
 
 

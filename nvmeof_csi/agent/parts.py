@@ -1,0 +1,76 @@
+"""What every part of the target agent shares: its configfs tree, pool, saved state, portals, locks and the
+optional filler, plus the views the API shows.
+
+Contract: :class:`AgentParts` holds no logic that changes anything; the operation modules (``volumes``,
+``snapshots``, ``hosts``, ``converge``) do. Lock keys: a volume's or snapshot's UUID, ``name:<volume name>``
+and ``snap-name:<snapshot name>`` in :attr:`AgentParts.keys` (blocking, sorted, so holders never deadlock);
+portal (port) changes under :attr:`AgentParts.ports_lock`.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from nvmeof_csi.agent.configfs import Nvmet, PortSpec
+from nvmeof_csi.agent.filler import Filler
+from nvmeof_csi.agent.state import DELETING, StateStore, VolumeRecord
+from nvmeof_csi.agent.store import FileStore
+from nvmeof_csi.errors import NotFound
+from nvmeof_csi.nvmeof.nqn import namespace_nguid, volume_nqn
+from nvmeof_csi.rpc.locks import KeyedMutex
+
+NSID = 1
+MODEL = "nvmeof-csi"
+
+
+@dataclass(frozen=True)
+class VolumeView:
+    """A volume as the API shows it."""
+
+    record: VolumeRecord
+    nqn: str
+    namespace_uuid: str
+    namespace_nguid: str
+    portals: Sequence[tuple[PortSpec, str]]  # (portal, ANA state)
+    progress: str = ""  # filling in progress ("copying: 12/100 files, ...")
+
+
+@dataclass
+class AgentParts:
+    name: str
+    nvmet: Nvmet
+    store: FileStore
+    state: StateStore
+    portals: list[PortSpec]
+    capacity_limit: int = 0
+    buffered_io: bool = False
+    clock: Callable[[], float] = time.time
+    filler: Filler | None = None
+    keys: KeyedMutex = field(default_factory=KeyedMutex)
+    ports_lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def view(self, rec: VolumeRecord) -> VolumeView:
+        ana = self.state.current.ana
+        return VolumeView(
+            rec, volume_nqn(rec.uuid), rec.uuid, namespace_nguid(rec.uuid),
+            [(p, ana.get(p.group, "optimized")) for p in self.portals],
+            self.filler.progress(rec.uuid) if self.filler else "",
+        )
+
+    def live_volumes(self) -> list[VolumeRecord]:
+        return [v for v in self.state.current.volumes.values() if v.status != DELETING]
+
+    def volume(self, vol_uuid: str) -> VolumeRecord:
+        rec = self.state.current.volumes.get(vol_uuid)
+        if rec is None or rec.status == DELETING:
+            raise NotFound(f"volume {vol_uuid} does not exist on agent {self.name}")
+        return rec
+
+    def provisioned_bytes(self) -> int:
+        return sum(v.capacity_bytes for v in self.state.current.volumes.values())
+
+    def capacity_bytes(self) -> int:
+        return self.capacity_limit or self.store.usage().total_bytes

@@ -1,0 +1,219 @@
+"""Volumes on the target agent: create (also from a snapshot or a volume, also filled), delete, resize.
+
+Contract:
+- Idempotent and keyed by name (creates) or UUID: repeating an operation returns the same result; the same
+  name with another size, parameters or source raises ``AlreadyExists``.
+- Save before acting: create = record(creating) -> file -> (fill) -> configfs -> record(ready);
+  delete = record(deleting) -> configfs -> file -> drop record. Convergence finishes whatever a crash
+  interrupted. A volume that must be filled stays ``creating`` (never exported) until the fill ends; a failed
+  fill removes the half-made volume (record, configfs objects, file, work files).
+- Concurrency: creates are serialised per name, everything else per volume UUID (``AgentParts.keys``).
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid as uuidlib
+from collections.abc import Mapping
+
+from nvmeof_csi.agent.filler import Filler, needs_fill
+from nvmeof_csi.agent.parts import MODEL, NSID, AgentParts, VolumeView
+from nvmeof_csi.agent.state import CREATING, DELETING, READY, VolumeRecord
+from nvmeof_csi.errors import (
+    AlreadyExists,
+    DriverError,
+    FailedPrecondition,
+    InvalidArgument,
+    NotFound,
+    OutOfRange,
+    Unavailable,
+)
+from nvmeof_csi.nvmeof.nqn import namespace_nguid, volume_nqn
+
+log = logging.getLogger(__name__)
+
+
+class VolumeOps:
+    def __init__(self, parts: AgentParts) -> None:
+        self._p = parts
+
+    # -- create ------------------------------------------------------------------------------------------
+    def create_volume(
+        self, name: str, capacity_bytes: int, parameters: Mapping[str, str], labels: Mapping[str, str],
+        source_volume: str = "", source_snapshot: str = "",
+    ) -> VolumeView:
+        p = self._p
+        if not name:
+            raise InvalidArgument("volume name is required")
+        if capacity_bytes <= 0:
+            raise InvalidArgument("capacity_bytes must be positive")
+        with p.keys.hold(f"name:{name}"):
+            for found in p.live_volumes():
+                if found.name == name:
+                    self._check_same(found, capacity_bytes, parameters, source_volume, source_snapshot)
+                    if found.status == CREATING:
+                        with p.keys.hold(found.uuid):
+                            found = self._finish_creating(found)  # noqa: PLW2901 - returned right away
+                    return p.view(found)
+            source_size = self._source_size(source_volume, source_snapshot)
+            if capacity_bytes < source_size:
+                raise OutOfRange(f"capacity {capacity_bytes} is smaller than the source's {source_size} bytes")
+            p.store.check_space(capacity_bytes, p.provisioned_bytes(), p.capacity_bytes())
+            rec = VolumeRecord(
+                uuid=str(uuidlib.uuid4()), name=name, capacity_bytes=capacity_bytes, parameters=dict(parameters),
+                labels=dict(labels), source_volume=source_volume, source_snapshot=source_snapshot,
+                status=CREATING,
+            )
+            self.filler_for(rec)  # refuse a volume to fill early when this agent has no filler
+            with p.keys.hold(rec.uuid):
+                rec = self._first_save(rec)
+                rec = self.materialize_new(rec)
+            log.info("volume %s (%s) created: %d bytes", rec.uuid, name, capacity_bytes)
+            return p.view(rec)
+
+    def _first_save(self, rec: VolumeRecord) -> VolumeRecord:
+        """Save before acting. The creation time is taken inside the state lock, at the moment the record
+        becomes visible, so a name lookup that did not see it is always older than its timestamp (racing
+        controllers compare these times to agree on one copy)."""
+        state = self._p.state.commit(lambda s: s.with_volume(rec.evolve(created_at=self._p.clock())))
+        return state.volumes[rec.uuid]
+
+    @staticmethod
+    def _check_same(rec: VolumeRecord, capacity: int, params: Mapping[str, str], src_vol: str, src_snap: str) -> None:
+        if rec.capacity_bytes != capacity or dict(rec.parameters) != dict(params):
+            raise AlreadyExists(f"volume {rec.name!r} exists with other capacity or parameters")
+        if (rec.source_volume, rec.source_snapshot) != (src_vol, src_snap):
+            raise AlreadyExists(f"volume {rec.name!r} exists with another content source")
+
+    def _source_size(self, source_volume: str, source_snapshot: str) -> int:
+        if source_volume and source_snapshot:
+            raise InvalidArgument("a volume has at most one content source")
+        if source_volume:
+            return self._p.volume(source_volume).capacity_bytes
+        if source_snapshot:
+            snap = self._p.state.current.snapshots.get(source_snapshot)
+            if snap is None or snap.status != READY:
+                raise NotFound(f"snapshot {source_snapshot} does not exist on agent {self._p.name}")
+            return snap.size_bytes
+        return 0
+
+    def _finish_creating(self, seen: VolumeRecord) -> VolumeRecord:
+        """Finish a create someone else may have been finishing meanwhile (re-read under the volume's key)."""
+        current = self._p.state.current.volumes.get(seen.uuid)
+        if current is None or current.status == DELETING:
+            raise Unavailable(f"volume {seen.name!r} could not be created (its fill failed); retry")
+        return self.materialize_new(current) if current.status == CREATING else current
+
+    def filler_for(self, rec: VolumeRecord) -> Filler | None:
+        """The filler when ``rec`` must be filled (FAILED_PRECONDITION when this agent has none)."""
+        if not needs_fill(rec.parameters):
+            return None
+        if self._p.filler is None:
+            raise FailedPrecondition(f"agent {self._p.name} has no Alluxio configured (--alluxio-proxy): "
+                                     "it cannot create dataset volumes")
+        return self._p.filler
+
+    def materialize_new(self, rec: VolumeRecord) -> VolumeRecord:
+        """:meth:`materialize` for a create; a volume whose fill fails is removed again (nothing half-created
+        is left: record, configfs objects, backing file and work files all go)."""
+        try:
+            return self.materialize(rec)
+        except DriverError:
+            if self.filler_for(rec) is not None:
+                log.warning("volume %s (%s): fill failed; removing the volume", rec.uuid, rec.name)
+                self.teardown(self._p.state.put_volume(rec.evolve(status=DELETING)))
+                self._discard_work(rec)
+            raise
+
+    def _discard_work(self, rec: VolumeRecord) -> None:
+        if self._p.filler is not None:
+            self._p.filler.discard(rec.uuid)
+
+    def materialize(self, rec: VolumeRecord) -> VolumeRecord:
+        """Make file and configfs match ``rec`` (creating -> ready). Caller holds the volume's key."""
+        p = self._p
+        path = p.store.volume_path(rec.uuid)
+        if not path.exists():
+            if rec.status == READY:
+                raise FailedPrecondition(f"backing file of ready volume {rec.uuid} is missing; refusing to recreate")
+            if rec.source_snapshot:
+                p.store.clone(p.store.snapshot_path(rec.source_snapshot), path, rec.capacity_bytes)
+            elif rec.source_volume:
+                p.store.clone(p.store.volume_path(rec.source_volume), path, rec.capacity_bytes)
+            else:
+                p.store.create(path, rec.capacity_bytes)
+        else:
+            p.store.grow(path, rec.capacity_bytes)
+        filler = self.filler_for(rec)
+        if filler is not None and rec.status != READY:  # filled before the namespace is exported
+            labels = filler.fill(rec.uuid, rec.parameters, path, rec.capacity_bytes)
+            rec = p.state.put_volume(rec.evolve(labels={**rec.labels, **labels}))
+        nqn = volume_nqn(rec.uuid)
+        p.nvmet.ensure_subsystem(nqn, serial=rec.uuid.replace("-", "")[:20], model=MODEL)
+        p.nvmet.ensure_namespace(nqn, NSID, str(path), rec.uuid, namespace_nguid(rec.uuid), p.buffered_io)
+        for host_nqn, secret in rec.hosts.items():
+            p.nvmet.ensure_host(host_nqn, secret)
+            p.nvmet.allow(nqn, host_nqn)
+        for host_nqn in set(p.nvmet.allowed_hosts(nqn)) - set(rec.hosts):
+            p.nvmet.deny(nqn, host_nqn)
+        for portal in p.portals:
+            p.nvmet.link(portal.port_id, nqn)
+        if rec.status != READY:
+            rec = p.state.put_volume(rec.evolve(status=READY))
+            self._discard_work(rec)
+        return rec
+
+    # -- delete and resize ---------------------------------------------------------------------------------
+    def delete_volume(self, vol_uuid: str) -> None:
+        p = self._p
+        with p.keys.hold(vol_uuid):
+            rec = p.state.current.volumes.get(vol_uuid)
+            if rec is None:
+                return
+            if rec.status != DELETING:
+                rec = p.state.put_volume(rec.evolve(status=DELETING))  # save before acting
+            self.teardown(rec)
+            self._discard_work(rec)
+            if needs_fill(rec.parameters) and p.filler is not None:
+                p.filler.release(rec.parameters, [v.parameters for v in p.live_volumes() if v.uuid != rec.uuid])
+        log.info("volume %s (%s) deleted", vol_uuid, rec.name)
+
+    def teardown(self, rec: VolumeRecord) -> None:
+        """Remove configfs objects, host entries no other volume allows, the file, then the record."""
+        p = self._p
+        nqn = volume_nqn(rec.uuid)
+        if nqn in p.nvmet.subsystems():
+            p.nvmet.remove_subsystem(nqn)
+        for host_nqn in rec.hosts:
+            p.nvmet.remove_host(host_nqn)
+        p.store.delete(p.store.volume_path(rec.uuid))
+        p.state.drop_volume(rec.uuid)
+
+    def resize_volume(self, vol_uuid: str, capacity_bytes: int) -> VolumeView:
+        p = self._p
+        with p.keys.hold(vol_uuid):
+            rec = p.volume(vol_uuid)
+            if capacity_bytes > rec.capacity_bytes:
+                p.store.check_space(capacity_bytes - rec.capacity_bytes, p.provisioned_bytes(), p.capacity_bytes())
+                rec = p.state.put_volume(rec.evolve(capacity_bytes=capacity_bytes))
+                p.store.grow(p.store.volume_path(vol_uuid), capacity_bytes)
+                p.nvmet.revalidate(volume_nqn(vol_uuid), NSID)
+            return p.view(rec)
+
+    # -- fills a restart interrupted ---------------------------------------------------------------------
+    def resume_fills(self) -> None:
+        """Finish volumes whose fill a restart interrupted (the filler resumes, it does not restart); a fill
+        that fails now removes its volume, as a failed create does. Run after the agent serves."""
+        p = self._p
+        for rec in list(p.state.current.volumes.values()):
+            if rec.status != CREATING or not needs_fill(rec.parameters):
+                continue
+            with p.keys.hold(f"name:{rec.name}"), p.keys.hold(rec.uuid):
+                current = p.state.current.volumes.get(rec.uuid)
+                if current is None or current.status != CREATING:
+                    continue
+                try:
+                    self.materialize_new(current)
+                    log.info("volume %s (%s): resumed fill finished", rec.uuid, rec.name)
+                except DriverError as err:
+                    log.warning("volume %s (%s): resumed fill failed, volume removed: %s", rec.uuid, rec.name, err)
