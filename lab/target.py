@@ -102,8 +102,8 @@ class GuestTargetAgent:
         return json.loads(out)
 
     def ops(self, *args: str, timeout: float = 300) -> Any:
-        """One ``tests.lab_agent.guest_ops`` call in the guest (several agent operations in one process)."""
-        out = self.vm.check([self.vm.python, "-m", "tests.lab_agent.guest_ops", AGENT_SOCK, *args], timeout=timeout,
+        """One ``tests.support.guest_ops`` call in the guest (several agent operations in one process)."""
+        out = self.vm.check([self.vm.python, "-m", "tests.support.guest_ops", AGENT_SOCK, *args], timeout=timeout,
                             cwd=str(REPO))
         return json.loads(out.strip().splitlines()[-1])
 

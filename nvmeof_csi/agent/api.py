@@ -11,9 +11,9 @@ from typing import Any
 import grpc
 
 from nvmeof_csi import __version__
-from nvmeof_csi.agent.configfs import PortSpec
-from nvmeof_csi.agent.state import SnapshotRecord
 from nvmeof_csi.agent.parts import VolumeView
+from nvmeof_csi.agent.portals import PortSpec
+from nvmeof_csi.agent.state import SnapshotRecord
 from nvmeof_csi.agent.target_agent import TargetAgent
 from nvmeof_csi.gen import nvmeof_agent_pb2 as pb
 from nvmeof_csi.gen import nvmeof_agent_pb2_grpc as pb_grpc

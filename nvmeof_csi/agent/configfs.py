@@ -16,61 +16,18 @@ from __future__ import annotations
 
 import errno
 import os
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from nvmeof_csi.agent.portals import ANA_STATES, PortSpec
 from nvmeof_csi.errors import DriverError, FailedPrecondition, InvalidArgument
-from nvmeof_csi.nvmeof.context import TRANSPORTS
 
 DEFAULT_ROOT = Path("/sys/kernel/config/nvmet")
-ANA_STATES = ("optimized", "non-optimized", "inaccessible", "persistent-loss", "change")
 DEFAULT_ANA_GROUP = 1
 
 
 class ConfigfsError(DriverError):
     """The kernel refused a configfs operation."""
-
-
-@dataclass(frozen=True)
-class PortSpec:
-    """One target portal: nvmet port ``port_id`` listening on ``trtype``/``traddr``/``trsvcid``, member of
-    portal group ``group`` (ANA states are set per group)."""
-
-    port_id: int
-    trtype: str
-    traddr: str
-    trsvcid: int
-    group: str = "a"
-
-    def __post_init__(self) -> None:
-        if self.trtype not in TRANSPORTS:
-            raise InvalidArgument(f"portal {self.port_id}: transport must be one of {', '.join(TRANSPORTS)}")
-        if not 0 < self.port_id < 65535:
-            raise InvalidArgument(f"portal id {self.port_id} must be within 1..65534")
-        if not 0 < self.trsvcid < 65536:
-            raise InvalidArgument(f"portal {self.port_id}: service id {self.trsvcid} must be a TCP port")
-
-    @property
-    def adrfam(self) -> str:
-        return "ipv6" if ":" in self.traddr else "ipv4"
-
-    @classmethod
-    def parse(cls, text: str) -> PortSpec:
-        """``ID:TRTYPE:TRADDR:TRSVCID[:GROUP]``, e.g. ``1:tcp:10.0.0.5:4420:a`` (IPv6 in brackets)."""
-        rest = text
-        addr = ""
-        if "[" in text:
-            before, _, after = text.partition("[")
-            addr, _, tail = after.partition("]")
-            rest = before + "ADDR" + tail
-        parts = rest.split(":")
-        if len(parts) not in (4, 5):
-            raise InvalidArgument(f"portal {text!r} must be ID:TRTYPE:TRADDR:TRSVCID[:GROUP]")
-        try:
-            return cls(int(parts[0]), parts[1], addr or parts[2], int(parts[3]), parts[4] if len(parts) == 5 else "a")
-        except ValueError as exc:
-            raise InvalidArgument(f"portal {text!r}: ID and TRSVCID must be numbers") from exc
 
 
 def _why(exc: OSError) -> str:

@@ -20,9 +20,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from nvmeof_csi.agent.configfs import PortSpec
 from nvmeof_csi.agent.filler import needs_fill
 from nvmeof_csi.agent.parts import NSID, AgentParts
+from nvmeof_csi.agent.portals import PortSpec
 from nvmeof_csi.agent.snapshots import SnapshotOps
 from nvmeof_csi.agent.state import CREATING, DELETING, AgentState, VolumeRecord
 from nvmeof_csi.agent.volumes import VolumeOps

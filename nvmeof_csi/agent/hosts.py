@@ -8,8 +8,8 @@ set per portal group, saved first, under the ports lock; an unknown group is ``N
 
 from __future__ import annotations
 
-from nvmeof_csi.agent.configfs import ANA_STATES, PortSpec
 from nvmeof_csi.agent.parts import AgentParts, VolumeView
+from nvmeof_csi.agent.portals import ANA_STATES, PortSpec
 from nvmeof_csi.errors import AlreadyExists, InvalidArgument, NotFound
 from nvmeof_csi.nvmeof.nqn import check_host_nqn, volume_nqn
 

@@ -14,8 +14,9 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from nvmeof_csi.agent.configfs import Nvmet, PortSpec
+from nvmeof_csi.agent.configfs import Nvmet
 from nvmeof_csi.agent.filler import Filler
+from nvmeof_csi.agent.portals import PortSpec
 from nvmeof_csi.agent.state import DELETING, StateStore, VolumeRecord
 from nvmeof_csi.agent.store import FileStore
 from nvmeof_csi.errors import NotFound

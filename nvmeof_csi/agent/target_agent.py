@@ -17,11 +17,12 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping, Sequence
 
-from nvmeof_csi.agent.configfs import Nvmet, PortSpec
+from nvmeof_csi.agent.configfs import Nvmet
 from nvmeof_csi.agent.converge import Applier, ConvergeReport
 from nvmeof_csi.agent.filler import Filler
 from nvmeof_csi.agent.hosts import HostOps
 from nvmeof_csi.agent.parts import AgentParts, VolumeView
+from nvmeof_csi.agent.portals import PortSpec
 from nvmeof_csi.agent.snapshots import SnapshotOps
 from nvmeof_csi.agent.state import SnapshotRecord, StateStore
 from nvmeof_csi.agent.store import FileStore

@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from nvmeof_csi.agent.configfs import ANA_STATES
+from nvmeof_csi.agent.portals import ANA_STATES
 from nvmeof_csi.cli.context import state
 from nvmeof_csi.cli.output import as_dict, render
 

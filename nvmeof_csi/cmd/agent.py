@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from nvmeof_csi.agent.configfs import PortSpec
+from nvmeof_csi.agent.portals import PortSpec
 from nvmeof_csi.cmd.agent_wiring import serve_agent
 from nvmeof_csi.cmd.exits import run_or_exit, settings_or_exit
 from nvmeof_csi.cmd.settings import AgentSettings, env_var, parse_size

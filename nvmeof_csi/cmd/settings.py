@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 
-from nvmeof_csi.agent.configfs import PortSpec
+from nvmeof_csi.agent.portals import PortSpec
 from nvmeof_csi.errors import ConfigError
 from nvmeof_csi.rpc.endpoints import Endpoint, TlsFiles, is_loopback
 from nvmeof_csi.service.ports import valid_location

@@ -11,8 +11,7 @@ from collections.abc import Iterable
 
 from nvmeof_csi.errors import InvalidArgument
 from nvmeof_csi.gen import csi_pb2
-from nvmeof_csi.host.filesystems import MIN_FS_BYTES, SUPPORTED_FS
-from nvmeof_csi.service.records import AccessSpec
+from nvmeof_csi.service.records import MIN_FS_BYTES, SUPPORTED_FS, AccessSpec
 
 Mode = csi_pb2.VolumeCapability.AccessMode
 

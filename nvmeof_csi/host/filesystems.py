@@ -16,9 +16,6 @@ from pathlib import Path
 from nvmeof_csi.errors import CommandError, FailedPrecondition, InvalidArgument, NotFound
 from nvmeof_csi.host.executor import Executor
 
-SUPPORTED_FS = ("ext4", "xfs")
-#: The smallest device each filesystem can be made on (xfsprogs >= 5.19 refuses XFS below 300 MiB).
-MIN_FS_BYTES = {"ext4": 0, "xfs": 300 << 20}
 MKFS_TIMEOUT = 600.0
 PROBE_TIMEOUT = 60.0
 
@@ -82,7 +79,7 @@ class Filesystems:
         elif fstype == "xfs":
             argv = ["mkfs.xfs", "-f", "-q", "-K", *options]
         else:
-            raise InvalidArgument(f"fsType {fstype!r} is not supported (use one of {', '.join(SUPPORTED_FS)})")
+            raise InvalidArgument(f"cannot make a filesystem of type {fstype!r}")
         self._exec.run([*argv, device], timeout=MKFS_TIMEOUT)
 
     def grow(self, device: str, mount_path: str, fstype: str) -> None:

@@ -16,6 +16,10 @@ from nvmeof_csi.errors import DriverError
 from nvmeof_csi.host.atomic import read_json, remove_durably, write_json_atomic
 from nvmeof_csi.service.ports import VolumeRef
 
+SUPPORTED_FS = ("ext4", "xfs")
+#: The smallest device each filesystem can be made on (xfsprogs >= 5.19 refuses XFS below 300 MiB).
+MIN_FS_BYTES = {"ext4": 0, "xfs": 300 << 20}
+
 
 @dataclass(frozen=True)
 class AccessSpec:

@@ -40,9 +40,9 @@ from nvmeof_csi.rpc.server import bind
 from nvmeof_csi.service.volumes import VolumeService
 from nvmeof_csi.topology.fabric_map import AgentEntry, FabricMap
 from nvmeof_csi.topology.placement import Candidate, place
-from tests.agent_fixtures import PORTALS, LocalAgent, plain_configfs, start_agent
-from tests.alluxio.conftest import Alluxio, Dataset, make_dataset
-from tests.component.test_servicers import mount_cap
+from tests.support.agents import PORTALS, LocalAgent, plain_configfs, start_agent
+from tests.support.datasets import Alluxio, Dataset, make_dataset
+from tests.support.requests import mount_cap
 
 MiB = 1 << 20
 FABRIC = FabricMap((AgentEntry("store-a", Endpoint.parse("unix:///a"), "f1", "z1", ("tcp",)),))

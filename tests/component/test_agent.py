@@ -17,7 +17,7 @@ from nvmeof_csi.agent.client import AgentClient, AgentTarget
 from nvmeof_csi.cli.main import app as nvmeofctl
 from nvmeof_csi.errors import ConfigError, DriverError, InvalidArgument, NotFound, Unavailable
 from nvmeof_csi.rpc.endpoints import Endpoint, TlsFiles
-from tests.agent_fixtures import Running, start_agent
+from tests.support.agents import Running, start_agent
 
 HOST = "nqn.2014-08.org.nvmexpress:uuid:0f0f0f0f-0000-0000-0000-000000000001"
 MiB = 1 << 20
@@ -163,7 +163,7 @@ def test_unsafe_or_broken_settings_are_refused(tmp_path: Path, args: list[str], 
 
 def test_sigkill_crash_loop_ends_consistent(tmp_path: Path) -> None:
     proc = subprocess.run(
-        [sys.executable, "-m", "tests.agent_crashloop", str(tmp_path / "crash"), "--ops", "200", "--plain-tree",
+        [sys.executable, "-m", "tests.support.crashloop", str(tmp_path / "crash"), "--ops", "200", "--plain-tree",
          "--kill-every", "0.02", "0.15"],
         capture_output=True, text=True, timeout=600,
     )

@@ -20,8 +20,8 @@ from nvmeof_csi.rpc.endpoints import Endpoint
 from nvmeof_csi.rpc.server import bind
 from nvmeof_csi.service.volumes import CapacityRange, VolumeService
 from nvmeof_csi.topology.fabric_map import AgentEntry, FabricMap
-from tests.agent_fixtures import LocalAgent, local_agents
-from tests.component.test_servicers import BAD, block_cap, mount_cap
+from tests.support.agents import LocalAgent, local_agents
+from tests.support.requests import BAD, block_cap, mount_cap
 
 FAB = "topology.csi.nvmeof.io/fabric"
 ZONE = "topology.kubernetes.io/zone"

@@ -8,7 +8,7 @@ import json
 from typer.testing import CliRunner
 
 from nvmeof_csi.cli.main import app
-from tests.component.conftest import Stack
+from tests.support.stack import Stack
 
 
 async def test_driver_info_json(stack: Stack) -> None:

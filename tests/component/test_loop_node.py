@@ -14,7 +14,7 @@ from nvmeof_csi.host.filesystems import Filesystems, usage
 from nvmeof_csi.host.mounter import Mounter
 from nvmeof_csi.service.records import AccessSpec, StagingStore
 from nvmeof_csi.service.staging import StagingService
-from tests.conftest import root_with_loop
+from tests.support.env import root_with_loop
 
 MiB = 1 << 20
 CAP_SYS_RESOURCE = 24

@@ -17,9 +17,9 @@ from nvmeof_csi.csi.server import serve
 from nvmeof_csi.gen import csi_pb2, csi_pb2_grpc
 from nvmeof_csi.rpc.endpoints import Endpoint
 from nvmeof_csi.rpc.server import SocketInUse, claim_socket
-from tests.component.conftest import make_services
-from tests.component.test_servicers import mount_cap
-from tests.fakes import FakeBackend
+from tests.support.fakes import FakeBackend
+from tests.support.requests import mount_cap
+from tests.support.stack import make_services
 
 
 async def _slow_create_during_sigterm(tmp_path: Path, grace: float, hold: float) -> tuple[object, float, Path]:

@@ -1,61 +1,6 @@
-"""The lab tier: one VM for the whole session, per-test cleanup of configfs, controllers, tc and mounts.
-Under CI=true a lab that cannot start fails the run instead of skipping it. After the session, no lab QEMU
-process may remain (checked in ``pytest_sessionfinish``)."""
+"""The lab tier: one VM for the whole session, per-test cleanup, reporting and the QEMU leak check (all in
+``tests.support.lab``)."""
 
-from __future__ import annotations
+from tests.support.lab import fabric, lab_vm, pytest_sessionfinish, report
 
-import os
-from collections.abc import Callable, Iterator
-
-import pytest
-
-from lab import BuildError, BuildInfo, Fabric, LabError, LabVM, lab_qemu_pids
-from tests.conftest import in_ci, need
-
-
-@pytest.fixture(scope="session")
-def lab_vm() -> Iterator[LabVM]:
-    try:
-        BuildInfo.load()
-    except BuildError as err:
-        need(False, str(err))
-    try:
-        vm = LabVM().start()
-    except LabError as err:
-        if in_ci():
-            pytest.fail(f"lab VM did not start: {err}")
-        pytest.skip(f"lab VM did not start: {err}")
-    Fabric(vm).load(rdma=True)
-    try:
-        yield vm
-    finally:
-        vm.close()
-
-
-@pytest.fixture
-def fabric(lab_vm: LabVM) -> Iterator[Fabric]:
-    fab = Fabric(lab_vm)
-    fab.clear()
-    yield fab
-    fab.clear()
-
-
-def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    left = lab_qemu_pids(parent=os.getpid())
-    if left:
-        print(f"\nlab: QEMU processes outlived the test run: {left}")
-        session.exitstatus = pytest.ExitCode.TESTS_FAILED
-
-
-@pytest.fixture
-def report(
-    capsys: pytest.CaptureFixture[str], record_property: Callable[[str, object], None]
-) -> Callable[[str, str], None]:
-    """Show a measurement in the test output (even when the test passes) and record it in the JUnit XML."""
-
-    def emit(name: str, value: str) -> None:
-        record_property(name, value)
-        with capsys.disabled():
-            print(f"\nlab: {name}: {value}", flush=True)
-
-    return emit
+__all__ = ["fabric", "lab_vm", "pytest_sessionfinish", "report"]

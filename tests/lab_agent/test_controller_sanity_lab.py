@@ -13,8 +13,8 @@ import pytest
 
 from lab import LabVM
 from lab.target import FABRIC_MAP, GuestProcess, running_agent
-from tests.conftest import RESULTS
-from tests.sanity.sanity_runner import read_report, sanity_argv, sanity_binary, summary_lines
+from tests.support.env import RESULTS
+from tests.support.sanity import read_report, sanity_argv, sanity_binary, summary_lines
 
 pytestmark = pytest.mark.lab
 CTRL_SOCK = "/run/nvmeof-csi/controller.sock"

@@ -7,7 +7,7 @@ import pytest
 
 from lab import LabVM
 from lab.stack import GuestDriver, running_stack
-from tests.lab.conftest import lab_vm, pytest_sessionfinish, report
+from tests.support.lab import lab_vm, pytest_sessionfinish, report
 
 __all__ = ["lab_vm", "pytest_sessionfinish", "report", "stack"]
 

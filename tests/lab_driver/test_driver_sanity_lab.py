@@ -11,8 +11,8 @@ from collections.abc import Callable
 import pytest
 
 from lab.stack import DRIVER_SOCK, GuestDriver
-from tests.conftest import RESULTS
-from tests.sanity.sanity_runner import read_report, sanity_argv, sanity_binary, summary_lines
+from tests.support.env import RESULTS
+from tests.support.sanity import read_report, sanity_argv, sanity_binary, summary_lines
 
 pytestmark = pytest.mark.lab
 Reporter = Callable[[str, str], None]

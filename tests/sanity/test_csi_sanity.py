@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import RESULTS, root_with_loop
-from tests.sanity.sanity_runner import read_report, sanity_argv, sanity_binary, summary_lines
+from tests.support.env import RESULTS, root_with_loop
+from tests.support.sanity import read_report, sanity_argv, sanity_binary, summary_lines
 
 
 @pytest.fixture

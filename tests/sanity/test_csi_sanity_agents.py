@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.agent_fixtures import Running, start_agent
-from tests.conftest import RESULTS
-from tests.sanity.sanity_runner import read_report, sanity_argv, sanity_binary, summary_lines
+from tests.support.agents import Running, start_agent
+from tests.support.env import RESULTS
+from tests.support.sanity import read_report, sanity_argv, sanity_binary, summary_lines
 
 HOST_NQN = "nqn.2014-08.org.nvmexpress:uuid:12345678-1234-1234-1234-123456789abc"
 

@@ -20,7 +20,7 @@ from nvmeof_csi.errors import (
     ResourceExhausted,
 )
 from nvmeof_csi.nvmeof.nqn import namespace_nguid, volume_nqn
-from tests.agent_fixtures import make_agent
+from tests.support.agents import make_agent
 
 MiB = 1 << 20
 HOST = "nqn.2014-08.org.nvmexpress:uuid:0f0f0f0f-0000-0000-0000-000000000001"

@@ -4,9 +4,10 @@ from pathlib import Path
 
 import pytest
 
-from nvmeof_csi.agent.configfs import Nvmet, PortSpec
+from nvmeof_csi.agent.configfs import Nvmet
+from nvmeof_csi.agent.portals import PortSpec
 from nvmeof_csi.errors import FailedPrecondition, InvalidArgument
-from tests.agent_fixtures import plain_configfs
+from tests.support.agents import plain_configfs
 
 NQN = "nqn.2026-11.io.nvmeof:vol:1"
 HOST = "nqn.2014-08.org.nvmexpress:uuid:aaaa"

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from nvmeof_csi.agent import converge as c
-from nvmeof_csi.agent.configfs import PortSpec
+from nvmeof_csi.agent.portals import PortSpec
 from nvmeof_csi.agent.state import CREATING, DELETING, READY, AgentState, SnapshotRecord, VolumeRecord
 from nvmeof_csi.nvmeof.nqn import namespace_nguid, volume_nqn
 

@@ -12,7 +12,7 @@ from types import ModuleType
 import pytest
 
 from lab.fabric import Fabric
-from tests.conftest import ROOT
+from tests.support.env import ROOT
 
 
 def load(name: str) -> ModuleType:

@@ -9,7 +9,7 @@ from nvmeof_csi.host.mounter import Mounter
 from nvmeof_csi.service.ports import VolumeRef
 from nvmeof_csi.service.records import AccessSpec, StagingStore
 from nvmeof_csi.service.staging import StagingService
-from tests.fakes import FakeConnector, FakeHost
+from tests.support.fakes import FakeConnector, FakeHost
 
 MOUNT = AccessSpec(block=False, fs_type="ext4")
 BLOCK = AccessSpec(block=True)

@@ -3,7 +3,7 @@ import pytest
 from nvmeof_csi.errors import Aborted, AlreadyExists, InvalidArgument, NotFound, OutOfRange, ResourceExhausted
 from nvmeof_csi.service.ports import StaticNodes, VolumeRef
 from nvmeof_csi.service.volumes import CapacityRange, GiB, MiB, VolumeService, choose_size
-from tests.fakes import FakeBackend
+from tests.support.fakes import FakeBackend
 
 
 def svc(capacity: int = 100 * GiB, max_per_node: int = 0) -> tuple[VolumeService, FakeBackend]:

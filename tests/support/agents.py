@@ -10,7 +10,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from nvmeof_csi.agent.api import snapshot_msg, volume_msg
-from nvmeof_csi.agent.configfs import Nvmet, PortSpec
+from nvmeof_csi.agent.configfs import Nvmet
+from nvmeof_csi.agent.portals import PortSpec
 from nvmeof_csi.agent.state import StateStore
 from nvmeof_csi.agent.store import FileStore
 from nvmeof_csi.agent.target_agent import TargetAgent

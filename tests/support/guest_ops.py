@@ -1,5 +1,5 @@
 """Agent operations run inside the lab VM in one process (Python start-up under TCG costs seconds, so a
-test batches its calls here). usage: python -m tests.lab_agent.guest_ops SOCKET OP [ARGS...]; prints JSON.
+test batches its calls here). usage: python -m tests.support.guest_ops SOCKET OP [ARGS...]; prints JSON.
 
   create NAME SIZE_BYTES [HOST_NQN]   create (idempotent) and optionally allow a host
   resize UUID SIZE_BYTES

@@ -9,7 +9,7 @@ import xml.etree.ElementTree as ET
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.conftest import ROOT, need
+from tests.support.env import ROOT, need
 
 
 def sanity_binary() -> str:

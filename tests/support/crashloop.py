@@ -2,7 +2,7 @@
 moments and restarted; afterwards state, configfs and pool must agree and every surviving volume's data
 must be intact. Used on the host (plain configfs tree) and in the lab VM (real configfs).
 
-usage: python -m tests.agent_crashloop WORKDIR [--ops 200] [--seed 1] [--configfs ROOT] [--plain-tree]
+usage: python -m tests.support.crashloop WORKDIR [--ops 200] [--seed 1] [--configfs ROOT] [--plain-tree]
 Prints one JSON report line.
 """
 
