@@ -1,1 +1,2 @@
-"""Dataset caching through Alluxio: the REST/job client, dataset hydration, metrics."""
+"""Dataset caching through Alluxio: the REST/job client, hydration of dataset volumes (the agent's filler),
+cache locality for placement, and metrics."""

@@ -9,6 +9,7 @@ state between calls.
 from __future__ import annotations
 
 import logging
+import shutil
 import subprocess
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -76,6 +77,10 @@ class SubprocessExecutor:
             raise CommandError(shown, -9, out, f"timed out after {timeout:g} s") from exc
         except FileNotFoundError as exc:
             raise CommandError(shown, 127, "", f"command not found: {argv[0]}") from exc
+        except PermissionError as exc:  # also raised when a PATH folder cannot be searched and the tool is absent
+            if shutil.which(argv[0]) is None:
+                raise CommandError(shown, 127, "", f"command not found: {argv[0]}") from exc
+            raise CommandError(shown, 126, "", f"command not executable: {argv[0]}") from exc
         result = Result(proc.returncode, proc.stdout, proc.stderr)
         log.debug("ran %s rc=%d", " ".join(shown), proc.returncode)
         if check and proc.returncode != 0:

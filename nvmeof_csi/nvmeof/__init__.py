@@ -1,1 +1,2 @@
-"""NVMe-oF backends: target (storage node, nvmet configfs) and initiator (GPU node, kernel host)."""
+"""The NVMe-oF vocabulary, without I/O: every NQN rule (``nqn``) and the typed volume context with the one
+table of connection tunables (``context``)."""

@@ -1,1 +1,1 @@
-"""Fabric map and topology segments (controller issue)."""
+"""The fabric map of target agents, topology segments and placement of new volumes."""
