@@ -6,15 +6,13 @@ JUnit: ``results/csi-sanity-lab-controller-<mode>.xml``."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterator
 
 import pytest
 
 from lab import LabVM
 from lab.target import FABRIC_MAP, GuestProcess, running_agent
-from tests.support.env import RESULTS
-from tests.support.sanity import read_report, sanity_argv, sanity_binary, summary_lines
+from tests.support.sanity import run_in_lab
 
 pytestmark = pytest.mark.lab
 CTRL_SOCK = "/run/nvmeof-csi/controller.sock"
@@ -44,17 +42,7 @@ def controller_stack(lab_vm: LabVM) -> Iterator[LabVM]:
 @pytest.mark.parametrize("mode", ["mount", "block"])
 def test_controller_specs_on_real_configfs(controller_stack: LabVM, mode: str, report: Reporter) -> None:
     vm = controller_stack
-    guest_report = f"/tmp/csi-sanity-{mode}.xml"
-    vm.mkdir(f"/tmp/sanity-{mode}")
-    argv = sanity_argv(sanity_binary(), NODE_SOCK, f"/tmp/sanity-{mode}", mode, guest_report,
-                       controller_endpoint=CTRL_SOCK, size=64 << 20, extra=("--ginkgo.skip=Node Service",))
-    start = time.monotonic()
-    res = vm.run(argv, timeout=1500)
-    report(f"csi-sanity lab controller ({mode})", f"{summary_lines(res.out)} [{time.monotonic() - start:.0f}s]")
-    RESULTS.mkdir(exist_ok=True)
-    xml = vm.read(guest_report)
-    (RESULTS / f"csi-sanity-lab-controller-{mode}.xml").write_text(xml)
-    assert res.rc == 0, res.out[-6000:]
-    result = read_report(xml)
+    result = run_in_lab(vm, NODE_SOCK, mode, f"csi-sanity-lab-controller-{mode}", report, 1500,
+                        controller_endpoint=CTRL_SOCK, extra=("--ginkgo.skip=Node Service",))
     assert result.failures == 0 and result.ran >= 50, result
     assert vm.listdir("/sys/kernel/config/nvmet/subsystems") == [], "csi-sanity cleaned up; configfs must be empty"

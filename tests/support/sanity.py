@@ -5,11 +5,15 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import time
 import xml.etree.ElementTree as ET
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from tests.support.env import ROOT, need
+from lab import LabVM
+from tests.support.env import RESULTS, ROOT, need
 
 
 def sanity_binary() -> str:
@@ -57,3 +61,22 @@ def read_report(text: str) -> SanityResult:
 def summary_lines(stdout: str) -> str:
     lines = [line for line in stdout.splitlines() if re.search(r"Ran \d+ of|Passed|\[FAIL\]", line)]
     return " | ".join(lines[-6:])
+
+
+def run_in_lab(
+    vm: LabVM, endpoint: str, mode: str, name: str, report: Callable[[str, str], None], timeout: float,
+    **options: Any,
+) -> SanityResult:
+    """csi-sanity inside the lab VM against ``endpoint`` (64 MiB volumes); its JUnit report is copied to
+    ``results/<name>.xml`` and its summary reported. Fails the test when csi-sanity exits non-zero."""
+    work, guest_report = f"/tmp/{name}", f"/tmp/{name}.xml"
+    vm.mkdir(work)
+    argv = sanity_argv(sanity_binary(), endpoint, work, mode, guest_report, size=64 << 20, **options)
+    start = time.monotonic()
+    res = vm.run(argv, timeout=timeout)
+    report(name, f"{summary_lines(res.out)} [{time.monotonic() - start:.0f}s]")
+    RESULTS.mkdir(exist_ok=True)
+    xml = vm.read(guest_report)
+    (RESULTS / f"{name}.xml").write_text(xml)
+    assert res.rc == 0, res.out[-8000:]
+    return read_report(xml)
