@@ -14,10 +14,14 @@ is always powered off, whatever fails.
 
 from __future__ import annotations
 
+import argparse
+import json
+import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 from lab.build import BuildError, BuildInfo, build
@@ -148,3 +152,21 @@ def run_demo(say: Say = print, size_mib: int = 512, files: int = 64) -> DemoRepo
     except Exception as exc:  # the demo's one error boundary: any failure becomes the report's error line
         report.error = f"{type(exc).__name__}: {exc}"
     return report
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m lab.demo --json FILE [--size-mib N] [--files N]``: run the demo, write its report as JSON,
+    exit 0 only when every check held (``nvmeof-csi demo`` runs this in the source checkout)."""
+    parser = argparse.ArgumentParser(prog="python -m lab.demo", description=main.__doc__)
+    parser.add_argument("--json", required=True, type=Path, help="where the report goes (JSON)")
+    parser.add_argument("--size-mib", type=int, default=512)
+    parser.add_argument("--files", type=int, default=64)
+    args = parser.parse_args(argv)
+    report = run_demo(say=lambda line: print(f"demo: {line}", flush=True), size_mib=args.size_mib, files=args.files)
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    args.json.write_text(json.dumps(report.to_json(), indent=2) + "\n")
+    return 0 if report.ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

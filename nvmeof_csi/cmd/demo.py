@@ -1,10 +1,13 @@
-"""``nvmeof-csi demo``: run the end-to-end demo in the fabric lab (a source checkout's ``lab/`` package) and
-print its report. Exit code 0 only when every check of the demo held."""
+"""``nvmeof-csi demo``: run the end-to-end demo in the fabric lab (``python -m lab.demo`` in the source
+checkout, as a child process: the lab is a development tool, not a dependency of the driver) and print its
+report. Exit code 0 only when every check of the demo held."""
 
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -46,18 +49,18 @@ def demo_command(
     stage, publish, write a data set, fail a path over under I/O, read it all back, expand; print a report.
     Needs root and a source checkout (the lab/ package, built by ./dev setup)."""
     console = Console()
-    checkout = Path(__file__).resolve().parent.parent  # an editable install runs from the source checkout
-    if (checkout / "lab" / "__init__.py").is_file() and str(checkout) not in sys.path:
-        sys.path.insert(0, str(checkout))
-    try:
-        from lab.demo import run_demo  # noqa: PLC0415 -- the lab is a source-checkout tool, not a dependency
-    except ImportError as exc:
-        console.print(f"nvmeof-csi demo needs a source checkout with the lab/ package ({exc})")
-        raise typer.Exit(2) from exc
-    report = run_demo(say=lambda line: console.print(f"[dim]demo:[/] {line}"), size_mib=size_mib, files=files)
-    doc = report.to_json()
-    if json_out is not None:
-        json_out.parent.mkdir(parents=True, exist_ok=True)
-        json_out.write_text(json.dumps(doc, indent=2) + "\n")
+    checkout = Path(__file__).resolve().parents[2]  # an editable install runs from the source checkout
+    if not (checkout / "lab" / "demo.py").is_file():
+        console.print(f"nvmeof-csi demo needs a source checkout with the lab/ package (looked in {checkout})")
+        raise typer.Exit(2)
+    with tempfile.TemporaryDirectory(prefix="nvmeof-demo-") as tmp:
+        report_path = json_out.absolute() if json_out is not None else Path(tmp) / "demo.json"
+        argv = [sys.executable, "-m", "lab.demo", "--json", str(report_path), "--size-mib", str(size_mib),
+                "--files", str(files)]
+        rc = subprocess.run(argv, cwd=checkout, check=False).returncode  # the lab is a tool, not a dependency
+        if not report_path.is_file():
+            console.print(f"[red]demo: FAILED[/] (the lab exited {rc} without a report)")
+            raise typer.Exit(1)
+        doc = json.loads(report_path.read_text())
     _render(console, doc)
-    raise typer.Exit(0 if report.ok else 1)
+    raise typer.Exit(0 if doc["ok"] and rc == 0 else 1)
