@@ -1,11 +1,16 @@
 """The agent's gRPC servicer: translate ``nvmeof_agent.proto`` messages to :class:`TargetAgent` calls.
 
-Validation that needs no state happens here; everything else is the service's. Blocking work runs in
+Every field of every request is validated here, before anything runs: UUIDs must be canonical UUIDs, host
+NQNs valid NQNs, names and maps bounded and free of control characters (``InvalidArgument`` naming the
+field). Paths are built from these values further down only through ``host.paths.child``, so no request can
+name a file outside the agent's roots. Validation that needs state is the service's. Blocking work runs in
 worker threads; errors cross the shared edge interceptor (one error boundary).
 """
 
 from __future__ import annotations
 
+import re
+from collections.abc import Mapping
 from typing import Any
 
 import grpc
@@ -15,11 +20,37 @@ from nvmeof_csi.agent.parts import VolumeView
 from nvmeof_csi.agent.portals import PortSpec
 from nvmeof_csi.agent.state import SnapshotRecord
 from nvmeof_csi.agent.target_agent import TargetAgent
+from nvmeof_csi.errors import InvalidArgument
 from nvmeof_csi.gen import nvmeof_agent_pb2 as pb
 from nvmeof_csi.gen import nvmeof_agent_pb2_grpc as pb_grpc
+from nvmeof_csi.nvmeof.nqn import check_host_nqn, check_uuid
 from nvmeof_csi.rpc.calls import blocking, require
 
 Ctx = grpc.aio.ServicerContext[Any, Any]
+MAX_NAME_BYTES = 256
+MAX_MAP_ENTRIES, MAX_KEY_BYTES, MAX_VALUE_BYTES = 64, 256, 4096
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def _name(value: str, field: str, limit: int = MAX_NAME_BYTES) -> str:
+    require(value, field)
+    if len(value.encode()) > limit or _CONTROL.search(value):
+        raise InvalidArgument(f"{field} must be at most {limit} bytes without control characters")
+    return value
+
+
+def _uuid(value: str, field: str) -> str:
+    return check_uuid(value, field) if value else value
+
+
+def _map(values: Mapping[str, str], field: str) -> dict[str, str]:
+    if len(values) > MAX_MAP_ENTRIES:
+        raise InvalidArgument(f"{field} has more than {MAX_MAP_ENTRIES} entries")
+    for key, value in values.items():
+        _name(key, f"{field} key", MAX_KEY_BYTES)
+        if len(value.encode()) > MAX_VALUE_BYTES or "\x00" in value:
+            raise InvalidArgument(f"{field}[{key!r}] must be at most {MAX_VALUE_BYTES} bytes without NUL")
+    return dict(values)
 #: The agent locks inside its service (per name, per volume), where it can wait; the edge takes no keys.
 AGENT_LOCK_TABLE: dict[str, tuple[str, ...]] = {}
 
@@ -71,28 +102,31 @@ class AgentServicer(pb_grpc.AgentServicer):
         )
 
     async def CreateVolume(self, request: pb.CreateVolumeRequest, context: Ctx) -> pb.Volume:
-        require(request.name, "name")
+        name = _name(request.name, "name")
         source = request.source.WhichOneof("source") if request.HasField("source") else None
+        source_volume = _uuid(request.source.volume_uuid, "source.volume_uuid") if source == "volume_uuid" else ""
+        source_snap = _uuid(request.source.snapshot_uuid, "source.snapshot_uuid") if source == "snapshot_uuid" else ""
         view = await blocking(
-            self._agent.create_volume, request.name, request.capacity_bytes, dict(request.parameters),
-            dict(request.labels), request.source.volume_uuid if source == "volume_uuid" else "",
-            request.source.snapshot_uuid if source == "snapshot_uuid" else "",
+            self._agent.create_volume, name, request.capacity_bytes, _map(request.parameters, "parameters"),
+            _map(request.labels, "labels"), source_volume, source_snap,
         )
         return volume_msg(view)
 
     async def DeleteVolume(self, request: pb.DeleteVolumeRequest, context: Ctx) -> pb.DeleteVolumeResponse:
         require(request.uuid, "uuid")
-        await blocking(self._agent.delete_volume, request.uuid)
+        await blocking(self._agent.delete_volume, _uuid(request.uuid, "uuid"))
         return pb.DeleteVolumeResponse()
 
     async def ResizeVolume(self, request: pb.ResizeVolumeRequest, context: Ctx) -> pb.Volume:
         require(request.uuid, "uuid")
-        return volume_msg(await blocking(self._agent.resize_volume, request.uuid, request.capacity_bytes))
+        view = await blocking(self._agent.resize_volume, _uuid(request.uuid, "uuid"), request.capacity_bytes)
+        return volume_msg(view)
 
     async def GetVolume(self, request: pb.GetVolumeRequest, context: Ctx) -> pb.Volume:
         key = request.WhichOneof("key")
         require(key, "uuid or name")
-        view = await blocking(self._agent.get_volume, request.uuid, request.name)
+        uuid, name = _uuid(request.uuid, "uuid"), _name(request.name, "name") if request.name else ""
+        view = await blocking(self._agent.get_volume, uuid, name)
         return volume_msg(view)
 
     async def ListVolumes(self, request: pb.ListVolumesRequest, context: Ctx) -> pb.ListVolumesResponse:
@@ -100,40 +134,44 @@ class AgentServicer(pb_grpc.AgentServicer):
         return pb.ListVolumesResponse(volumes=[volume_msg(v) for v in views])
 
     async def CreateSnapshot(self, request: pb.CreateSnapshotRequest, context: Ctx) -> pb.Snapshot:
-        require(request.name, "name")
         require(request.source_volume_uuid, "source_volume_uuid")
-        return snapshot_msg(await blocking(self._agent.create_snapshot, request.name, request.source_volume_uuid))
+        name, source = _name(request.name, "name"), _uuid(request.source_volume_uuid, "source_volume_uuid")
+        return snapshot_msg(await blocking(self._agent.create_snapshot, name, source))
 
     async def DeleteSnapshot(self, request: pb.DeleteSnapshotRequest, context: Ctx) -> pb.DeleteSnapshotResponse:
         require(request.uuid, "uuid")
-        await blocking(self._agent.delete_snapshot, request.uuid)
+        await blocking(self._agent.delete_snapshot, _uuid(request.uuid, "uuid"))
         return pb.DeleteSnapshotResponse()
 
     async def ListSnapshots(self, request: pb.ListSnapshotsRequest, context: Ctx) -> pb.ListSnapshotsResponse:
-        snaps = await blocking(self._agent.list_snapshots, request.source_volume_uuid, request.snapshot_uuid)
+        source = _uuid(request.source_volume_uuid, "source_volume_uuid")
+        snaps = await blocking(self._agent.list_snapshots, source, _uuid(request.snapshot_uuid, "snapshot_uuid"))
         return pb.ListSnapshotsResponse(snapshots=[snapshot_msg(s) for s in snaps])
 
     async def AllowHost(self, request: pb.AllowHostRequest, context: Ctx) -> pb.Volume:
         require(request.volume_uuid, "volume_uuid")
         require(request.host_nqn, "host_nqn")
+        check_host_nqn(request.host_nqn)
         view = await blocking(
-            self._agent.allow_host, request.volume_uuid, request.host_nqn, request.dhchap_secret, request.readonly
+            self._agent.allow_host, _uuid(request.volume_uuid, "volume_uuid"), request.host_nqn,
+            request.dhchap_secret, request.readonly,
         )
         return volume_msg(view)
 
     async def DenyHost(self, request: pb.DenyHostRequest, context: Ctx) -> pb.Volume:
         require(request.volume_uuid, "volume_uuid")
         require(request.host_nqn, "host_nqn")
-        return volume_msg(await blocking(self._agent.deny_host, request.volume_uuid, request.host_nqn))
+        check_host_nqn(request.host_nqn)
+        return volume_msg(await blocking(self._agent.deny_host, _uuid(request.volume_uuid, "volume_uuid"),
+                                         request.host_nqn))
 
     async def ListPortals(self, request: pb.ListPortalsRequest, context: Ctx) -> pb.ListPortalsResponse:
         portals = await blocking(self._agent.list_portals)
         return pb.ListPortalsResponse(portals=[portal_msg(p, s) for p, s in portals])
 
     async def SetAnaState(self, request: pb.SetAnaStateRequest, context: Ctx) -> pb.ListPortalsResponse:
-        require(request.group, "group")
-        require(request.state, "state")
-        portals = await blocking(self._agent.set_ana, request.group, request.state)
+        group, state = _name(request.group, "group", 64), _name(request.state, "state", 64)
+        portals = await blocking(self._agent.set_ana, group, state)
         return pb.ListPortalsResponse(portals=[portal_msg(p, s) for p, s in portals])
 
     async def GetCapacity(self, request: pb.GetCapacityRequest, context: Ctx) -> pb.GetCapacityResponse:

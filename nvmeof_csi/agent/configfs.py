@@ -21,6 +21,7 @@ from typing import Any
 
 from nvmeof_csi.agent.portals import ANA_STATES, PortSpec
 from nvmeof_csi.errors import DriverError, FailedPrecondition, InvalidArgument
+from nvmeof_csi.host.paths import child
 
 DEFAULT_ROOT = Path("/sys/kernel/config/nvmet")
 DEFAULT_ANA_GROUP = 1
@@ -85,13 +86,13 @@ class Nvmet:
 
     def _rmdir_plain(self, path: Path) -> None:
         """What configfs does on rmdir of an object: its attributes and empty default groups go with it."""
-        for child in path.iterdir():
-            if child.is_symlink():
-                raise ConfigfsError(f"rmdir {path}: still linked from {child.name}")
-            if child.is_dir():
-                self._rmdir_plain(child)
+        for entry in path.iterdir():
+            if entry.is_symlink():
+                raise ConfigfsError(f"rmdir {path}: still linked from {entry.name}")
+            if entry.is_dir():
+                self._rmdir_plain(entry)
             else:
-                child.unlink()
+                entry.unlink()
         path.rmdir()
 
     def _link(self, target: Path, link: Path) -> None:
@@ -141,9 +142,13 @@ class Nvmet:
 
     # -- subsystems and namespaces -----------------------------------------------------------------------
     def _sub(self, nqn: str) -> Path:
-        if not nqn or "/" in nqn:
-            raise InvalidArgument(f"invalid subsystem NQN {nqn!r}")
-        return self.root / "subsystems" / nqn
+        return child(self.root / "subsystems", nqn, "subsystem NQN")
+
+    def _host(self, host_nqn: str) -> Path:
+        return child(self.root / "hosts", host_nqn, "host NQN")
+
+    def _grant(self, nqn: str, host_nqn: str) -> Path:
+        return child(self._sub(nqn) / "allowed_hosts", host_nqn, "host NQN")
 
     def ensure_subsystem(self, nqn: str, serial: str, model: str) -> None:
         sub = self._sub(nqn)
@@ -197,9 +202,9 @@ class Nvmet:
         """Unlink from every port, drop host grants, disable and remove namespaces, remove the subsystem."""
         sub = self._sub(nqn)
         for port in self.ports():
-            self._unlink(self.root / "ports" / str(port) / "subsystems" / nqn)
+            self._unlink(child(self.root / "ports" / str(port) / "subsystems", nqn, "subsystem NQN"))
         for host in self._names(sub / "allowed_hosts"):
-            self._unlink(sub / "allowed_hosts" / host)
+            self._unlink(self._grant(nqn, host))
         for nsid in self.namespaces(nqn):
             ns = sub / "namespaces" / str(nsid)
             if self._read(ns / "enable") == "1":
@@ -212,9 +217,7 @@ class Nvmet:
         return self._names(self._sub(nqn) / "allowed_hosts")
 
     def ensure_host(self, host_nqn: str, dhchap_key: str = "") -> None:
-        if not host_nqn or "/" in host_nqn:
-            raise InvalidArgument(f"invalid host NQN {host_nqn!r}")
-        host = self.root / "hosts" / host_nqn
+        host = self._host(host_nqn)
         self._mkdir(self.root / "hosts")
         self._mkdir(host)
         if dhchap_key:
@@ -226,16 +229,16 @@ class Nvmet:
             self._write(host / "dhchap_key", dhchap_key)
 
     def allow(self, nqn: str, host_nqn: str) -> None:
-        self._link(self.root / "hosts" / host_nqn, self._sub(nqn) / "allowed_hosts" / host_nqn)
+        self._link(self._host(host_nqn), self._grant(nqn, host_nqn))
 
     def deny(self, nqn: str, host_nqn: str) -> None:
-        self._unlink(self._sub(nqn) / "allowed_hosts" / host_nqn)
+        self._unlink(self._grant(nqn, host_nqn))
 
     def remove_host(self, host_nqn: str) -> None:
         """Remove a host entry that no subsystem allows any more (still allowed: left alone)."""
         if any(host_nqn in self.allowed_hosts(nqn) for nqn in self.subsystems()):
             return
-        self._rmdir(self.root / "hosts" / host_nqn)
+        self._rmdir(self._host(host_nqn))
 
     # -- ports -----------------------------------------------------------------------------------------------
     def _port(self, port_id: int) -> Path:
@@ -264,10 +267,10 @@ class Nvmet:
         return self._names(self._port(port_id) / "subsystems")
 
     def link(self, port_id: int, nqn: str) -> None:
-        self._link(self._sub(nqn), self._port(port_id) / "subsystems" / nqn)
+        self._link(self._sub(nqn), child(self._port(port_id) / "subsystems", nqn, "subsystem NQN"))
 
     def unlink(self, port_id: int, nqn: str) -> None:
-        self._unlink(self._port(port_id) / "subsystems" / nqn)
+        self._unlink(child(self._port(port_id) / "subsystems", nqn, "subsystem NQN"))
 
     def set_ana(self, port_id: int, state: str, group: int = DEFAULT_ANA_GROUP) -> bool:
         if state not in ANA_STATES:

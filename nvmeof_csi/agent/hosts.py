@@ -36,6 +36,7 @@ class HostOps:
 
     def deny_host(self, vol_uuid: str, host_nqn: str) -> VolumeView:
         p = self._p
+        check_host_nqn(host_nqn)
         with p.keys.hold(vol_uuid):
             rec = p.volume(vol_uuid)
             if host_nqn in rec.hosts:

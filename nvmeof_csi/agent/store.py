@@ -17,6 +17,8 @@ from pathlib import Path
 
 from nvmeof_csi.errors import NotFound, ResourceExhausted
 from nvmeof_csi.host.atomic import fsync_dir
+from nvmeof_csi.host.paths import child
+from nvmeof_csi.nvmeof.nqn import check_uuid
 
 FICLONE = 0x40049409  # _IOW(0x94, 9, int)
 COPY_CHUNK = 8 << 20
@@ -41,10 +43,12 @@ class FileStore:
             folder.mkdir(parents=True, exist_ok=True)
 
     def volume_path(self, vol_uuid: str) -> Path:
-        return self.volumes / f"{vol_uuid}.img"
+        """The backing file of a volume; ``InvalidArgument`` unless ``vol_uuid`` is a canonical UUID."""
+        return child(self.volumes, f"{check_uuid(vol_uuid, 'volume UUID')}.img", "volume UUID")
 
     def snapshot_path(self, snap_uuid: str) -> Path:
-        return self.snapshots / f"{snap_uuid}.img"
+        """The file of a snapshot; ``InvalidArgument`` unless ``snap_uuid`` is a canonical UUID."""
+        return child(self.snapshots, f"{check_uuid(snap_uuid, 'snapshot UUID')}.img", "snapshot UUID")
 
     def usage(self) -> PoolUsage:
         du = shutil.disk_usage(self.pool)

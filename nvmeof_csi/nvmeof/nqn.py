@@ -26,6 +26,18 @@ MAX_NODE_ID_BYTES = 192  # CSI limit for node IDs; NQNs may be 223 bytes, ours a
 _HOST_NQN = re.compile(r"nqn\.\d{4}-\d{2}\.[^\s/\x00-\x1f\x7f]{1,215}")
 
 
+def check_uuid(value: str, field: str) -> str:
+    """``value`` when it is a canonical (lowercase, hyphenated) UUID, the only form volume and snapshot UUIDs
+    take; else ``InvalidArgument`` naming ``field``."""
+    try:
+        canonical = str(uuid.UUID(value))
+    except (ValueError, TypeError) as exc:
+        raise InvalidArgument(f"{field} {value[:100]!r} is not a UUID") from exc
+    if canonical != value:
+        raise InvalidArgument(f"{field} {value[:100]!r} is not a canonical UUID (expected {canonical})")
+    return value
+
+
 def volume_nqn(vol_uuid: str) -> str:
     """The subsystem NQN of the volume with UUID ``vol_uuid``."""
     return VOLUME_NQN_PREFIX + vol_uuid

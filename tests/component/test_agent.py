@@ -174,3 +174,24 @@ def test_sigkill_crash_loop_ends_consistent(tmp_path: Path) -> None:
     assert report["statuses"] in ([], ["ready"])
     assert report["subsystems_match"] and report["files_match"] and report["links_match"], report
     assert not report["restart_changed_configfs"] and report["corrupt"] == []
+
+
+@pytest.mark.parametrize("field", ["absolute", "dotdot"])
+def test_hostile_host_nqn_never_reaches_a_file_outside_configfs(agent: Running, tmp_path: Path, field: str) -> None:
+    """Before request fields were validated, DenyHost joined the host NQN into a configfs path: an absolute
+    value or ``../`` made the agent (root) unlink any file."""
+    victim = tmp_path / "victim"
+    victim.write_text("precious")
+    hostile = str(victim) if field == "absolute" else "../../../victim"
+    with client_for(agent) as c:
+        vol = c.create_volume("pvc-h", 8 * MiB)
+        for call in (lambda: c.deny_host(vol.uuid, hostile), lambda: c.allow_host(vol.uuid, hostile)):
+            with pytest.raises(InvalidArgument, match="host NQN"):
+                call()
+        for bad_uuid in ("../../victim", str(victim), vol.uuid.upper()):
+            with pytest.raises(InvalidArgument, match="UUID"):
+                c.delete_volume(bad_uuid)
+        with pytest.raises(InvalidArgument, match="name"):
+            c.create_volume("bad\x00name", 8 * MiB)
+        assert c.get_volume(vol.uuid).status == "ready"
+    assert victim.read_text() == "precious"

@@ -1,0 +1,38 @@
+"""Paths built from input stay under their roots.
+
+Contract: :func:`child` returns ``root / name`` only for a single, plain path component (not empty, not ``.``
+or ``..``, no ``/``, NUL or other control character), so the result always sits directly inside ``root``;
+anything else raises ``InvalidArgument`` naming ``what``. :func:`inside` resolves a path (following symlinks)
+and raises ``InvalidArgument`` unless it stays under ``root``. Neither touches the filesystem beyond
+``resolve``.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from nvmeof_csi.errors import InvalidArgument
+
+_UNSAFE = re.compile(r"[/\x00-\x1f\x7f]")
+MAX_COMPONENT_BYTES = 255
+
+
+def child(root: Path, name: str, what: str) -> Path:
+    """``root / name`` for a plain single component ``name``; see the module docstring."""
+    if not name or name in (".", "..") or _UNSAFE.search(name) or len(name.encode()) > MAX_COMPONENT_BYTES:
+        raise InvalidArgument(f"{what} {name[:300]!r} cannot name an object (empty, '.', '..', '/', control "
+                              f"characters or over {MAX_COMPONENT_BYTES} bytes)")
+    path = root / name
+    if path.parent != root:
+        raise InvalidArgument(f"{what} {name[:300]!r} escapes {root}")
+    return path
+
+
+def inside(root: Path, path: Path, what: str) -> Path:
+    """``path`` resolved, provided it stays under ``root`` (resolved too)."""
+    real_root = root.resolve()
+    real = path.resolve()
+    if real != real_root and not real.is_relative_to(real_root):
+        raise InvalidArgument(f"{what} {str(path)[:300]!r} is not under {root}")
+    return real
