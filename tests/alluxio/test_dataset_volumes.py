@@ -317,7 +317,7 @@ def test_agent_killed_mid_hydration_resumes_after_restart(alluxio: Alluxio, tmp_
             labels = dict(c.get_volume(vol_uuid).labels)
         after = (work / "agent.log").read_text()[log_size:]
         assert "dataset hydration resumes in the background" in after
-        assert "resumed hydration finished" in after
+        assert "resumed fill finished" in after
         assert labels["dataset.files"] == "300"
         assert files_in_volume(work / "pool" / "volumes" / f"{vol_uuid}.img", tmp_path / "check") == ds.checksums
         assert copied_before < 300, "the kill came too late to test resuming"
