@@ -22,6 +22,8 @@ from lab.vm import LabVM
 DRIVER_SOCK = "/run/nvmeof-csi/driver.sock"
 DRIVER_LOG = "/scratch/agent/driver.log"
 NODE_STATE = "/scratch/agent/node"
+#: kubelet's root stand-in: the CSI ops (csi_ops.WORK) and the csi-sanity runs keep their paths under it
+KUBELET_ROOT = "/run/nvmeof-csi/lab"
 WORK = "/run/nvmeof-csi/lab"
 
 
@@ -32,6 +34,7 @@ class GuestDriver:
             vm.python, "-m", "nvmeof_csi", "serve", "--mode", "all", "--backend", "nvmeof",
             "--fabric-map", FABRIC_MAP, "--fabric", "lab", "--endpoint", f"unix://{DRIVER_SOCK}",
             "--state-dir", NODE_STATE, "--max-volumes-per-node", "8", "--log-level", log_level,
+            "--kubelet-root", KUBELET_ROOT,
         ], DRIVER_SOCK, DRIVER_LOG)
 
     def start(self) -> float:

@@ -54,6 +54,10 @@ def serve_command(
         str, typer.Option(envvar=env_var("ALLUXIO_PROXY"), help="Alluxio REST proxy URL: place dataset volumes "
                           "next to the worker caching their data set (fabric map alluxioHost).")
     ] = "",
+    kubelet_root: Annotated[
+        Path, typer.Option(envvar=env_var("KUBELET_ROOT"), help="The node touches staging and target paths "
+                           "only under this folder (kubelet's root directory).")
+    ] = Path("/var/lib/kubelet"),
 ) -> None:
     """Run the CSI gRPC server (controller, node or both) until SIGTERM."""
     settings = settings_or_exit("nvmeof-csi", lambda: Settings(
@@ -71,6 +75,7 @@ def serve_command(
             zone=zone,
             allow_single_path=allow_single_path,
             alluxio_proxy=alluxio_proxy,
+            kubelet_root=kubelet_root.absolute(),
     ))
     logctx.install(settings.log_level)
     if settings.backend is Backend.LOOP:

@@ -63,8 +63,11 @@ class Settings:
     zone: str = ""
     allow_single_path: bool = False
     alluxio_proxy: str = ""
+    kubelet_root: Path = Path("/var/lib/kubelet")
 
     def __post_init__(self) -> None:
+        if not self.kubelet_root.is_absolute() or self.kubelet_root == Path("/"):
+            raise ConfigError(f"kubelet-root {self.kubelet_root} must be an absolute path other than /")
         if self.alluxio_proxy and not self.alluxio_proxy.startswith(("http://", "https://")):
             raise ConfigError(f"--alluxio-proxy {self.alluxio_proxy!r} must start with http:// or https://")
         if self.backend is Backend.NVMEOF and self.mode.controller and self.fabric_map is None:

@@ -68,7 +68,8 @@ def build_services(settings: Settings, executor: Executor | None = None) -> CsiS
         else:
             connector = LoopConnector(executor)
         services.staging = StagingService(
-            connector, Mounter(executor), Filesystems(executor), StagingStore(settings.state_dir / "staging")
+            connector, Mounter(executor), Filesystems(executor), StagingStore(settings.state_dir / "staging"),
+            root=settings.kubelet_root,
         )
         services.checks.append(connector.health)
     return services

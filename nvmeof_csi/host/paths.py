@@ -9,6 +9,7 @@ and raises ``InvalidArgument`` unless it stays under ``root``. Neither touches t
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
@@ -36,3 +37,15 @@ def inside(root: Path, path: Path, what: str) -> Path:
     if real != real_root and not real.is_relative_to(real_root):
         raise InvalidArgument(f"{what} {str(path)[:300]!r} is not under {root}")
     return real
+
+
+def confined(root: Path, text: str, what: str) -> str:
+    """``text`` when it is an absolute, normalised path strictly under ``root`` that also resolves (following
+    the symlinks that exist) under ``root``; else ``InvalidArgument`` naming ``what``."""
+    if not text.startswith("/") or os.path.normpath(text) != text or "\x00" in text:
+        raise InvalidArgument(f"{what} {text[:300]!r} must be an absolute, normalised path")
+    path = Path(text)
+    if path == root or not path.is_relative_to(root):
+        raise InvalidArgument(f"{what} {text[:300]!r} is not under {root}")
+    inside(root, path, what)
+    return text

@@ -27,6 +27,7 @@ from nvmeof_csi.errors import (
     DeadlineExceeded,
     DriverError,
     FailedPrecondition,
+    InvalidArgument,
     Unavailable,
 )
 from nvmeof_csi.host.executor import Executor
@@ -39,6 +40,16 @@ from nvmeof_csi.service.ports import Condition, Health, VolumeRef
 
 log = logging.getLogger(__name__)
 CONNECT_TIMEOUT = 60.0
+
+
+def _context(ref: VolumeRef, context: Mapping[str, str]) -> VolumeContext:
+    """The typed context, checked against the volume ID before anything is connected: the NQN must be this
+    volume's NQN and the namespace UUID its UUID (``InvalidArgument`` otherwise)."""
+    ctx = VolumeContext.from_dict(context)
+    if ctx.nqn != volume_nqn(ref.uuid) or ctx.namespace_uuid.lower() != ref.uuid.lower():
+        raise InvalidArgument(f"volume context (nqn {ctx.nqn!r}, namespace {ctx.namespace_uuid!r}) does not belong "
+                              f"to volume {ref.uuid}")
+    return ctx
 
 
 class NvmeofConnector:
@@ -94,7 +105,7 @@ class NvmeofConnector:
 
     def connect(self, ref: VolumeRef, context: Mapping[str, str], timeout: float) -> str:
         deadline = self._clock() + timeout
-        ctx = VolumeContext.from_dict(context)
+        ctx = _context(ref, context)
         nqn, ns_uuid = ctx.nqn, ctx.namespace_uuid
         portals = self._portals(ref, ctx)
         with self._events() as events:  # listening before connecting: no uevent can slip past
@@ -159,11 +170,11 @@ class NvmeofConnector:
                 log.warning("rescan of %s failed: %s", ctrl.name, exc)
 
     def find_device(self, ref: VolumeRef, context: Mapping[str, str]) -> str | None:
-        ns = self._sysfs.find_namespace(VolumeContext.from_dict(context).namespace_uuid)
+        ns = self._sysfs.find_namespace(_context(ref, context).namespace_uuid)
         return ns.device if ns is not None else None
 
     def disconnect(self, ref: VolumeRef, context: Mapping[str, str], in_use: frozenset[VolumeRef]) -> None:
-        nqn = VolumeContext.from_dict(context).nqn
+        nqn = _context(ref, context).nqn
         if any(volume_nqn(other.uuid) == nqn for other in in_use if other != ref):
             log.info("volume %s: subsystem %s still used by another staged volume; kept", ref.uuid, nqn)
             return
@@ -178,7 +189,7 @@ class NvmeofConnector:
                 log.info("controller %s was already gone", ctrl.name)
 
     def refresh_size(self, ref: VolumeRef, context: Mapping[str, str], device: str) -> int:
-        ctx = VolumeContext.from_dict(context)
+        ctx = _context(ref, context)
         sub = self._sysfs.subsystem(ctx.nqn)
         if sub is not None:
             self._rescan(sub)
@@ -196,7 +207,7 @@ class NvmeofConnector:
         actions = []
         claimed_nqns = set()
         for ref, context in claimed:
-            ctx = VolumeContext.from_dict(context)
+            ctx = _context(ref, context)
             claimed_nqns.add(ctx.nqn)
             before = self._sysfs.subsystem(ctx.nqn)
             have = {c.portal for c in before.controllers} if before else set()
@@ -216,7 +227,7 @@ class NvmeofConnector:
         return actions
 
     def condition(self, ref: VolumeRef, context: Mapping[str, str]) -> Condition:
-        ctx = VolumeContext.from_dict(context)
+        ctx = _context(ref, context)
         nqn = ctx.nqn
         sub = self._sysfs.subsystem(nqn)
         wanted = {p.key for p in ctx.portals}

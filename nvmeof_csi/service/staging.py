@@ -6,6 +6,9 @@ Contract:
 - Save before you act: the staging record is written before the connector or a mount is touched, and a
   failed stage is undone in reverse order (unmount, disconnect, drop the record).
 - Callers hold the per-volume lock; the connector serialises shared connections itself.
+- Confinement: every staging and target path must be absolute, normalised and under ``root`` (the kubelet
+  root; ``InvalidArgument`` otherwise). Unstage and unpublish act only on the paths the staging record holds:
+  a path the record does not name is never unmounted or removed (success: nothing of ours is there).
 """
 
 from __future__ import annotations
@@ -16,14 +19,17 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from nvmeof_csi.errors import AlreadyExists, FailedPrecondition, NotFound
+from nvmeof_csi.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound
 from nvmeof_csi.host.filesystems import Filesystems, Usage, device_size, usage
 from nvmeof_csi.host.mounter import Mounter
+from nvmeof_csi.host.paths import confined
 from nvmeof_csi.service.ports import Condition, Connector, VolumeRef
 from nvmeof_csi.service.records import AccessSpec, StagingRecord, StagingStore
 
 log = logging.getLogger(__name__)
 DEFAULT_FS = "ext4"
+#: where kubelet puts staging and target paths; the node touches nothing outside it
+DEFAULT_ROOT = Path("/var/lib/kubelet")
 
 
 @dataclass(frozen=True)
@@ -46,12 +52,17 @@ class StagingService:
         filesystems: Filesystems,
         store: StagingStore,
         size_of: Callable[[str], int] = device_size,
+        root: Path = DEFAULT_ROOT,
     ) -> None:
         self._connector = connector
         self._mounter = mounter
         self._fs = filesystems
         self._store = store
         self._size_of = size_of
+        self._root = root
+
+    def _path(self, text: str, what: str) -> str:
+        return confined(self._root, text, what)
 
     # -- stage ---------------------------------------------------------------------------------------
     def stage(
@@ -63,6 +74,7 @@ class StagingService:
         context: Mapping[str, str],
         timeout: float,
     ) -> None:
+        staging_path = self._path(staging_path, "staging_target_path")
         existing = self._store.load(ref)
         if existing is not None:
             if existing.staging_path != staging_path or existing.access.block != access.block:
@@ -129,10 +141,15 @@ class StagingService:
 
     # -- unstage -------------------------------------------------------------------------------------
     def unstage(self, ref: VolumeRef, staging_path: str) -> None:
+        staging_path = self._path(staging_path, "staging_target_path")
         record = self._store.load(ref)
-        self._mounter.unmount(staging_path)
         if record is None:
-            return
+            return  # nothing of ours is staged: a mount there (if any) is not ours to remove
+        if record.staging_path != staging_path:
+            raise FailedPrecondition(
+                f"volume {record.volume_id} is staged at {record.staging_path}, not {staging_path}"
+            )
+        self._mounter.unmount(staging_path)
         if record.targets:
             live = [t for t in record.targets if self._mounter.mount_at(t) is not None]
             if live:
@@ -142,6 +159,8 @@ class StagingService:
 
     # -- publish -------------------------------------------------------------------------------------
     def publish(self, ref: VolumeRef, staging_path: str, target: str, access: AccessSpec, readonly: bool) -> None:
+        staging_path = self._path(staging_path, "staging_target_path")
+        target = self._path(target, "target_path")
         record = self._store.load(ref)
         if record is None or record.staging_path != staging_path:
             raise FailedPrecondition(f"volume {ref.uuid} is not staged at {staging_path}")
@@ -167,15 +186,17 @@ class StagingService:
             self._mounter.bind(staging_path, target, readonly, access.mount_flags)
 
     def unpublish(self, ref: VolumeRef, target: str) -> None:
+        target = self._path(target, "target_path")
+        record = self._store.load(ref)
+        if record is None or target not in record.targets:
+            return  # never published there by us: nothing to unmount or remove
         self._mounter.unmount(target)
         path = Path(target)
         if path.is_dir() and not path.is_symlink():
             path.rmdir()
         elif path.exists() or path.is_symlink():
             path.unlink()
-        record = self._store.load(ref)
-        if record is not None and target in record.targets:
-            self._store.save(record.without_target(target))
+        self._store.save(record.without_target(target))
 
     # -- start-up ------------------------------------------------------------------------------------------
     def reconcile(self, timeout: float) -> list[str]:
@@ -184,6 +205,10 @@ class StagingService:
 
     # -- stats / expand ------------------------------------------------------------------------------
     def _record_for_path(self, ref: VolumeRef, volume_path: str) -> StagingRecord:
+        try:
+            volume_path = self._path(volume_path, "volume_path")
+        except InvalidArgument as exc:  # nothing of ours can be there
+            raise NotFound(f"volume {ref.uuid} is not at {volume_path[:300]!r}: {exc}") from exc
         record = self._store.load(ref)
         if record is None:
             raise NotFound(f"volume {ref.uuid} is not staged on this node")

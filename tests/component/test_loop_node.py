@@ -32,7 +32,7 @@ def parts(tmp_path: Path):  # type: ignore[no-untyped-def]
     root_with_loop()
     ex = SubprocessExecutor()
     backend = LoopTargetBackend(tmp_path / "vols", 1 << 34, {})
-    svc = StagingService(LoopConnector(ex), Mounter(ex), Filesystems(ex), StagingStore(tmp_path / "rec"))
+    svc = StagingService(LoopConnector(ex), Mounter(ex), Filesystems(ex), StagingStore(tmp_path / "rec"), root=tmp_path)
     yield backend, svc, tmp_path
     mounter = Mounter(ex)
     for m in reversed(mounter.mounts()):

@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from lab import LabVM
+from lab.stack import KUBELET_ROOT
 from lab.target import FABRIC_MAP, GuestProcess, running_agent
 from tests.support.sanity import run_in_lab
 
@@ -30,6 +31,7 @@ def controller_stack(lab_vm: LabVM) -> Iterator[LabVM]:
         node = GuestProcess(lab_vm, "node", [
             lab_vm.python, "-m", "nvmeof_csi", "serve", "--mode", "node", "--backend", "loop", "--fabric", "lab",
             "--node-id", lab_vm.hostnqn, "--endpoint", f"unix://{NODE_SOCK}", "--state-dir", "/tmp/node-state",
+            "--kubelet-root", KUBELET_ROOT,
             "--log-level", "WARNING",
         ], NODE_SOCK, "/scratch/agent/node.log")
         controller.start()

@@ -25,7 +25,7 @@ def driver(tmp_path: Path) -> Iterator[Path]:
     proc = subprocess.Popen(
         [sys.executable, "-m", "nvmeof_csi", "serve", "--mode", "all", "--endpoint", f"unix://{sock}",
          "--state-dir", str(tmp_path / "state"), "--node-id", "sanity-node", "--max-volumes-per-node", "8",
-         "--loop-capacity", "2T"],
+         "--loop-capacity", "2T", "--kubelet-root", str(tmp_path)],
         stdout=log, stderr=subprocess.STDOUT,
     )
     deadline = time.monotonic() + 30

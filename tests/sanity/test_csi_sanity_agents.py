@@ -49,6 +49,7 @@ def stack(tmp_path: Path) -> Iterator[tuple[Path, Path]]:
         serve(tmp_path, "--mode", "controller", "--backend", "nvmeof", "--fabric-map", str(fabric),
               "--endpoint", f"unix://{ctrl}"),
         serve(tmp_path, "--mode", "node", "--backend", "loop", "--fabric", "f1", "--node-id", HOST_NQN,
+              "--kubelet-root", str(tmp_path),
               "--endpoint", f"unix://{node}", "--state-dir", str(tmp_path / "node")),
     ]
     yield ctrl, node

@@ -64,10 +64,10 @@ BAD = [
     (N, "NodeStageVolume", csi_pb2.NodeStageVolumeRequest(volume_id="some-id", staging_target_path="/s", volume_capability=mount_cap()), "NOT_FOUND", "not an ID"),
     (N, "NodePublishVolume", csi_pb2.NodePublishVolumeRequest(volume_id=GOOD_ID, staging_target_path="/s", volume_capability=mount_cap()), "INVALID_ARGUMENT", "target_path"),
     (N, "NodePublishVolume", csi_pb2.NodePublishVolumeRequest(volume_id=GOOD_ID, target_path="/t", volume_capability=mount_cap()), "INVALID_ARGUMENT", "staging_target_path"),
-    (N, "NodePublishVolume", csi_pb2.NodePublishVolumeRequest(volume_id=GOOD_ID, target_path="/t", staging_target_path="/s", volume_capability=mount_cap()), "FAILED_PRECONDITION", "not staged"),
+    (N, "NodePublishVolume", csi_pb2.NodePublishVolumeRequest(volume_id=GOOD_ID, target_path="/t", staging_target_path="/s", volume_capability=mount_cap()), "INVALID_ARGUMENT", "is not under"),
     (N, "NodeUnpublishVolume", csi_pb2.NodeUnpublishVolumeRequest(volume_id=GOOD_ID), "INVALID_ARGUMENT", "target_path"),
     (N, "NodeUnstageVolume", csi_pb2.NodeUnstageVolumeRequest(volume_id=GOOD_ID), "INVALID_ARGUMENT", "staging_target_path"),
     (N, "NodeGetVolumeStats", csi_pb2.NodeGetVolumeStatsRequest(volume_id=GOOD_ID), "INVALID_ARGUMENT", "volume_path"),
-    (N, "NodeGetVolumeStats", csi_pb2.NodeGetVolumeStatsRequest(volume_id=GOOD_ID, volume_path="/p"), "NOT_FOUND", "not staged"),
+    (N, "NodeGetVolumeStats", csi_pb2.NodeGetVolumeStatsRequest(volume_id=GOOD_ID, volume_path="/p"), "NOT_FOUND", "is not at"),
     (N, "NodeExpandVolume", csi_pb2.NodeExpandVolumeRequest(volume_id=GOOD_ID), "INVALID_ARGUMENT", "volume_path"),
 ]

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from lab import LabVM
+from lab.stack import KUBELET_ROOT
 from tests.support.env import RESULTS, ROOT, need
 
 
@@ -69,7 +70,7 @@ def run_in_lab(
 ) -> SanityResult:
     """csi-sanity inside the lab VM against ``endpoint`` (64 MiB volumes); its JUnit report is copied to
     ``results/<name>.xml`` and its summary reported. Fails the test when csi-sanity exits non-zero."""
-    work, guest_report = f"/tmp/{name}", f"/tmp/{name}.xml"
+    work, guest_report = f"{KUBELET_ROOT}/{name}", f"/tmp/{name}.xml"
     vm.mkdir(work)
     argv = sanity_argv(sanity_binary(), endpoint, work, mode, guest_report, size=64 << 20, **options)
     start = time.monotonic()

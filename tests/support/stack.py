@@ -33,7 +33,8 @@ def make_services(tmp: Path, backend: FakeBackend) -> tuple[CsiServices, FakeCon
     host = FakeHost(tmp / "mountinfo")
     connector = FakeConnector(tmp / "dev")
     staging = StagingService(
-        connector, Mounter(host, tmp / "mountinfo"), Filesystems(host), StagingStore(tmp / "rec"), size_of=lambda d: 1 << 30
+        connector, Mounter(host, tmp / "mountinfo"), Filesystems(host), StagingStore(tmp / "rec"), size_of=lambda d: 1 << 30,
+        root=tmp,
     )
     services = CsiServices(
         volumes=VolumeService(backend, StaticNodes(frozenset({"node-1"}))),

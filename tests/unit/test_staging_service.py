@@ -3,7 +3,7 @@ from pathlib import Path
 
 import pytest
 
-from nvmeof_csi.errors import AlreadyExists, CommandError, FailedPrecondition, NotFound, Unavailable
+from nvmeof_csi.errors import AlreadyExists, CommandError, FailedPrecondition, InvalidArgument, NotFound, Unavailable
 from nvmeof_csi.host.filesystems import Filesystems
 from nvmeof_csi.host.mounter import Mounter
 from nvmeof_csi.service.ports import VolumeRef
@@ -23,7 +23,8 @@ class Env:
         self.conn = FakeConnector(tmp / "dev")
         self.store = StagingStore(tmp / "records")
         self.svc = StagingService(
-            self.conn, Mounter(self.host, tmp / "mountinfo"), Filesystems(self.host), self.store, size_of=lambda d: 7
+            self.conn, Mounter(self.host, tmp / "mountinfo"), Filesystems(self.host), self.store, size_of=lambda d: 7,
+            root=tmp,
         )
         self.ref = VolumeRef("fake", str(uuid.uuid4()))
         self.vid = f"nvmeof-v1.fake.{self.ref.uuid}"
@@ -87,7 +88,7 @@ def test_publish_unpublish_mount(env: Env) -> None:
     staging = env.stage()
     target = str(env.tmp / "pods" / "t1")
     with pytest.raises(FailedPrecondition, match="not staged"):
-        env.svc.publish(env.ref, "/elsewhere", target, MOUNT, False)
+        env.svc.publish(env.ref, str(env.tmp / "elsewhere"), target, MOUNT, False)
     env.svc.publish(env.ref, staging, target, MOUNT, True)
     env.svc.publish(env.ref, staging, target, MOUNT, True)  # idempotent
     with pytest.raises(AlreadyExists):
@@ -143,3 +144,26 @@ def test_unstage_keeps_connections_other_volumes_use(env: Env) -> None:
     env.conn.disconnect = spy  # type: ignore[method-assign]
     env.svc.unstage(env.ref, str(env.tmp / "staging"))
     assert seen == [frozenset({other})]
+
+
+def test_paths_outside_the_kubelet_root_or_the_record_are_never_touched(env: Env) -> None:
+    """Before confinement, NodeUnpublishVolume unlinked whatever target path it was given (the node plugin runs
+    as root) and NodeUnstageVolume unmounted whatever staging path it was given."""
+    staging = env.stage()
+    target = str(env.tmp / "pods" / "t1")
+    env.svc.publish(env.ref, staging, target, MOUNT, False)
+    precious = env.tmp / "precious"
+    precious.write_text("keep")
+    for bad in ("/etc/passwd", "relative/path", f"{env.tmp}/../escape", str(env.tmp)):
+        with pytest.raises(InvalidArgument):
+            env.svc.unpublish(env.ref, bad)
+        with pytest.raises(InvalidArgument):
+            env.svc.publish(env.ref, staging, bad, MOUNT, False)
+    env.svc.unpublish(env.ref, str(precious))  # inside the root, but not a target of ours: left alone
+    assert precious.read_text() == "keep"
+    with pytest.raises(FailedPrecondition, match="staged at"):
+        env.svc.unstage(env.ref, str(env.tmp / "other-staging"))
+    assert env.mounter.mount_at(staging) is not None and env.mounter.mount_at(target) is not None
+    env.svc.unpublish(env.ref, target)
+    env.svc.unstage(env.ref, staging)
+    assert env.mounter.mount_at(staging) is None
