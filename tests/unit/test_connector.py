@@ -7,10 +7,11 @@ import itertools
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from nvmeof_csi.errors import CommandError, DeadlineExceeded, FailedPrecondition, Unavailable
+from nvmeof_csi.errors import CommandError, DeadlineExceeded, FailedPrecondition, InvalidArgument, Unavailable
 from nvmeof_csi.host.executor import Result
 from nvmeof_csi.initiator.connector import NvmeofConnector
 from nvmeof_csi.initiator.identity import HostIdentity
@@ -253,3 +254,20 @@ def test_block_events_open_and_wait_for_real() -> None:
         with open_block_events() as events:
             assert events.source in ("udev", "polling")
             events.wait(0.05)
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        lambda: {**ctx(VOL), "nqn": NQN_PREFIX + OTHER.uuid},  # another volume's subsystem
+        lambda: {**ctx(VOL), "namespaceUUID": OTHER.uuid},
+        lambda: {**ctx(VOL), "ctrlLossTmo": "999999"},  # out of range: could hang a node
+        lambda: {**ctx(VOL), "portals": "tcp:127.0.0.1:notaport"},
+        lambda: {k: v for k, v in ctx(VOL).items() if k != "nqn"},
+    ],
+)
+def test_a_context_that_is_not_this_volumes_connects_nothing(tmp_path: Path, bad: Any) -> None:
+    conn, fake = connector(tmp_path)
+    with pytest.raises(InvalidArgument):
+        conn.connect(VOL, bad(), 30)
+    assert fake.argvs == []
