@@ -47,35 +47,48 @@ class FabricMap:
         return next((a for a in self.agents if a.name == name), None)
 
 
+def _str(raw: dict[str, Any], key: str, where: str, required: bool = False) -> str:
+    value = raw.get(key, "")
+    if not isinstance(value, str):
+        raise ConfigError(f"{where}: {key!r} must be a string, not {type(value).__name__}")
+    if required and not value:
+        raise ConfigError(f"{where}: {key!r} is required")
+    return value
+
+
+def _tls(raw: dict[str, Any], where: str) -> TlsFiles | None:
+    tls_raw = raw.get("tls")
+    if tls_raw is None:
+        return None
+    if not isinstance(tls_raw, dict) or set(tls_raw) - {"cert", "key", "ca"}:
+        raise ConfigError(f"{where}: tls must be a mapping of cert, key and ca")
+    files = [_str(tls_raw, k, f"{where} tls") for k in ("cert", "key", "ca")]
+    return TlsFiles.from_options(*(Path(f) if f else None for f in files))
+
+
 def _entry(raw: Any, index: int) -> AgentEntry:
     where = f"fabric map agents[{index}]"
     if not isinstance(raw, dict):
         raise ConfigError(f"{where} must be a mapping")
-    for key in ("name", "endpoint", "fabric"):
-        if not raw.get(key):
-            raise ConfigError(f"{where}: {key!r} is required")
-    name = str(raw["name"])
+    known = {"name", "endpoint", "fabric", "zone", "transports", "tls", "allowPlaintextLoopback", "alluxioHost"}
+    if unknown := sorted(set(raw) - known):
+        raise ConfigError(f"{where}: unknown field {unknown[0]!r} (known: {', '.join(sorted(known))})")
+    name, fabric = _str(raw, "name", where, True), _str(raw, "fabric", where, True)
     if not valid_location(name):
         raise ConfigError(f"{where}: name {name!r} must be a DNS label")
-    transports = tuple(str(t) for t in raw.get("transports", ["tcp"]))
-    bad = [t for t in transports if t not in TRANSPORTS]
-    if bad or not transports:
+    if not valid_location(fabric):
+        raise ConfigError(f"{where}: fabric {fabric!r} must be a DNS label")
+    transports = raw.get("transports", ["tcp"])
+    if not isinstance(transports, list) or not transports or any(t not in TRANSPORTS for t in transports):
         raise ConfigError(f"{where}: transports must be a non-empty list of {', '.join(TRANSPORTS)}")
-    tls_raw = raw.get("tls")
-    tls = None
-    if tls_raw:
-        if not isinstance(tls_raw, dict):
-            raise ConfigError(f"{where}: tls must have cert, key and ca")
-        tls = TlsFiles.from_options(*(Path(tls_raw[k]) if k in tls_raw else None for k in ("cert", "key", "ca")))
-    endpoint = Endpoint.parse(str(raw["endpoint"]))
-    entry = AgentEntry(
-        name=name, endpoint=endpoint, fabric=str(raw["fabric"]), zone=str(raw.get("zone", "")),
-        transports=transports, tls=tls, allow_plaintext_loopback=bool(raw.get("allowPlaintextLoopback", False)),
-        alluxio_host=str(raw.get("alluxioHost", "")),
+    plaintext = raw.get("allowPlaintextLoopback", False)
+    if not isinstance(plaintext, bool):
+        raise ConfigError(f"{where}: allowPlaintextLoopback must be true or false (a YAML boolean)")
+    return AgentEntry(
+        name=name, endpoint=Endpoint.parse(_str(raw, "endpoint", where, True)), fabric=fabric,
+        zone=_str(raw, "zone", where), transports=tuple(transports), tls=_tls(raw, where),
+        allow_plaintext_loopback=plaintext, alluxio_host=_str(raw, "alluxioHost", where),
     )
-    if not valid_location(entry.fabric):
-        raise ConfigError(f"{where}: fabric {entry.fabric!r} must be a DNS label")
-    return entry
 
 
 def parse_fabric_map(doc: Any) -> FabricMap:

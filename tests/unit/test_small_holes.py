@@ -1,0 +1,52 @@
+"""Small holes a security review found; each test failed before its fix."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from nvmeof_csi.errors import ConfigError, InvalidArgument
+from nvmeof_csi.nvmeof.nqn import check_host_nqn, valid_host_nqn
+from nvmeof_csi.rpc.endpoints import is_loopback
+from nvmeof_csi.topology.fabric_map import parse_fabric_map
+
+GOOD_NQN = "nqn.2014-08.org.nvmexpress:uuid:0f0f0f0f-0000-0000-0000-000000000001"
+
+
+@pytest.mark.parametrize(
+    ("host", "loopback"),
+    [("127.0.0.1", True), ("127.9.8.7", True), ("::1", True), ("[::1]", True), ("localhost", True),
+     ("127.evil.example", False), ("127.0.0.1.nip.io", False), ("10.0.0.1", False), ("[::2]", False), ("", False)],
+)
+def test_loopback_is_parsed_not_prefix_matched(host: str, loopback: bool) -> None:
+    assert is_loopback(host) is loopback
+
+
+@pytest.mark.parametrize("suffix", ["\n", "\x00", "\r", " "])
+def test_host_nqn_pattern_is_anchored_at_the_end(suffix: str) -> None:
+    assert valid_host_nqn(GOOD_NQN)
+    assert not valid_host_nqn(GOOD_NQN + suffix)
+    with pytest.raises(InvalidArgument):
+        check_host_nqn(GOOD_NQN + suffix)
+
+
+def agent(**fields: Any) -> dict[str, Any]:
+    return {"agents": [{"name": "store-a", "endpoint": "tcp://127.0.0.1:9440", "fabric": "rack-1", **fields}]}
+
+
+@pytest.mark.parametrize(
+    ("fields", "needle"),
+    [
+        ({"allowPlaintextLoopback": "false"}, "allowPlaintextLoopback"),  # bool("false") was True
+        ({"transports": "tcp"}, "transports"),
+        ({"zone": ["a", "b"]}, "'zone' must be a string"),
+        ({"tls": {"cert": ["x"], "key": "k", "ca": "c"}}, "'cert' must be a string"),
+        ({"tls": "yes"}, "tls must be a mapping"),
+        ({"endpoint": 9440}, "'endpoint' must be a string"),
+        ({"alluxiohost": "w1"}, "unknown field 'alluxiohost'"),
+    ],
+)
+def test_fabric_map_field_types_are_checked(fields: dict[str, Any], needle: str) -> None:
+    with pytest.raises(ConfigError, match=needle):
+        parse_fabric_map(agent(**fields))
