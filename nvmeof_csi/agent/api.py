@@ -9,8 +9,10 @@ worker threads; errors cross the shared edge interceptor (one error boundary).
 
 from __future__ import annotations
 
+import asyncio
 import re
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import grpc
@@ -92,9 +94,11 @@ class AgentServicer(pb_grpc.AgentServicer):
     def __init__(self, agent: TargetAgent, unknown: list[str]) -> None:
         self._agent = agent
         self._unknown = unknown
+        # Health has a thread of its own: it answers while long creates (fills) occupy every shared worker.
+        self._health_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="health")
 
     async def Health(self, request: pb.HealthRequest, context: Ctx) -> pb.HealthResponse:
-        ready = await blocking(self._agent.nvmet.available)
+        ready = await asyncio.get_running_loop().run_in_executor(self._health_pool, self._agent.nvmet.available)
         message = "ready" if ready else f"nvmet configfs not available at {self._agent.nvmet.root}"
         return pb.HealthResponse(
             ready=ready, message=message, version=__version__, agent_name=self._agent.name,

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextvars
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import grpc
@@ -10,7 +13,6 @@ from google.protobuf.wrappers_pb2 import BoolValue
 
 from nvmeof_csi import DRIVER_NAME, __version__
 from nvmeof_csi.gen import csi_pb2, csi_pb2_grpc
-from nvmeof_csi.rpc.calls import blocking
 from nvmeof_csi.service.ports import Health
 
 Ctx = grpc.aio.ServicerContext[Any, Any]
@@ -23,6 +25,8 @@ class IdentityServicer(csi_pb2_grpc.IdentityServicer):
     def __init__(self, controller: bool, checks: Sequence[Callable[[], Health]]) -> None:
         self._controller = controller
         self._checks = list(checks)
+        # Probe has threads of its own: it answers even while long RPCs occupy every shared worker thread.
+        self._pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="probe")
 
     async def GetPluginInfo(self, request: csi_pb2.GetPluginInfoRequest, context: Ctx) -> csi_pb2.GetPluginInfoResponse:
         return csi_pb2.GetPluginInfoResponse(name=DRIVER_NAME, vendor_version=__version__)
@@ -38,7 +42,8 @@ class IdentityServicer(csi_pb2_grpc.IdentityServicer):
 
     async def Probe(self, request: csi_pb2.ProbeRequest, context: Ctx) -> csi_pb2.ProbeResponse:
         ready = True
+        loop = asyncio.get_running_loop()
         for check in self._checks:
-            health = await blocking(check)
+            health = await loop.run_in_executor(self._pool, contextvars.copy_context().run, check)
             ready = ready and health.ready
         return csi_pb2.ProbeResponse(ready=BoolValue(value=ready))

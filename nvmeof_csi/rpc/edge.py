@@ -8,6 +8,7 @@ become INTERNAL and their traceback is logged. Nothing below the servicers calls
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 import uuid
@@ -32,6 +33,33 @@ def _request_id(context: grpc.aio.ServicerContext[Any, Any]) -> str:
         if key in ("x-request-id", "csi.requestid") and isinstance(value, str) and value:
             return value[:64]
     return uuid.uuid4().hex[:12]
+
+
+async def _until_done(work: Awaitable[Any], release: Callable[[], None], short: str) -> Any:
+    """Await ``work`` and then ``release`` its keys. When the caller goes away first (deadline passed,
+    cancelled), the work is not abandoned half-way: it runs on to its end and only then releases the keys, so a
+    retry meanwhile gets ABORTED instead of a second concurrent run."""
+    task = asyncio.ensure_future(work)
+    deferred = False
+    try:
+        return await asyncio.shield(task)
+    except asyncio.CancelledError:
+        if not task.done():
+            log.info("< %s CANCELLED by the caller; the work runs to its end and keeps its locks until then", short)
+            task.add_done_callback(lambda done: _finished_late(done, release, short))
+            deferred = True
+        raise
+    finally:
+        if not deferred:
+            release()
+
+
+def _finished_late(task: asyncio.Future[Any], release: Callable[[], None], short: str) -> None:
+    release()
+    if not task.cancelled() and task.exception() is not None:
+        log.info("%s finished after its caller left: %s", short, task.exception())
+    else:
+        log.info("%s finished after its caller left; its locks are released", short)
 
 
 class EdgeInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[type-arg]
@@ -70,8 +98,8 @@ class EdgeInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[type-arg]
             code = grpc.StatusCode.OK
             try:
                 keys = [f"{f}={getattr(request, f)}" for f in lock_fields if getattr(request, f, "")]
-                with self._locks.hold(*keys):
-                    response = await inner(request, context)
+                release = self._locks.take(*keys)  # before the work exists: a busy key means it never starts
+                response = await _until_done(inner(request, context), release, short)
                 log.info("< %s OK %.3fs %s", short, time.monotonic() - start, safe_text(response))
                 return response
             except Exception as exc:  # the one error boundary

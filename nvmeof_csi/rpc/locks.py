@@ -14,7 +14,7 @@ Thread-safe and usable from asyncio tasks.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import ExitStack, contextmanager
 
 from nvmeof_csi.errors import Aborted
@@ -30,19 +30,28 @@ class KeyedLocks:
         self._mutex = threading.Lock()
         self._held: set[str] = set()
 
-    @contextmanager
-    def hold(self, *keys: str) -> Iterator[None]:
+    def take(self, *keys: str) -> Callable[[], None]:
+        """Take every key now or raise ``Aborted``; returns the function that releases them (call it once)."""
         wanted = sorted({k for k in keys if k})
         with self._mutex:
             busy = [k for k in wanted if k in self._held]
             if busy:
                 raise Aborted(f"an operation on {busy[0]!r} is already in progress")
             self._held.update(wanted)
+
+        def release() -> None:
+            with self._mutex:
+                self._held.difference_update(wanted)
+
+        return release
+
+    @contextmanager
+    def hold(self, *keys: str) -> Iterator[None]:
+        release = self.take(*keys)
         try:
             yield
         finally:
-            with self._mutex:
-                self._held.difference_update(wanted)
+            release()
 
     def held(self) -> frozenset[str]:
         with self._mutex:

@@ -112,6 +112,46 @@ async def test_busy_name_is_aborted_then_succeeds(stack: Stack) -> None:
     assert len(stack.backend.volumes) == 1
 
 
+async def test_a_caller_that_gives_up_leaves_the_lock_held_until_the_work_ends(stack: Stack) -> None:
+    """Before, the edge released a volume's lock as soon as the caller's deadline passed, while the work went on
+    in its worker thread: a retry then ran a second, concurrent CreateVolume on the same name."""
+    import threading
+
+    stack.backend.gate = threading.Event()
+    request = csi_pb2.CreateVolumeRequest(name="slow", volume_capabilities=[mount_cap()])
+    with pytest.raises(grpc.aio.AioRpcError) as info:
+        await stack.controller.CreateVolume(request, timeout=0.5)
+    assert info.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+    assert stack.backend.entered.is_set()
+    for _ in range(3):  # the first create is still running: every retry is refused, none runs beside it
+        with pytest.raises(grpc.aio.AioRpcError) as info:
+            await stack.controller.CreateVolume(request, timeout=5)
+        assert info.value.code() == grpc.StatusCode.ABORTED
+    stack.backend.gate.set()
+    for _ in range(50):  # the lock goes once the first create really ended
+        try:
+            vol = (await stack.controller.CreateVolume(request, timeout=5)).volume
+            break
+        except grpc.aio.AioRpcError as err:
+            assert err.code() == grpc.StatusCode.ABORTED
+            await asyncio.sleep(0.1)
+    assert vol.volume_id and len(stack.backend.volumes) == 1
+
+
+async def test_probe_answers_while_every_worker_thread_is_busy(stack: Stack) -> None:
+    import threading
+
+    stack.backend.gate = threading.Event()
+    stuck = [asyncio.ensure_future(create(stack, f"slow-{i}")) for i in range(40)]  # more than the shared pool
+    await asyncio.sleep(0.5)
+    try:
+        reply = await stack.identity.Probe(csi_pb2.ProbeRequest(), timeout=3)
+        assert reply.ready.value
+    finally:
+        stack.backend.gate.set()
+        await asyncio.gather(*stuck, return_exceptions=True)
+
+
 async def test_unexpected_exception_is_internal_with_traceback(stack: Stack, caplog: pytest.LogCaptureFixture) -> None:
     def broken(name: str) -> None:
         raise KeyError("bug in backend")
