@@ -10,6 +10,8 @@ Contract (in addition to ``service/ports.py``):
 - ``disconnect`` removes the controllers of the volume's subsystem (whole-NQN match, so ``vol1`` never
   touches ``vol10``), unless another staged volume still uses that subsystem. Controllers we did not make
   (other NQNs) are never touched.
+- ``reconcile`` releases controllers of the driver's subsystems that no staging record claims, except when
+  one of their devices is mounted, held or open (then it is kept and reported).
 - ``condition`` is abnormal when a path is not live, naming the paths ("1 of 2 paths live: tcp:...:4421 connecting").
 Commands are argv lists with timeouts; kernel state is read from sysfs.
 """
@@ -30,6 +32,7 @@ from nvmeof_csi.errors import (
     InvalidArgument,
     Unavailable,
 )
+from nvmeof_csi.host.devices import device_in_use
 from nvmeof_csi.host.executor import Executor
 from nvmeof_csi.initiator.identity import HostIdentity
 from nvmeof_csi.initiator.sysfs import NvmeSysfs, Subsystem
@@ -62,6 +65,7 @@ class NvmeofConnector:
         sleep: Callable[[float], None] = time.sleep,
         clock: Callable[[], float] = time.monotonic,
         block_events: Callable[[], AbstractContextManager[EventWait]] | None = None,
+        in_use: Callable[[str], str] = device_in_use,
     ) -> None:
         self._exec = executor
         self._sysfs = sysfs
@@ -70,6 +74,7 @@ class NvmeofConnector:
         self._sleep = sleep
         self._clock = clock
         self._events = block_events or self._polling
+        self._in_use = in_use
 
     @contextmanager
     def _polling(self) -> Iterator[EventWait]:
@@ -220,10 +225,16 @@ class NvmeofConnector:
             except DriverError as err:
                 actions.append(f"volume {ref.uuid}: could not reconnect {', '.join(missing)}: {err}")
         for sub in self._sysfs.subsystems():
-            if is_driver_nqn(sub.nqn) and sub.nqn not in claimed_nqns:
-                for ctrl in sub.controllers:
-                    self._exec.run(["nvme", "disconnect", "-d", ctrl.name], timeout=CONNECT_TIMEOUT)
-                actions.append(f"disconnected {sub.nqn}: no staged volume claims it")
+            if not is_driver_nqn(sub.nqn) or sub.nqn in claimed_nqns:
+                continue
+            busy = [f"{ns.device} {why}" for ns in sub.namespaces if (why := self._in_use(ns.device))]
+            if busy:  # never pull a device from under a mount or a user, whatever the records say
+                log.warning("subsystem %s: no staging record claims it, but %s; kept", sub.nqn, "; ".join(busy))
+                actions.append(f"kept {sub.nqn}: no staged volume claims it, but {'; '.join(busy)}")
+                continue
+            for ctrl in sub.controllers:
+                self._exec.run(["nvme", "disconnect", "-d", ctrl.name], timeout=CONNECT_TIMEOUT)
+            actions.append(f"disconnected {sub.nqn}: no staged volume claims it")
         return actions
 
     def condition(self, ref: VolumeRef, context: Mapping[str, str]) -> Condition:

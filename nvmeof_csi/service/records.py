@@ -2,20 +2,26 @@
 touched, so Unstage and restart reconciliation never depend on memory.
 
 Contract: :meth:`StagingStore.save` is durable when it returns; :meth:`StagingStore.load` returns ``None`` for
-an absent record; a record that cannot be parsed is reported by name (never silently ignored).
+an absent record. A record that cannot be parsed is quarantined: renamed to ``<name>.corrupt-<unix time>``
+and logged as an error naming it (never silently ignored), then treated as absent, so one bad file can
+neither stop the node plugin from starting nor fail every later unstage. (Start-up reconciliation then keeps
+the volume's device if it is still mounted or open.)
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import logging
+import os
+import time
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from nvmeof_csi.errors import DriverError
-from nvmeof_csi.host.atomic import read_json, remove_durably, write_json_atomic
+from nvmeof_csi.host.atomic import fsync_dir, read_json, remove_durably, write_json_atomic
 from nvmeof_csi.service.ports import VolumeRef
 
+log = logging.getLogger(__name__)
 SUPPORTED_FS = ("ext4", "xfs")
 #: The smallest device each filesystem can be made on (xfsprogs >= 5.19 refuses XFS below 300 MiB).
 MIN_FS_BYTES = {"ext4": 0, "xfs": 300 << 20}
@@ -68,28 +74,35 @@ class StagingRecord:
         )
 
 
-class CorruptRecord(DriverError):
-    """A staging record exists but cannot be read."""
-
-
 class StagingStore:
     """Records under ``root`` (``<uuid>.json``)."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, clock: Callable[[], float] = time.time) -> None:
         self._root = root
+        self._clock = clock
 
     def _path(self, ref: VolumeRef) -> Path:
         return self._root / f"{ref.location}.{ref.uuid}.json"
 
-    def load(self, ref: VolumeRef) -> StagingRecord | None:
-        path = self._path(ref)
-        doc = read_json(path)
-        if doc is None:
-            return None
+    def _read(self, path: Path) -> StagingRecord | None:
         try:
-            return StagingRecord.from_json(doc)
-        except (KeyError, TypeError, AttributeError) as exc:
-            raise CorruptRecord(f"staging record {path} is unreadable: {exc!r}") from exc
+            doc = read_json(path)
+            return None if doc is None else StagingRecord.from_json(doc)
+        except (ValueError, KeyError, TypeError, AttributeError, UnicodeDecodeError) as exc:
+            self._quarantine(path, exc)
+            return None
+
+    def _quarantine(self, path: Path, exc: Exception) -> None:
+        aside = path.with_name(f"{path.name}.corrupt-{int(self._clock())}")
+        try:
+            os.replace(path, aside)
+            fsync_dir(path.parent)
+        except FileNotFoundError:
+            return
+        log.error("staging record %s is unreadable (%r); quarantined as %s", path, exc, aside.name)
+
+    def load(self, ref: VolumeRef) -> StagingRecord | None:
+        return self._read(self._path(ref))
 
     def save(self, record: StagingRecord) -> None:
         write_json_atomic(self._path(record.ref), record.to_json())
@@ -100,9 +113,5 @@ class StagingStore:
     def all(self) -> list[StagingRecord]:
         if not self._root.is_dir():
             return []
-        records = []
-        for path in sorted(self._root.glob("*.json")):
-            doc = read_json(path)
-            if doc is not None:
-                records.append(StagingRecord.from_json(doc))
-        return records
+        records = (self._read(path) for path in sorted(self._root.glob("*.json")))
+        return [r for r in records if r is not None]

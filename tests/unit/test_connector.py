@@ -106,10 +106,14 @@ class Clock:
         self.now += seconds
 
 
-def connector(tmp: Path, multipath: bool = True, single: bool = False) -> tuple[NvmeofConnector, FakeNvme]:
+def connector(
+    tmp: Path, multipath: bool = True, single: bool = False, busy: dict[str, str] | None = None
+) -> tuple[NvmeofConnector, FakeNvme]:
     fake = FakeNvme(tmp, multipath)
     clock = Clock()
-    return NvmeofConnector(fake, NvmeSysfs(tmp), ME, single, sleep=clock.sleep, clock=clock), fake
+    in_use = (busy if busy is not None else {}).get
+    return NvmeofConnector(fake, NvmeSysfs(tmp), ME, single, sleep=clock.sleep, clock=clock,
+                           in_use=lambda dev: in_use(dev, "")), fake
 
 
 def test_two_portals_one_head_device_and_repeat_is_a_no_op(tmp_path: Path) -> None:
@@ -193,6 +197,21 @@ def test_reconcile_restores_paths_and_releases_only_our_orphans(tmp_path: Path) 
     foreign = NvmeSysfs(tmp_path).subsystem("nqn.2014-08.org.example:someone-elses")
     assert foreign is not None and foreign.live()
     assert conn.reconcile([(VOL, ctx(VOL))], 30) == []  # nothing left to do
+
+
+def test_reconcile_never_disconnects_a_device_in_use(tmp_path: Path) -> None:
+    """Before, reconciliation disconnected every unclaimed subsystem of ours, even one whose device was still
+    mounted (a lost or quarantined staging record must not pull a filesystem from under a pod)."""
+    busy: dict[str, str] = {}
+    conn, _ = connector(tmp_path, busy=busy)
+    device = conn.connect(OTHER, ctx(OTHER), 30)
+    busy[device] = "mounted at /var/lib/kubelet/pods/x"
+    actions = conn.reconcile([], 30)
+    assert actions == [f"kept {NQN_PREFIX}{OTHER.uuid}: no staged volume claims it, but {device} mounted at "
+                       "/var/lib/kubelet/pods/x"]
+    assert conn.find_device(OTHER, ctx(OTHER)) == device
+    busy.clear()
+    assert conn.reconcile([], 30) == [f"disconnected {NQN_PREFIX}{OTHER.uuid}: no staged volume claims it"]
 
 
 class FakeUevents:

@@ -21,7 +21,8 @@ class Env:
         self.tmp = tmp
         self.host = FakeHost(tmp / "mountinfo")
         self.conn = FakeConnector(tmp / "dev")
-        self.store = StagingStore(tmp / "records")
+        self.store_root = tmp / "records"
+        self.store = StagingStore(self.store_root)
         self.svc = StagingService(
             self.conn, Mounter(self.host, tmp / "mountinfo"), Filesystems(self.host), self.store, size_of=lambda d: 7,
             root=tmp,
@@ -167,3 +168,15 @@ def test_paths_outside_the_kubelet_root_or_the_record_are_never_touched(env: Env
     env.svc.unpublish(env.ref, target)
     env.svc.unstage(env.ref, staging)
     assert env.mounter.mount_at(staging) is None
+
+
+@pytest.mark.parametrize("garbage", ["{not json", '{"volume_id": "x"}', "[1, 2]", "\xff\xfe"])
+def test_a_corrupt_staging_record_is_quarantined_not_fatal(env: Env, garbage: str) -> None:
+    """Before, one unreadable record made start-up reconciliation raise (the node plugin did not start) and
+    every unstage of that volume fail with INTERNAL."""
+    staging = env.stage()
+    record = next(env.store_root.glob("*.json"))
+    record.write_bytes(garbage.encode("latin-1"))
+    assert env.svc.reconcile(30) == []  # starts; the record is set aside
+    assert not record.exists() and len(list(env.store_root.glob("*.json.corrupt-*"))) == 1
+    env.svc.unstage(env.ref, staging)  # no longer fails
