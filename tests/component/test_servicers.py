@@ -122,7 +122,7 @@ async def test_a_caller_that_gives_up_leaves_the_lock_held_until_the_work_ends(s
     with pytest.raises(grpc.aio.AioRpcError) as info:
         await stack.controller.CreateVolume(request, timeout=0.5)
     assert info.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
-    assert stack.backend.entered.is_set()
+    assert await asyncio.to_thread(stack.backend.entered.wait, 10)
     for _ in range(3):  # the first create is still running: every retry is refused, none runs beside it
         with pytest.raises(grpc.aio.AioRpcError) as info:
             await stack.controller.CreateVolume(request, timeout=5)
