@@ -13,6 +13,7 @@ and becomes INTERNAL with its traceback logged.
     ├── OutOfRange                   OUT_OF_RANGE       size outside what the backend can do
     ├── ResourceExhausted            RESOURCE_EXHAUSTED no capacity, too many volumes
     ├── Aborted                      ABORTED            an operation on the same key is in progress
+    ├── PermissionDenied             PERMISSION_DENIED  the caller's identity or role does not allow the call
     ├── Unavailable                  UNAVAILABLE        a backend (agent, Alluxio, kernel) cannot be reached
     ├── DeadlineExceeded             DEADLINE_EXCEEDED  a bounded wait ran out
     ├── Unimplemented                UNIMPLEMENTED      capability not offered
@@ -66,6 +67,10 @@ class Aborted(DriverError):
     code = grpc.StatusCode.ABORTED
 
 
+class PermissionDenied(DriverError):
+    code = grpc.StatusCode.PERMISSION_DENIED
+
+
 class Unavailable(DriverError):
     code = grpc.StatusCode.UNAVAILABLE
 
@@ -93,7 +98,7 @@ class CommandError(DriverError):
 def error_for(code: grpc.StatusCode, message: str) -> DriverError:
     """The domain error for a status a peer returned (the reverse of the boundary's mapping)."""
     for cls in (InvalidArgument, NotFound, AlreadyExists, FailedPrecondition, OutOfRange, ResourceExhausted,
-                Aborted, Unavailable, DeadlineExceeded, Unimplemented):
+                Aborted, PermissionDenied, Unavailable, DeadlineExceeded, Unimplemented):
         if cls.code == code:
             return cls(message)
     return DriverError(f"{code.name}: {message}")

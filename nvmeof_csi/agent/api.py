@@ -18,11 +18,12 @@ from typing import Any
 import grpc
 
 from nvmeof_csi import __version__
+from nvmeof_csi.agent.authz import NODE, caller
 from nvmeof_csi.agent.parts import VolumeView
 from nvmeof_csi.agent.portals import PortSpec
 from nvmeof_csi.agent.state import SnapshotRecord
 from nvmeof_csi.agent.target_agent import TargetAgent
-from nvmeof_csi.errors import InvalidArgument
+from nvmeof_csi.errors import InvalidArgument, NotFound
 from nvmeof_csi.gen import nvmeof_agent_pb2 as pb
 from nvmeof_csi.gen import nvmeof_agent_pb2_grpc as pb_grpc
 from nvmeof_csi.nvmeof.nqn import check_host_nqn, check_uuid
@@ -126,16 +127,24 @@ class AgentServicer(pb_grpc.AgentServicer):
         view = await blocking(self._agent.resize_volume, _uuid(request.uuid, "uuid"), request.capacity_bytes)
         return volume_msg(view)
 
+    @staticmethod
+    def _visible(view: VolumeView) -> bool:
+        """A node sees only the volumes that allow its own host NQN; every other role sees all."""
+        who = caller()
+        return who.role != NODE or who.host_nqn in view.record.hosts
+
     async def GetVolume(self, request: pb.GetVolumeRequest, context: Ctx) -> pb.Volume:
         key = request.WhichOneof("key")
         require(key, "uuid or name")
         uuid, name = _uuid(request.uuid, "uuid"), _name(request.name, "name") if request.name else ""
         view = await blocking(self._agent.get_volume, uuid, name)
+        if not self._visible(view):
+            raise NotFound(f"volume {uuid or name!r} does not exist on agent {self._agent.name}")
         return volume_msg(view)
 
     async def ListVolumes(self, request: pb.ListVolumesRequest, context: Ctx) -> pb.ListVolumesResponse:
         views = await blocking(self._agent.list_volumes)
-        return pb.ListVolumesResponse(volumes=[volume_msg(v) for v in views])
+        return pb.ListVolumesResponse(volumes=[volume_msg(v) for v in views if self._visible(v)])
 
     async def CreateSnapshot(self, request: pb.CreateSnapshotRequest, context: Ctx) -> pb.Snapshot:
         require(request.source_volume_uuid, "source_volume_uuid")

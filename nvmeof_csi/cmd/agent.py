@@ -58,6 +58,10 @@ def agent_command(
     alluxio_job: Annotated[
         str, typer.Option(envvar=env_var("ALLUXIO_JOB"), help="Alluxio job master web URL (cache load jobs).")
     ] = "",
+    authz_file: Annotated[
+        Path | None, typer.Option(envvar=env_var("AGENT_AUTHZ_FILE"), help="YAML policy mapping client certificate "
+                                  "identities to roles (controller, node, admin, reader); needed with --listen-tcp.")
+    ] = None,
     metrics_listen: Annotated[
         str, typer.Option(envvar=env_var("METRICS_LISTEN"), help="HOST:PORT for Prometheus /metrics ('' = off).")
     ] = "",
@@ -81,6 +85,7 @@ def agent_command(
             alluxio_proxy=alluxio_proxy,
             alluxio_job=alluxio_job,
             metrics_listen=metrics_listen,
+            authz_file=authz_file,
     ))
     logctx.install(settings.log_level)
     run_or_exit("nvmeof-csi agent", lambda: serve_agent(settings, plain_tree=configfs_plain_tree))

@@ -15,6 +15,7 @@ import threading
 from prometheus_client import CollectorRegistry, start_http_server
 
 from nvmeof_csi.agent.api import AGENT_LOCK_TABLE, AgentServicer
+from nvmeof_csi.agent.authz import Authorizer, load_policy
 from nvmeof_csi.agent.configfs import Nvmet
 from nvmeof_csi.agent.state import StateStore
 from nvmeof_csi.agent.store import FileStore
@@ -76,7 +77,8 @@ async def serve_agent(settings: AgentSettings, plain_tree: bool = False) -> None
         log.warning("pruned unknown object: %s", line)
     for line in report.problems:
         log.error("converge problem: %s", line)
-    server = new_server(AGENT_LOCK_TABLE)
+    policy = load_policy(settings.authz_file) if settings.authz_file is not None else {}
+    server = new_server(AGENT_LOCK_TABLE, Authorizer(policy))
     pb_grpc.add_AgentServicer_to_server(AgentServicer(agent, report.unknown), server)
     sockets = []
     if settings.unix_endpoint is not None:
@@ -93,4 +95,4 @@ async def serve_agent(settings: AgentSettings, plain_tree: bool = False) -> None
              ", ".join(f"{p.trtype}:{p.traddr}:{p.trsvcid}/{p.group}" for p in agent.portals))
     if agent.filler is not None:
         threading.Thread(target=agent.resume_fills, name="resume-fills", daemon=True).start()
-    await run_until_stopped(server, settings.grace_seconds, sockets)
+    await run_until_stopped(server, settings.grace_seconds, sockets, socket_mode=0o600)  # owner (root) only

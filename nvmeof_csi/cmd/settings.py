@@ -120,8 +120,10 @@ class AgentSettings:
     alluxio_proxy: str = ""
     alluxio_job: str = ""
     metrics_listen: str = ""
+    authz_file: Path | None = None
 
     def __post_init__(self) -> None:
+        self._check_authz()
         if bool(self.alluxio_proxy) != bool(self.alluxio_job):
             raise ConfigError("--alluxio-proxy and --alluxio-job go together (dataset volumes need both)")
         for url in (self.alluxio_proxy, self.alluxio_job):
@@ -146,6 +148,12 @@ class AgentSettings:
         for name in ("state_dir", "pool_dir", "configfs_root"):
             if not getattr(self, name).is_absolute():
                 raise ConfigError(f"{name.replace('_', '-')} must be an absolute path")
+
+    def _check_authz(self) -> None:
+        if self.tls is not None and self.tcp_endpoint is not None and self.authz_file is None:
+            raise ConfigError("--listen-tcp with mutual TLS needs --authz-file (which client identity has which role)")
+        if self.authz_file is not None and not self.authz_file.is_file():
+            raise ConfigError(f"--authz-file {self.authz_file} is not a readable file")
 
     def _check_tcp(self) -> None:
         if self.tcp_endpoint is None:

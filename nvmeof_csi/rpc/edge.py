@@ -26,6 +26,8 @@ from nvmeof_csi.rpc.redact import safe_text
 log = logging.getLogger("nvmeof_csi.rpc")
 
 Handler = Callable[[Any, grpc.aio.ServicerContext[Any, Any]], Awaitable[Any]]
+#: Called with the full method name and the call's context before the call runs; raises ``PermissionDenied``.
+Authorize = Callable[[str, grpc.aio.ServicerContext[Any, Any]], None]
 
 
 def _request_id(context: grpc.aio.ServicerContext[Any, Any]) -> str:
@@ -65,9 +67,10 @@ def _finished_late(task: asyncio.Future[Any], release: Callable[[], None], short
 class EdgeInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[type-arg]
     """Wraps every unary-unary handler; see the module docstring."""
 
-    def __init__(self, locks: KeyedLocks, lock_table: LockTable) -> None:
+    def __init__(self, locks: KeyedLocks, lock_table: LockTable, authorize: Authorize | None = None) -> None:
         self._locks = locks
         self._table = lock_table
+        self._authorize = authorize
 
     async def intercept_service(
         self,
@@ -97,6 +100,8 @@ class EdgeInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[type-arg]
             log.info("> %s %s", short, safe_text(request))
             code = grpc.StatusCode.OK
             try:
+                if self._authorize is not None:
+                    self._authorize(method, context)  # before anything else runs (PERMISSION_DENIED)
                 keys = [f"{f}={getattr(request, f)}" for f in lock_fields if getattr(request, f, "")]
                 release = self._locks.take(*keys)  # before the work exists: a busy key means it never starts
                 response = await _until_done(inner(request, context), release, short)

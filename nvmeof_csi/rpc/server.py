@@ -21,16 +21,17 @@ from pathlib import Path
 import grpc
 
 from nvmeof_csi.errors import FailedPrecondition
-from nvmeof_csi.rpc.edge import EdgeInterceptor
+from nvmeof_csi.rpc.edge import Authorize, EdgeInterceptor
 from nvmeof_csi.rpc.endpoints import Endpoint, TlsFiles
 from nvmeof_csi.rpc.locks import KeyedLocks, LockTable
 
 log = logging.getLogger(__name__)
 
 
-def new_server(lock_table: LockTable) -> grpc.aio.Server:
-    """An asyncio gRPC server whose every unary call crosses the shared edge with ``lock_table``."""
-    return grpc.aio.server(interceptors=[EdgeInterceptor(KeyedLocks(), lock_table)])
+def new_server(lock_table: LockTable, authorize: Authorize | None = None) -> grpc.aio.Server:
+    """An asyncio gRPC server whose every unary call crosses the shared edge with ``lock_table`` (and
+    ``authorize``, when the service authorizes its callers)."""
+    return grpc.aio.server(interceptors=[EdgeInterceptor(KeyedLocks(), lock_table, authorize)])
 
 
 class SocketInUse(FailedPrecondition):
@@ -75,7 +76,8 @@ def bind(server: grpc.aio.Server, endpoint: Endpoint) -> int:
 
 
 async def run_until_stopped(
-    server: grpc.aio.Server, grace_seconds: float, sockets: list[Path], stop: asyncio.Event | None = None
+    server: grpc.aio.Server, grace_seconds: float, sockets: list[Path], stop: asyncio.Event | None = None,
+    socket_mode: int | None = None,
 ) -> None:
     """Start ``server``; on SIGTERM/SIGINT (or ``stop``) stop it, giving in-flight RPCs ``grace_seconds``;
     remove the unix socket files."""
@@ -84,6 +86,9 @@ async def run_until_stopped(
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     await server.start()
+    if socket_mode is not None:
+        for path in sockets:
+            path.chmod(socket_mode)
     try:
         await stop.wait()
         log.info("stopping: in-flight RPCs get %.0f s", grace_seconds)

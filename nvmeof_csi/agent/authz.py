@@ -1,0 +1,130 @@
+"""Who may call which agent RPC.
+
+A client on TCP proves its identity with its certificate (mutual TLS); the agent's policy file maps that
+identity (the certificate's common name, or one of its DNS/URI subject alternative names) to one role:
+
+    clients:
+      - {identity: controller.nvmeof-csi, role: controller}
+      - {identity: gpu-node-1, role: node, hostNqn: "nqn.2014-08.org.nvmexpress:uuid:..."}
+      - {identity: ops, role: admin}
+      - {identity: prometheus, role: reader}
+
+| role | may call |
+|---|---|
+| ``reader`` | Health, GetVolume, ListVolumes, ListSnapshots, ListPortals, GetCapacity |
+| ``node`` | Health, and GetVolume / ListVolumes of the volumes that allow its own ``hostNqn`` only |
+| ``controller`` | what a reader may, plus volumes, snapshots, host grants (Create/Delete/Resize, Allow/DenyHost) |
+| ``admin`` | everything, also SetAnaState |
+
+Contract: :meth:`Authorizer.authorize` raises ``PermissionDenied`` naming the role the call needs and the
+caller's identity; an identity the policy does not know is refused whatever it asks. Callers without TLS
+(the owner-only unix socket, or plaintext TCP explicitly allowed on loopback for tests) are the local admin.
+The caller of the current RPC is available to the servicer through :func:`caller` (a contextvar).
+"""
+
+from __future__ import annotations
+
+import contextvars
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import grpc
+import yaml
+
+from nvmeof_csi.errors import ConfigError, PermissionDenied
+from nvmeof_csi.nvmeof.nqn import valid_host_nqn
+
+READER, NODE, CONTROLLER, ADMIN = "reader", "node", "controller", "admin"
+ROLES = (READER, NODE, CONTROLLER, ADMIN)
+_READ = {"Health", "GetVolume", "ListVolumes", "ListSnapshots", "ListPortals", "GetCapacity"}
+_WRITE = {"CreateVolume", "DeleteVolume", "ResizeVolume", "CreateSnapshot", "DeleteSnapshot", "AllowHost", "DenyHost"}
+ALLOWED: Mapping[str, frozenset[str]] = {
+    READER: frozenset(_READ),
+    NODE: frozenset({"Health", "GetVolume", "ListVolumes"}),
+    CONTROLLER: frozenset(_READ | _WRITE),
+}
+
+
+@dataclass(frozen=True)
+class Principal:
+    """An authenticated caller: its identity, role and (role ``node``) host NQN."""
+
+    identity: str
+    role: str
+    host_nqn: str = ""
+
+
+LOCAL_ADMIN = Principal("local", ADMIN)
+_CALLER: contextvars.ContextVar[Principal] = contextvars.ContextVar("agent_caller", default=LOCAL_ADMIN)
+
+
+def caller() -> Principal:
+    """The principal of the RPC being served (the local admin outside any RPC)."""
+    return _CALLER.get()
+
+
+def needed_role(method: str) -> str:
+    """The least role that may call ``method`` (its short name)."""
+    return next((r for r in (READER, NODE, CONTROLLER) if method in ALLOWED[r] and r != NODE), ADMIN)
+
+
+def parse_policy(doc: Any, where: str = "authz policy") -> dict[str, Principal]:
+    """identity -> principal; ``ConfigError`` naming the entry for anything malformed."""
+    if not isinstance(doc, dict) or not isinstance(doc.get("clients"), list):
+        raise ConfigError(f"{where} needs a 'clients:' list")
+    found: dict[str, Principal] = {}
+    for index, entry in enumerate(doc["clients"]):
+        at = f"{where} clients[{index}]"
+        if not isinstance(entry, dict) or set(entry) - {"identity", "role", "hostNqn"}:
+            raise ConfigError(f"{at} must be a mapping of identity, role and (for nodes) hostNqn")
+        identity, role, host = entry.get("identity"), entry.get("role"), entry.get("hostNqn", "")
+        if not isinstance(identity, str) or not identity or identity in found:
+            raise ConfigError(f"{at}: identity must be a unique, non-empty string")
+        if role not in ROLES:
+            raise ConfigError(f"{at}: role must be one of {', '.join(ROLES)}")
+        if not isinstance(host, str) or (role == NODE) != bool(host) or (host and not valid_host_nqn(host)):
+            raise ConfigError(f"{at}: hostNqn (a valid NQN) is required for role node, and only for it")
+        found[identity] = Principal(identity, str(role), host)
+    return found
+
+
+def load_policy(path: Path) -> dict[str, Principal]:
+    try:
+        return parse_policy(yaml.safe_load(path.read_text()), f"authz policy {path}")
+    except OSError as exc:
+        raise ConfigError(f"authz policy {path}: {exc.strerror}") from exc
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"authz policy {path} is not valid YAML: {exc}") from exc
+
+
+def _identities(context: grpc.aio.ServicerContext[Any, Any]) -> list[str] | None:
+    """The certificate identities of a TLS caller (CN first), or ``None`` for a caller without TLS."""
+    auth = context.auth_context() or {}
+    if b"ssl" not in auth.get("transport_security_type", []):
+        return None
+    names = [*auth.get("x509_common_name", []), *auth.get("x509_subject_alternative_name", [])]
+    return [n.decode(errors="replace") for n in names]
+
+
+class Authorizer:
+    """The agent's ``rpc.edge.Authorize`` hook over a policy (identity -> principal)."""
+
+    def __init__(self, policy: Mapping[str, Principal]) -> None:
+        self._policy = dict(policy)
+
+    def __call__(self, method: str, context: grpc.aio.ServicerContext[Any, Any]) -> None:
+        short = method.rsplit("/", 1)[-1]
+        identities = _identities(context)
+        if identities is None:
+            _CALLER.set(LOCAL_ADMIN)
+            return
+        principal = next((self._policy[i] for i in identities if i in self._policy), None)
+        if principal is None:
+            raise PermissionDenied(f"client {identities[0] if identities else '?'!r} is not in this agent's "
+                                   f"authz policy; {short} needs role {needed_role(short)}")
+        if principal.role != ADMIN and short not in ALLOWED[principal.role]:
+            raise PermissionDenied(f"{short} needs role {needed_role(short)}; client {principal.identity!r} "
+                                   f"has role {principal.role}")
+        _CALLER.set(principal)
