@@ -48,17 +48,18 @@ def main() -> None:
                 store=FileStore(base / "pool"), state=StateStore(base / "state" / "agent-state.json"),
                 portals=[PortSpec(1, "tcp", "127.0.0.1", 4420, "a")],
                 filler=DatasetVolumes(Hydrator(rest, JobServiceLoader(rest), SubprocessExecutor(),
-                                                 DatasetMetrics(CollectorRegistry())), base / "pool" / ".hydrate"),
+                                                 DatasetMetrics(CollectorRegistry())), base / "pool" / ".hydrate",
+                                      (str(ds.root),)),
             )
             agent.converge()  # prepares the pool, as the agent process does at start
-            params = {"dataset.uri": str(ds.root), "dataset.path": "/bench/data", "dataset.pin": "false"}
+            params = {"dataset.uri": str(ds.root), "dataset.path": "/datasets/bench-data", "dataset.pin": "false"}
             cold, warm, hit = [], [], []
             size = 2 * sum((ds.root / rel).stat().st_size for rel in ds.checksums) + 64 * MiB
             for r in range(args.rounds):
-                if rest.exists("/bench/data"):  # cold again: free the cache and wait until it is really gone
-                    rest.free("/bench/data")
+                if rest.exists("/datasets/bench-data"):  # cold again: free the cache and wait until it is really gone
+                    rest.free("/datasets/bench-data")
                     deadline = time.monotonic() + 120
-                    while any(f.in_alluxio_percentage for f in rest.files("/bench/data")):
+                    while any(f.in_alluxio_percentage for f in rest.files("/datasets/bench-data")):
                         if time.monotonic() > deadline:
                             raise SystemExit("bench dataset: Alluxio did not free the data set within 120 s")
                         time.sleep(1)

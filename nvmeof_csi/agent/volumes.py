@@ -118,8 +118,8 @@ class VolumeOps:
         is left: record, configfs objects, backing file and work files all go)."""
         try:
             return self.materialize(rec)
-        except DriverError:
-            if self.filler_for(rec) is not None:
+        except Exception:  # any failure, not only domain errors: nothing half-made may stay
+            if needs_fill(rec.parameters) and self._p.filler is not None:
                 log.warning("volume %s (%s): fill failed; removing the volume", rec.uuid, rec.name)
                 self.teardown(self._p.state.put_volume(rec.evolve(status=DELETING)))
                 self._discard_work(rec)

@@ -30,8 +30,9 @@ from pathlib import Path
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from nvmeof_csi.cache.client import AlluxioRest, CacheNotFound, DatasetLoader, FileStatus
-from nvmeof_csi.errors import OutOfRange
+from nvmeof_csi.errors import OutOfRange, ResourceExhausted
 from nvmeof_csi.host.executor import Executor
+from nvmeof_csi.host.paths import inside
 from nvmeof_csi.service.datasets import DatasetSpec
 
 log = logging.getLogger(__name__)
@@ -39,6 +40,7 @@ FS_OVERHEAD = 0.08  # ext4 metadata, journal and per-file slack, as a share of t
 FS_MIN_EXTRA = 32 << 20
 LOAD_BATCH = 200
 MKFS_TIMEOUT = 1800.0
+POOL_RESERVE = 256 << 20  # never let a staging copy take the pool's last bytes
 
 
 @dataclass(frozen=True)
@@ -111,6 +113,7 @@ class Hydrator:
         if needed > capacity:
             raise OutOfRange(f"data set {spec.path} holds {total} bytes in {len(files)} files; the volume needs "
                              f"at least {needed} bytes, it has {capacity}")
+        self._check_room(work, total - sum(_int(d["size"]) for d in _read_journal(work / "journal.jsonl").values()))
         progress(Progress(0, len(files), 0, total, "warming the cache"))
         self._warm(spec, files)
         tree = work / "tree"
@@ -124,6 +127,7 @@ class Hydrator:
         with journal.open("a") as log_fh:
             for status in files:
                 rel = status.path[len(spec.path):].lstrip("/")
+                inside(tree, tree / rel, f"file of data set {spec.path}")  # a listed name cannot leave the tree
                 if rel in done and (tree / rel).is_file() and (tree / rel).stat().st_size == status.length:
                     continue
                 cached = status.length * status.in_alluxio_percentage // 100  # cached before this hydration
@@ -164,6 +168,15 @@ class Hydrator:
         log.info("data set %s unpinned and freed (no volume references it)", spec.path)
 
     # -- steps -------------------------------------------------------------------------------------------
+    @staticmethod
+    def _check_room(work: Path, still_to_copy: int) -> None:
+        """The staging copy lives in the pool next to the volumes: refuse before filling the pool up."""
+        work.mkdir(parents=True, exist_ok=True)
+        free = shutil.disk_usage(work).free
+        if still_to_copy > free - POOL_RESERVE:
+            raise ResourceExhausted(f"the staging copy needs {still_to_copy} bytes; the pool has {free} free "
+                                    f"(keeping {POOL_RESERVE} in reserve)")
+
     def _ensure_namespace(self, spec: DatasetSpec) -> None:
         if self.rest.exists(spec.path):
             return

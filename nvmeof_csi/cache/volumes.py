@@ -2,7 +2,9 @@
 volume's backing file from Alluxio, show progress, keep the data set pinned while volumes reference it, and
 release it after the last one.
 
-Contract: :meth:`DatasetVolumes.fill` runs (or resumes) hydration of one volume and returns the labels to
+Contract: :meth:`DatasetVolumes.fill` first checks the data set may be read at all (``dataset.uri`` under an
+under-store prefix the operator allowed, none by default; ``dataset.path`` under the agent's data-set root;
+``PermissionDenied`` otherwise), then runs (or resumes) hydration of one volume and returns the labels to
 record with it (``dataset.*``: files, bytes, cache vs. under-store bytes, hit ratio, worker hosts); while it
 runs, :meth:`progress` returns a one-line progress text for that volume. Work folders live under
 ``work_root/<volume uuid>`` and are removed by :meth:`discard`. :meth:`release` unpins and frees a
@@ -15,20 +17,33 @@ from __future__ import annotations
 import logging
 import shutil
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
 from nvmeof_csi.cache.hydrate import Hydrator, Progress
-from nvmeof_csi.errors import DriverError, InvalidArgument
+from nvmeof_csi.errors import DriverError, InvalidArgument, PermissionDenied
+from nvmeof_csi.host.paths import child
+from nvmeof_csi.nvmeof.nqn import check_uuid
 from nvmeof_csi.service.datasets import DatasetSpec
 
 log = logging.getLogger(__name__)
 
 
+def ufs_allowed(uri: str, prefixes: Sequence[str]) -> bool:
+    """True when ``uri`` is one of ``prefixes`` or below one of them (whole path segments; no ``..``)."""
+    if ".." in uri.split("/") or "\x00" in uri:
+        return False
+    return any(uri == p.rstrip("/") or uri.startswith(p.rstrip("/") + "/") for p in prefixes if p.strip("/"))
+
+
 class DatasetVolumes:
-    def __init__(self, hydrator: Hydrator, work_root: Path) -> None:
+    def __init__(
+        self, hydrator: Hydrator, work_root: Path, allowed_ufs: Sequence[str] = (), root: str = "/datasets"
+    ) -> None:
         self.hydrator = hydrator
         self.work_root = work_root
+        self.allowed_ufs = tuple(allowed_ufs)
+        self.root = root
         self._progress: dict[str, str] = {}
         self._lock = threading.Lock()
 
@@ -42,11 +57,22 @@ class DatasetVolumes:
             self._progress[vol_uuid] = line
         log.info("volume %s: hydrating %s: %s", vol_uuid, spec.path, line)
 
+    def _check_source(self, spec: DatasetSpec) -> None:
+        """The agent is no confused deputy: it reads only under-stores its operator allowed, into Alluxio paths
+        under its data-set root."""
+        if spec.path != self.root and not spec.path.startswith(self.root.rstrip("/") + "/"):
+            raise PermissionDenied(f"dataset.path {spec.path!r} is not under this agent's data-set root {self.root!r}")
+        if spec.uri and not ufs_allowed(spec.uri, self.allowed_ufs):
+            allowed = ", ".join(self.allowed_ufs) or "none (agent --dataset-ufs-allow)"
+            raise PermissionDenied(f"dataset.uri {spec.uri!r} is not under an under-store this agent may read "
+                                   f"(allowed: {allowed})")
+
     def fill(self, vol_uuid: str, parameters: Mapping[str, str], backing: Path, capacity: int) -> dict[str, str]:
         spec = DatasetSpec.from_parameters(parameters)
         if spec is None:
             raise InvalidArgument(f"volume {vol_uuid}: no dataset.* parameters to fill it from")
-        work = self.work_root / vol_uuid
+        self._check_source(spec)
+        work = child(self.work_root, check_uuid(vol_uuid, "volume UUID"), "volume UUID")
         work.mkdir(parents=True, exist_ok=True)
         try:
             result = self.hydrator.hydrate(spec, backing, capacity, work,
@@ -61,7 +87,7 @@ class DatasetVolumes:
         }
 
     def discard(self, vol_uuid: str) -> None:
-        shutil.rmtree(self.work_root / vol_uuid, ignore_errors=True)
+        shutil.rmtree(child(self.work_root, check_uuid(vol_uuid, "volume UUID"), "volume UUID"), ignore_errors=True)
 
     def release(self, parameters: Mapping[str, str], others: Iterable[Mapping[str, str]]) -> None:
         spec = DatasetSpec.from_parameters(parameters)

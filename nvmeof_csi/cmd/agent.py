@@ -62,6 +62,13 @@ def agent_command(
         Path | None, typer.Option(envvar=env_var("AGENT_AUTHZ_FILE"), help="YAML policy mapping client certificate "
                                   "identities to roles (controller, node, admin, reader); needed with --listen-tcp.")
     ] = None,
+    dataset_ufs_allow: Annotated[
+        list[str], typer.Option(envvar=env_var("AGENT_DATASET_UFS_ALLOW"), help="Under-store prefix dataset.uri may "
+                                "name (repeatable; none by default, so only data sets already in Alluxio are used).")
+    ] = [],  # noqa: B006 -- typer reads the default, never mutates it
+    dataset_root: Annotated[
+        str, typer.Option(envvar=env_var("AGENT_DATASET_ROOT"), help="Alluxio folder every dataset.path must be in.")
+    ] = "/datasets",
     metrics_listen: Annotated[
         str, typer.Option(envvar=env_var("METRICS_LISTEN"), help="HOST:PORT for Prometheus /metrics ('' = off).")
     ] = "",
@@ -86,6 +93,8 @@ def agent_command(
             alluxio_job=alluxio_job,
             metrics_listen=metrics_listen,
             authz_file=authz_file,
+            dataset_ufs_allow=tuple(dataset_ufs_allow),
+            dataset_root=dataset_root,
     ))
     logctx.install(settings.log_level)
     run_or_exit("nvmeof-csi agent", lambda: serve_agent(settings, plain_tree=configfs_plain_tree))

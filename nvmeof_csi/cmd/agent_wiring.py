@@ -38,7 +38,7 @@ def build_datasets(settings: AgentSettings, registry: CollectorRegistry) -> Data
         return None
     rest = AlluxioRest(settings.alluxio_proxy, settings.alluxio_job)
     hydrator = Hydrator(rest, JobServiceLoader(rest), SubprocessExecutor(), DatasetMetrics(registry))
-    return DatasetVolumes(hydrator, settings.pool_dir / ".hydrate")
+    return DatasetVolumes(hydrator, settings.pool_dir / ".hydrate", settings.dataset_ufs_allow, settings.dataset_root)
 
 
 def build_agent(

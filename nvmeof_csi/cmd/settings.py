@@ -121,9 +121,12 @@ class AgentSettings:
     alluxio_job: str = ""
     metrics_listen: str = ""
     authz_file: Path | None = None
+    dataset_ufs_allow: tuple[str, ...] = ()
+    dataset_root: str = "/datasets"
 
     def __post_init__(self) -> None:
         self._check_authz()
+        self._check_datasets()
         if bool(self.alluxio_proxy) != bool(self.alluxio_job):
             raise ConfigError("--alluxio-proxy and --alluxio-job go together (dataset volumes need both)")
         for url in (self.alluxio_proxy, self.alluxio_job):
@@ -148,6 +151,13 @@ class AgentSettings:
         for name in ("state_dir", "pool_dir", "configfs_root"):
             if not getattr(self, name).is_absolute():
                 raise ConfigError(f"{name.replace('_', '-')} must be an absolute path")
+
+    def _check_datasets(self) -> None:
+        if not self.dataset_root.startswith("/") or self.dataset_root == "/" or ".." in self.dataset_root.split("/"):
+            raise ConfigError(f"--dataset-root {self.dataset_root!r} must be an absolute Alluxio path other than /")
+        for prefix in self.dataset_ufs_allow:
+            if not prefix.strip("/") or ".." in prefix.split("/"):
+                raise ConfigError(f"--dataset-ufs-allow {prefix!r} must name an under-store location (not / or ..)")
 
     def _check_authz(self) -> None:
         if self.tls is not None and self.tcp_endpoint is not None and self.authz_file is None:

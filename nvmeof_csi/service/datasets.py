@@ -4,7 +4,7 @@
   read-only into Alluxio at ``dataset.path`` when that path is not there yet
 - ``dataset.path``: the data set's path in Alluxio (default ``/datasets/<hash of the uri>``)
 - ``dataset.pin``: ``true`` (default) / ``false``: keep the data set cached while any volume references it
-- ``dataset.ttl``: seconds after which Alluxio frees the cached data set (0 = no TTL)
+- ``dataset.ttl``: seconds after which Alluxio frees the cached data set (0 = no TTL; at most 30 days)
 - ``dataset.medium``: ``MEM``, ``SSD`` or ``HDD``: the tier the data set is pinned to (default: any)
 
 Contract: :meth:`DatasetSpec.from_parameters` returns ``None`` for an ordinary volume, a validated spec
@@ -14,6 +14,7 @@ otherwise, and raises :class:`InvalidArgument` naming the bad key.
 from __future__ import annotations
 
 import hashlib
+import posixpath
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -21,6 +22,7 @@ from nvmeof_csi.errors import InvalidArgument
 
 KEYS = frozenset({"dataset.uri", "dataset.path", "dataset.pin", "dataset.ttl", "dataset.medium"})
 MEDIA = ("MEM", "SSD", "HDD")
+MAX_TTL_SECONDS = 30 * 86400  # a month: a cached copy nobody frees must not stay forever
 
 
 @dataclass(frozen=True)
@@ -49,7 +51,7 @@ class DatasetSpec:
             raise InvalidArgument("a dataset volume needs 'dataset.uri' or 'dataset.path'")
         if not path:
             path = "/datasets/" + hashlib.sha256(uri.encode()).hexdigest()[:16]
-        if not path.startswith("/") or path == "/" or ".." in path.split("/"):
+        if not path.startswith("/") or path == "/" or ".." in path.split("/") or posixpath.normpath(path) != path:
             raise InvalidArgument(f"parameter 'dataset.path' must be an absolute Alluxio path, not {path!r}")
         pin_text = own.get("dataset.pin", "true").lower()
         if pin_text not in ("true", "false"):
@@ -58,8 +60,8 @@ class DatasetSpec:
             ttl = int(own.get("dataset.ttl", "0"))
         except ValueError as exc:
             raise InvalidArgument(f"parameter 'dataset.ttl' must be whole seconds, not {own['dataset.ttl']!r}") from exc
-        if ttl < 0:
-            raise InvalidArgument("parameter 'dataset.ttl' must not be negative")
+        if not 0 <= ttl <= MAX_TTL_SECONDS:
+            raise InvalidArgument(f"parameter 'dataset.ttl' must be within 0..{MAX_TTL_SECONDS} seconds, not {ttl}")
         medium = own.get("dataset.medium", "").upper()
         if medium and medium not in MEDIA:
             raise InvalidArgument(f"parameter 'dataset.medium' must be one of {', '.join(MEDIA)}, not {medium!r}")

@@ -77,7 +77,8 @@ async def stack(tmp_path: Path, alluxio: Alluxio) -> AsyncIterator[Stack]:
     agent = TargetAgent(
         name="store-a", nvmet=Nvmet(plain_configfs(tmp_path / "nvmet"), plain_tree=True),
         store=FileStore(tmp_path / "pool"), state=StateStore(tmp_path / "state" / "agent-state.json"),
-        portals=PORTALS, filler=DatasetVolumes(hydrator, tmp_path / "pool" / ".hydrate"),
+        portals=PORTALS,
+        filler=DatasetVolumes(hydrator, tmp_path / "pool" / ".hydrate", (str(alluxio.dataset.root.parent), str(tmp_path))),
     )
     agent.converge()  # as the agent process does at start (prepares the pool)
     backend = AgentBackend(FABRIC, client=lambda _: LocalAgent(agent))
@@ -280,7 +281,8 @@ def test_agent_killed_mid_hydration_resumes_after_restart(alluxio: Alluxio, tmp_
     the background from its journal (files already copied are not read again)."""
     ds = make_dataset(tmp_path / "resume-ufs", files=300, seed=23)
     work = tmp_path / "agent"
-    extra = ["--alluxio-proxy", alluxio.cluster.proxy_url, "--alluxio-job", alluxio.cluster.job_url]
+    extra = ["--alluxio-proxy", alluxio.cluster.proxy_url, "--alluxio-job", alluxio.cluster.job_url,
+             "--dataset-ufs-allow", str(ds.root.parent)]
     params = {"dataset.uri": str(ds.root), "dataset.path": "/datasets/resume", "dataset.pin": "false"}
     running = start_agent(work, extra)
 

@@ -7,10 +7,12 @@ import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from nvmeof_csi.agent.state import CREATING, DELETING
+from nvmeof_csi.agent.target_agent import TargetAgent
 from nvmeof_csi.errors import (
     AlreadyExists,
     FailedPrecondition,
@@ -178,3 +180,35 @@ def test_fifty_concurrent_creates_over_ten_names_make_ten_volumes(tmp_path: Path
         uuids = list(pool.map(create, range(50)))
     assert len(set(uuids)) == 10 and len(agent.list_volumes()) == 10
     assert len(agent.nvmet.subsystems()) == 10 and len(agent.store.files()) == 10
+
+
+class BrokenFiller:
+    """A filler whose fill fails with a bug, not a domain error."""
+
+    def __init__(self) -> None:
+        self.discarded: list[str] = []
+
+    def fill(self, vol_uuid: str, parameters: Any, backing: Path, capacity: int) -> dict[str, str]:
+        backing.write_bytes(b"half")
+        raise RuntimeError("bug in the filler")
+
+    def progress(self, vol_uuid: str) -> str:
+        return ""
+
+    def discard(self, vol_uuid: str) -> None:
+        self.discarded.append(vol_uuid)
+
+    def release(self, parameters: Any, others: Any) -> None:
+        return None
+
+
+def test_any_fill_failure_removes_the_half_made_volume(tmp_path: Path) -> None:
+    """Before, only domain errors cleaned up: a bug in the filler left the record, the file and configfs behind."""
+    filler = BrokenFiller()
+    agent = make_agent(tmp_path)
+    agent = TargetAgent(agent.name, agent.nvmet, agent.store, agent.state, agent.portals, filler=filler)
+    agent.converge()
+    with pytest.raises(RuntimeError):
+        agent.create_volume("ds", MiB, {"dataset.path": "/datasets/x"}, {})
+    assert agent.state.current.volumes == {} and agent.store.files() == [] and agent.nvmet.subsystems() == []
+    assert len(filler.discarded) == 1

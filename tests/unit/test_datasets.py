@@ -13,9 +13,9 @@ from prometheus_client import CollectorRegistry
 
 from nvmeof_csi.cache.client import CacheUnavailable, FileStatus, JobStatus
 from nvmeof_csi.cache.hydrate import DatasetMetrics, Hydrator, Progress
-from nvmeof_csi.cache.volumes import DatasetVolumes
+from nvmeof_csi.cache.volumes import DatasetVolumes, ufs_allowed
 from nvmeof_csi.cli.datasets import summarize
-from nvmeof_csi.errors import InvalidArgument, OutOfRange
+from nvmeof_csi.errors import InvalidArgument, OutOfRange, PermissionDenied
 from nvmeof_csi.host.executor import Result
 from nvmeof_csi.service.datasets import DatasetSpec
 
@@ -23,7 +23,7 @@ from nvmeof_csi.service.datasets import DatasetSpec
 @pytest.mark.parametrize(("params", "message"), [
     ({"dataset.path": "relative"}, "absolute"),
     ({"dataset.uri": "/d", "dataset.ttl": "soon"}, "dataset.ttl"),
-    ({"dataset.uri": "/d", "dataset.ttl": "-1"}, "negative"),
+    ({"dataset.uri": "/d", "dataset.ttl": "-1"}, "within 0.."),
     ({"dataset.uri": "/d", "dataset.medium": "tape"}, "dataset.medium"),
     ({"dataset.uri": "/d", "dataset.pin": "yes"}, "dataset.pin"),
     ({"dataset.uri": "/d", "dataset.colour": "x"}, "dataset.colour"),
@@ -183,3 +183,32 @@ def test_placement_prefers_the_agent_next_to_the_cached_data_set() -> None:
     f1_only = TopologyRequirement(requisite=({"topology.csi.nvmeof.io/fabric": "f1"},), preferred=())
     assert place(cands, 1 << 20, "tcp", f1_only, cached).name == "a", "requisite still binds"
     assert place(cands, 1 << 20, "tcp", f1_only, {}).name == "c", "without a cache: most free room"
+
+
+@pytest.mark.parametrize(
+    ("uri", "allowed"),
+    [("/srv/datasets/imagenet", True), ("/srv/datasets", True), ("s3://bucket/train/x", True),
+     ("/srv/datasets-evil/x", False), ("/srv/datasets/../../etc", False), ("/etc/shadow", False),
+     ("s3://bucket/trainer", False), ("s3://other/train", False)],
+)
+def test_under_store_allow_list_matches_whole_segments(uri: str, allowed: bool) -> None:
+    assert ufs_allowed(uri, ["/srv/datasets/", "s3://bucket/train"]) is allowed
+
+
+@pytest.mark.parametrize(
+    ("params", "needle"),
+    [({"dataset.uri": "/etc", "dataset.path": "/datasets/etc"}, "not under an under-store"),
+     ({"dataset.uri": "/srv/ok/a", "dataset.path": "/secrets/a"}, "data-set root"),
+     ({"dataset.path": "/other/a"}, "data-set root")],
+)
+def test_the_agent_is_no_confused_deputy(tmp_path: Path, params: dict[str, str], needle: str) -> None:
+    """Before, any dataset.uri was mounted into Alluxio and read by the agent: a StorageClass could make the
+    storage node copy any folder it can read (its own /etc) into a volume."""
+    volumes = DatasetVolumes(hydrator(FakeCache({}), FakeMkfs()), tmp_path, ["/srv/ok"], "/datasets")
+    with pytest.raises(PermissionDenied, match=needle):
+        volumes.fill("3f6c1f8e-0000-4000-8000-000000000001", params, tmp_path / "v.img", 1 << 30)
+
+
+def test_ttl_is_bounded() -> None:
+    with pytest.raises(InvalidArgument, match="dataset.ttl"):
+        DatasetSpec.from_parameters({"dataset.path": "/d", "dataset.ttl": str(10**9)})
