@@ -210,5 +210,5 @@ def test_the_agent_is_no_confused_deputy(tmp_path: Path, params: dict[str, str],
 
 
 def test_ttl_is_bounded() -> None:
-    with pytest.raises(InvalidArgument, match="dataset.ttl"):
+    with pytest.raises(InvalidArgument, match=r"dataset\.ttl"):
         DatasetSpec.from_parameters({"dataset.path": "/d", "dataset.ttl": str(10**9)})
