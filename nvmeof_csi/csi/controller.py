@@ -253,6 +253,8 @@ class ControllerServicer(csi_pb2_grpc.ControllerServicer):
     ) -> csi_pb2.CreateSnapshotResponse:
         self._need_snapshots()
         require(request.name, "name")
+        if len(request.name.encode()) > 128:
+            raise InvalidArgument("name must be at most 128 bytes")
         require(request.source_volume_id, "source_volume_id")
         source = volume_id.decode(request.source_volume_id)
         snap = await blocking(self._volumes.create_snapshot, request.name, source)

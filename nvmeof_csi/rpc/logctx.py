@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextvars
 import logging
+import re
 import sys
 
 request_id: contextvars.ContextVar[str] = contextvars.ContextVar("request_id", default="-")
@@ -16,12 +17,24 @@ volume_id: contextvars.ContextVar[str] = contextvars.ContextVar("volume_id", def
 FORMAT = "%(asctime)s %(levelname)s %(name)s req=%(request_id)s vol=%(volume_id)s %(message)s"
 
 
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
+
+
+def escape(text: str) -> str:
+    """One log line stays one line: newlines and other control characters from request values are escaped."""
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text).replace("\n", "\\n")
+
+
 class ContextFilter(logging.Filter):
-    """Adds ``request_id`` and ``volume_id`` attributes to each record."""
+    """Adds ``request_id`` and ``volume_id`` attributes to each record and escapes control characters in the
+    message (request values cannot forge log lines)."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        record.request_id = request_id.get()
-        record.volume_id = volume_id.get()
+        record.request_id = escape(request_id.get())
+        record.volume_id = escape(volume_id.get())
+        message = record.getMessage()
+        if _CONTROL.search(message) or "\n" in message:
+            record.msg, record.args = escape(message), ()
         return True
 
 

@@ -50,3 +50,19 @@ def agent(**fields: Any) -> dict[str, Any]:
 def test_fabric_map_field_types_are_checked(fields: dict[str, Any], needle: str) -> None:
     with pytest.raises(ConfigError, match=needle):
         parse_fabric_map(agent(**fields))
+
+
+def test_request_values_cannot_forge_log_lines() -> None:
+    import io
+    import logging
+
+    from nvmeof_csi.rpc import logctx
+
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    handler.addFilter(logctx.ContextFilter())
+    log = logging.getLogger("test.forge")
+    log.addHandler(handler)
+    log.propagate = False
+    log.warning("volume %s deleted", "pvc-1\n2026-11-30 INFO nvmeof_csi forged line\x00")
+    assert stream.getvalue().count("\n") == 1 and "\\n2026-11-30" in stream.getvalue()
