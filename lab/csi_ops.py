@@ -8,7 +8,9 @@ usage: python -m lab.csi_ops SOCKET STEPS_JSON
 Ops (what the kubelet / external-provisioner / external-attacher would call, in that order):
   create  size, mode (mount|block), fs (ext4|xfs), params   CreateVolume, accessible from this node
   attach                                                     ControllerPublishVolume to this node
-  stage / publish / unpublish / unstage                      the Node RPCs on the paths in the ledger
+  stage / publish / unpublish / unstage                      the Node RPCs on the paths in the ledger (publish and
+                                                             unpublish take another ``target`` path too)
+  access  mode                                               use this CSI access mode (e.g. MULTI_NODE_READER_ONLY)
   detach / delete                                            ControllerUnpublishVolume / DeleteVolume
   up / down                                                  create+attach+stage+publish / the reverse
   stats                                                      NodeGetVolumeStats (usage and condition)
@@ -65,8 +67,8 @@ class Csi:
 
     @staticmethod
     def capability(vol: Step) -> csi_pb2.VolumeCapability:
-        cap = csi_pb2.VolumeCapability(access_mode=csi_pb2.VolumeCapability.AccessMode(
-            mode=csi_pb2.VolumeCapability.AccessMode.SINGLE_NODE_WRITER))
+        mode = str(vol.get("access", "SINGLE_NODE_WRITER"))  # an AccessMode name
+        cap = csi_pb2.VolumeCapability(access_mode=csi_pb2.VolumeCapability.AccessMode(mode=mode))
         if vol["mode"] == "block":
             cap.block.SetInParent()
         else:
@@ -109,19 +111,26 @@ class Csi:
             publish_context=vol.get("publish_context", {}), volume_context=vol["context"]), timeout=TIMEOUT)
         return {}
 
-    def publish(self, name: str) -> Step:
+    def publish(self, name: str, target: str = "") -> Step:
         vol = self.ledger[name]
+        path = target or vol["target"]
         self.node.NodePublishVolume(csi_pb2.NodePublishVolumeRequest(
-            volume_id=vol["volume_id"], staging_target_path=vol["staging"], target_path=vol["target"],
+            volume_id=vol["volume_id"], staging_target_path=vol["staging"], target_path=path,
             volume_capability=self.capability(vol), publish_context=vol.get("publish_context", {}),
             volume_context=vol["context"]), timeout=TIMEOUT)
-        return {"target": vol["target"]}
+        return {"target": path}
 
-    def unpublish(self, name: str) -> Step:
+    def unpublish(self, name: str, target: str = "") -> Step:
         vol = self.ledger[name]
         self.node.NodeUnpublishVolume(csi_pb2.NodeUnpublishVolumeRequest(
-            volume_id=vol["volume_id"], target_path=vol["target"]), timeout=TIMEOUT)
+            volume_id=vol["volume_id"], target_path=target or vol["target"]), timeout=TIMEOUT)
         return {}
+
+    def access(self, name: str, mode: str) -> Step:
+        """Use access mode ``mode`` (a CSI AccessMode name) in this volume's later calls."""
+        self.ledger[name]["access"] = mode
+        self.save()
+        return {"access": mode}
 
     def unstage(self, name: str) -> Step:
         vol = self.ledger[name]
@@ -226,7 +235,7 @@ def run(socket: str, steps: list[Step]) -> list[Step]:
     ops: dict[str, Callable[..., Step]] = {
         name.replace("_", "-"): getattr(csi, name) for name in (
             "create", "attach", "stage", "publish", "unpublish", "unstage", "detach", "delete", "up", "down",
-            "stats", "expand", "probe_target", "write_dataset", "verify_dataset")
+            "stats", "expand", "probe_target", "write_dataset", "verify_dataset", "access")
     }
     results = []
     for step in steps:

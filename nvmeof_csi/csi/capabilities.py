@@ -53,9 +53,11 @@ def access_spec(cap: csi_pb2.VolumeCapability) -> AccessSpec:
     reason = unsupported_reason(cap)
     if reason:
         raise InvalidArgument(reason)
+    readonly = is_readonly_mode(cap)
     if cap.WhichOneof("access_type") == "block":
-        return AccessSpec(block=True)
-    return AccessSpec(block=False, fs_type=cap.mount.fs_type, mount_flags=tuple(cap.mount.mount_flags))
+        return AccessSpec(block=True, readonly=readonly)
+    return AccessSpec(block=False, fs_type=cap.mount.fs_type, mount_flags=tuple(cap.mount.mount_flags),
+                      readonly=readonly)
 
 
 def check_all(caps: Iterable[csi_pb2.VolumeCapability]) -> list[AccessSpec]:

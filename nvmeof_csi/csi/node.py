@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 import grpc
@@ -42,6 +43,8 @@ class NodeServicer(csi_pb2_grpc.NodeServicer):
         if not request.HasField("volume_capability"):
             raise InvalidArgument("volume_capability is required")
         access = capabilities.access_spec(request.volume_capability)
+        if request.publish_context.get("readonly") == "true":  # attached read-only by ControllerPublishVolume
+            access = replace(access, readonly=True)
         ref = volume_id.decode(request.volume_id)
         ctx = {**request.volume_context, **request.publish_context}
         await blocking(

@@ -82,6 +82,10 @@ class Filesystems:
             raise InvalidArgument(f"cannot make a filesystem of type {fstype!r}")
         self._exec.run([*argv, device], timeout=MKFS_TIMEOUT)
 
+    def set_readonly(self, device: str, readonly: bool = True) -> None:
+        """Make the block device refuse (or accept again) writes from anyone on this host (``BLKROSET``)."""
+        self._exec.run(["blockdev", "--setro" if readonly else "--setrw", device], timeout=PROBE_TIMEOUT)
+
     def grow(self, device: str, mount_path: str, fstype: str) -> None:
         """Grow the mounted filesystem to fill its (already larger) device, online."""
         if fstype == "ext4":

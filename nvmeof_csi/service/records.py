@@ -34,6 +34,7 @@ class AccessSpec:
     block: bool
     fs_type: str = ""
     mount_flags: tuple[str, ...] = ()
+    readonly: bool = False  # a *_READER_ONLY access mode or a read-only attachment: never written on this node
 
 
 @dataclass(frozen=True)
@@ -67,7 +68,8 @@ class StagingRecord:
             volume_id=str(doc["volume_id"]),
             ref=VolumeRef(str(doc["ref"]["location"]), str(doc["ref"]["uuid"])),
             staging_path=str(doc["staging_path"]),
-            access=AccessSpec(bool(access["block"]), str(access["fs_type"]), tuple(access["mount_flags"])),
+            access=AccessSpec(bool(access["block"]), str(access["fs_type"]), tuple(access["mount_flags"]),
+                              bool(access.get("readonly", False))),
             context={str(k): str(v) for k, v in doc["context"].items()},
             device=str(doc.get("device", "")),
             targets={str(k): bool(v) for k, v in doc.get("targets", {}).items()},

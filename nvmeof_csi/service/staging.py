@@ -42,6 +42,19 @@ class VolumeStats:
     condition: Condition
 
 
+#: mounted read-only without replaying the journal: a read-only mount must not write either (ext4 and XFS replay
+#: their journal on a plain ``ro`` mount, which corrupts a volume other nodes have mounted too)
+NO_REPLAY = {"ext4": "noload", "xfs": "norecovery"}
+
+
+def mount_options(access: AccessSpec, fs_type: str) -> tuple[str, ...]:
+    """The staging mount's options: the capability's flags, and for a read-only volume ``ro`` + no journal replay."""
+    flags = tuple(f for f in access.mount_flags if not access.readonly or f != "rw")
+    if not access.readonly:
+        return flags
+    return (*flags, "ro", NO_REPLAY.get(fs_type, "ro"))
+
+
 class StagingService:
     """NodeStage/Publish/Unpublish/Unstage/Stats/Expand over injected connector, mounter and filesystems."""
 
@@ -93,6 +106,8 @@ class StagingService:
             if device != record.device:
                 record = record.with_device(device)
                 self._store.save(record)
+            if access.block and access.readonly:
+                self._fs.set_readonly(device)  # the device itself refuses writes, whatever opens it
             if not access.block:
                 mounted = self._mount_staging(record)
         except BaseException:
@@ -110,6 +125,9 @@ class StagingService:
             return False
         fs_type = record.access.fs_type or DEFAULT_FS
         found = self._fs.probe(record.device)
+        if found is None and record.access.readonly:
+            raise FailedPrecondition(f"volume {record.volume_id} has no filesystem, and a read-only volume is never "
+                                     "formatted; stage it writable once first")
         if found is None:
             log.info("creating %s on blank %s for %s", fs_type, record.device, record.volume_id)
             self._fs.make(record.device, fs_type)
@@ -118,7 +136,7 @@ class StagingService:
                 f"volume {record.volume_id} holds {found}, but {fs_type} was requested; refusing to reformat"
             )
         os.makedirs(path, exist_ok=True)
-        self._mounter.mount(record.device, path, fs_type, record.access.mount_flags)
+        self._mounter.mount(record.device, path, fs_type, mount_options(record.access, fs_type))
         return True
 
     def _undo_stage(self, record: StagingRecord, connected: bool, mounted: bool) -> None:
@@ -154,6 +172,8 @@ class StagingService:
             live = [t for t in record.targets if self._mounter.mount_at(t) is not None]
             if live:
                 raise FailedPrecondition(f"volume {record.volume_id} is still published at {', '.join(live)}")
+        if record.access.block and record.access.readonly and record.device:
+            self._fs.set_readonly(record.device, False)  # the next stage may be writable
         self._disconnect(record)
         self._store.remove(ref)
 
@@ -166,6 +186,7 @@ class StagingService:
             raise FailedPrecondition(f"volume {ref.uuid} is not staged at {staging_path}")
         if record.access.block != access.block:
             raise AlreadyExists(f"volume {ref.uuid} was staged for {'block' if record.access.block else 'mount'}")
+        readonly = readonly or record.access.readonly  # a read-only stage is published read-only only
         current = self._mounter.mount_at(target)
         if current is not None:
             if target in record.targets and record.targets[target] == readonly:

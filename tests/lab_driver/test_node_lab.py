@@ -11,15 +11,17 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from lab import Fabric, IoProbe, LabVM
+from lab.csi_ops import WORK as WORK_PATH
 from lab.fabric import wait_until
 from lab.probe import ProbeResult
 from lab.stack import NODE_STATE, GuestDriver
-from lab.target import TWO_PORTALS
+from lab.target import POOL_DIR, TWO_PORTALS
 
 pytestmark = pytest.mark.lab
 MiB = 1 << 20
 Reporter = Callable[[str, str], None]
 P1, P2 = TWO_PORTALS
+WORK_VOLUMES = str(WORK_PATH)
 
 
 def live_paths(fabric: Fabric, nqn: str) -> int:
@@ -157,3 +159,45 @@ def test_unstaging_one_volume_never_disconnects_another(stack: GuestDriver, repo
     assert wait_until(lambda: stack.one("stats", "two")["condition"] == "2 of 2 paths live", 30)
     stack.csi({"op": "down", "name": "two"})
     assert_all_released(stack, nqn_two)
+
+
+def _mount_options(stack: GuestDriver, path: str) -> list[str]:
+    for line in stack.vm.read("/proc/mounts").splitlines():
+        fields = line.split()
+        if fields[1] == path:
+            return fields[3].split(",")
+    raise AssertionError(f"{path} is not mounted")
+
+
+def test_a_reader_only_volume_is_really_read_only(stack: GuestDriver, report: Reporter) -> None:
+    """Before, a ReadOnlyMany volume was staged read-write (and its journal replayed), which corrupts ext4 and
+    XFS that another node has mounted. Now: staged ``ro,noload`` and published read-only at two targets; writes
+    fail with EROFS; not one byte of the volume changes."""
+    vm = stack.vm
+    created = stack.csi({"op": "up", "name": "ro", "size": 64 * MiB, "mode": "mount", "fs": "ext4"},
+                        {"op": "write-dataset", "name": "ro", "files": 4, "kib": 256},
+                        {"op": "unpublish", "name": "ro"}, {"op": "unstage", "name": "ro"},
+                        {"op": "detach", "name": "ro"})
+    nqn = created[0]["nqn"]
+    backing = f"{POOL_DIR}/volumes/{nqn.rsplit(':', 1)[1]}.img"
+    before = vm.check(["sha256sum", backing]).split()[0]
+    steps = stack.csi({"op": "access", "name": "ro", "mode": "MULTI_NODE_READER_ONLY"},
+                      {"op": "attach", "name": "ro"}, {"op": "stage", "name": "ro"},
+                      {"op": "publish", "name": "ro"}, {"op": "publish", "name": "ro", "target": f"{WORK_VOLUMES}/ro/b"},
+                      {"op": "verify-dataset", "name": "ro"})
+    assert steps[1]["publish_context"]["readonly"] == "true"
+    staging, targets = f"{WORK_VOLUMES}/ro/staging", [steps[3]["target"], steps[4]["target"]]
+    staged = set(_mount_options(stack, staging))
+    assert "ro" in staged and staged & {"noload", "norecovery"}, staged  # the kernel shows noload as norecovery
+    assert all("ro" in _mount_options(stack, t) for t in targets)
+    for target in (staging, *targets):
+        res = vm.run(["touch", f"{target}/new-file"], 30)
+        assert res.rc != 0 and "Read-only file system" in res.err, (target, res.err)
+    assert steps[5]["mismatched"] == 0 and steps[5]["files"] == 4
+    stack.csi({"op": "unpublish", "name": "ro", "target": targets[1]}, {"op": "unpublish", "name": "ro"},
+              {"op": "unstage", "name": "ro"}, {"op": "detach", "name": "ro"})
+    after = vm.check(["sha256sum", backing]).split()[0]
+    report("read-only volume", f"ro,noload stage + 2 ro publishes, EROFS on write, sha256 {before[:12]} == {after[:12]}")
+    assert after == before, "a read-only stage changed the volume"
+    stack.csi({"op": "delete", "name": "ro"})
+    assert_all_released(stack, nqn)

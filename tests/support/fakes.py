@@ -166,6 +166,7 @@ class FakeHost:
         self.argvs: list[list[str]] = []
         self.fail: dict[str, CommandError] = {}
         self._next = 100
+        self.readonly_devices: set[str] = set()
 
     def _lines(self) -> list[str]:
         return [line for line in self.mountinfo.read_text().splitlines() if line]
@@ -211,5 +212,10 @@ class FakeHost:
             self.mountinfo.write_text("".join(line + "\n" for line in lines))
             return Result(0, "", "")
         if tool in ("resize2fs", "xfs_growfs"):
+            return Result(0, "", "")
+        if tool == "blockdev" and argv[1] in ("--setro", "--setrw"):
+            self.readonly_devices.discard(argv[-1])
+            if argv[1] == "--setro":
+                self.readonly_devices.add(argv[-1])
             return Result(0, "", "")
         raise NotFound(f"FakeHost does not simulate {tool}")

@@ -180,3 +180,33 @@ def test_a_corrupt_staging_record_is_quarantined_not_fatal(env: Env, garbage: st
     assert env.svc.reconcile(30) == []  # starts; the record is set aside
     assert not record.exists() and len(list(env.store_root.glob("*.json.corrupt-*"))) == 1
     env.svc.unstage(env.ref, staging)  # no longer fails
+
+
+RO_MOUNT = AccessSpec(block=False, fs_type="ext4", readonly=True)
+
+
+def test_a_read_only_volume_is_never_formatted(env: Env) -> None:
+    """Before, a ReadOnlyMany volume was formatted when blank and mounted read-write on every node."""
+    with pytest.raises(FailedPrecondition, match="never formatted"):
+        env.stage(RO_MOUNT)
+    assert not any(a[0].startswith("mkfs") for a in env.host.argvs)
+
+
+@pytest.mark.parametrize(("fs", "no_replay"), [("ext4", "noload"), ("xfs", "norecovery")])
+def test_a_read_only_volume_is_mounted_ro_without_journal_replay(env: Env, fs: str, no_replay: str) -> None:
+    dev = str(env.tmp / "dev" / f"dev-{env.ref.uuid[:8]}")
+    env.host.signatures[dev] = fs
+    staging = env.stage(AccessSpec(block=False, fs_type=fs, mount_flags=("rw", "noatime"), readonly=True))
+    mount = next(a for a in env.host.argvs if a[0] == "mount")
+    assert mount[mount.index("-o") + 1] == f"noatime,ro,{no_replay}"
+    target = str(env.tmp / "pods" / "t1")
+    env.svc.publish(env.ref, staging, target, AccessSpec(block=False, fs_type=fs), False)  # asks for rw: gets ro
+    assert ["mount", "-o", "remount,bind,ro", target] in env.host.argvs
+
+
+def test_a_read_only_block_volume_is_a_read_only_device_until_unstaged(env: Env) -> None:
+    staging = env.stage(AccessSpec(block=True, readonly=True))
+    device = str(env.tmp / "dev" / f"dev-{env.ref.uuid[:8]}")
+    assert env.host.readonly_devices == {device}
+    env.svc.unstage(env.ref, staging)
+    assert env.host.readonly_devices == set()
