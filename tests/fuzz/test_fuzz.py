@@ -138,32 +138,27 @@ FUZZ = settings(max_examples=EXAMPLES, deadline=None, derandomize=True,
                                        HealthCheck.data_too_large])
 
 
-@pytest.mark.parametrize(("service", "rpc", "request_type"), CSI_RPCS, ids=[f"{s}.{r}" for s, r, _ in CSI_RPCS])
-def test_csi_rpc_survives_hostile_requests(csi_server: Server, service: str, rpc: str, request_type: Any) -> None:
-    stub = getattr(csi_pb2_grpc, f"{service}Stub")(csi_server.channel)
-    cls = getattr(csi_pb2, request_type.name)
-    requests = message(request_type, cls, hostile_strings(csi_server.watched))
+def fuzz(server: Server, stub: Any, module: Any, rpc: str, request_type: Any, label: str) -> None:
+    """``FUZZ_EXAMPLES`` hostile ``rpc`` requests against ``server``, each checked by :func:`call`."""
+    requests = message(request_type, getattr(module, request_type.name), hostile_strings(server.watched))
 
     @FUZZ
     @given(requests)
     def run(request: Any) -> None:
-        call(csi_server, stub, rpc, request, f"csi.{service}.{rpc}")
+        call(server, stub, rpc, request, label)
 
     run()
+
+
+@pytest.mark.parametrize(("service", "rpc", "request_type"), CSI_RPCS, ids=[f"{s}.{r}" for s, r, _ in CSI_RPCS])
+def test_csi_rpc_survives_hostile_requests(csi_server: Server, service: str, rpc: str, request_type: Any) -> None:
+    stub = getattr(csi_pb2_grpc, f"{service}Stub")(csi_server.channel)
+    fuzz(csi_server, stub, csi_pb2, rpc, request_type, f"csi.{service}.{rpc}")
 
 
 @pytest.mark.parametrize(("rpc", "request_type"), AGENT_RPCS, ids=[r for r, _ in AGENT_RPCS])
 def test_agent_rpc_survives_hostile_requests(agent_server: Server, rpc: str, request_type: Any) -> None:
-    stub = apb_grpc.AgentStub(agent_server.channel)
-    cls = getattr(apb, request_type.name)
-    requests = message(request_type, cls, hostile_strings(agent_server.watched))
-
-    @FUZZ
-    @given(requests)
-    def run(request: Any) -> None:
-        call(agent_server, stub, rpc, request, f"agent.{rpc}")
-
-    run()
+    fuzz(agent_server, apb_grpc.AgentStub(agent_server.channel), apb, rpc, request_type, f"agent.{rpc}")
 
 
 def test_report_request_counts() -> None:
