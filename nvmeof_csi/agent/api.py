@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Any, TypeVar
 
 import grpc
 
@@ -31,6 +31,8 @@ from nvmeof_csi.rpc.calls import blocking, require
 
 Ctx = grpc.aio.ServicerContext[Any, Any]
 MAX_NAME_BYTES = 256
+DEFAULT_PAGE, MAX_PAGE = 500, 1000
+T = TypeVar("T")
 MAX_MAP_ENTRIES, MAX_KEY_BYTES, MAX_VALUE_BYTES = 64, 256, 4096
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
@@ -44,6 +46,17 @@ def _name(value: str, field: str, limit: int = MAX_NAME_BYTES) -> str:
 
 def _uuid(value: str, field: str) -> str:
     return check_uuid(value, field) if value else value
+
+
+def _page(items: list[T], key: Callable[[T], str], max_entries: int, token: str) -> tuple[list[T], str]:
+    """One page of ``items`` (sorted by ``key``, a UUID) after ``token``; the next token ("" at the end)."""
+    if max_entries < 0:
+        raise InvalidArgument("max_entries must not be negative")
+    size = min(max_entries or DEFAULT_PAGE, MAX_PAGE)
+    after = _uuid(token, "starting_token")
+    rest = [item for item in items if key(item) > after] if after else items
+    page = rest[:size]
+    return page, key(page[-1]) if len(rest) > size else ""
 
 
 def _map(values: Mapping[str, str], field: str) -> dict[str, str]:
@@ -144,7 +157,9 @@ class AgentServicer(pb_grpc.AgentServicer):
 
     async def ListVolumes(self, request: pb.ListVolumesRequest, context: Ctx) -> pb.ListVolumesResponse:
         views = await blocking(self._agent.list_volumes)
-        return pb.ListVolumesResponse(volumes=[volume_msg(v) for v in views if self._visible(v)])
+        page, token = _page([v for v in views if self._visible(v)], lambda v: v.record.uuid,
+                            request.max_entries, request.starting_token)
+        return pb.ListVolumesResponse(volumes=[volume_msg(v) for v in page], next_token=token)
 
     async def CreateSnapshot(self, request: pb.CreateSnapshotRequest, context: Ctx) -> pb.Snapshot:
         require(request.source_volume_uuid, "source_volume_uuid")
@@ -159,7 +174,8 @@ class AgentServicer(pb_grpc.AgentServicer):
     async def ListSnapshots(self, request: pb.ListSnapshotsRequest, context: Ctx) -> pb.ListSnapshotsResponse:
         source = _uuid(request.source_volume_uuid, "source_volume_uuid")
         snaps = await blocking(self._agent.list_snapshots, source, _uuid(request.snapshot_uuid, "snapshot_uuid"))
-        return pb.ListSnapshotsResponse(snapshots=[snapshot_msg(s) for s in snaps])
+        page, token = _page(snaps, lambda s: s.uuid, request.max_entries, request.starting_token)
+        return pb.ListSnapshotsResponse(snapshots=[snapshot_msg(s) for s in page], next_token=token)
 
     async def AllowHost(self, request: pb.AllowHostRequest, context: Ctx) -> pb.Volume:
         require(request.volume_uuid, "volume_uuid")

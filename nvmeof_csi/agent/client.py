@@ -107,7 +107,15 @@ class AgentClient:
         return self._call(self._stub.GetVolume, request)
 
     def list_volumes(self) -> list[pb.Volume]:
-        return list(self._call(self._stub.ListVolumes, pb.ListVolumesRequest()).volumes)
+        """Every volume (all pages)."""
+        found: list[pb.Volume] = []
+        token = ""
+        while True:
+            reply = self._call(self._stub.ListVolumes, pb.ListVolumesRequest(starting_token=token))
+            found += reply.volumes
+            token = reply.next_token
+            if not token:
+                return found
 
     def create_snapshot(self, name: str, source_volume: str) -> pb.Snapshot:
         request = pb.CreateSnapshotRequest(name=name, source_volume_uuid=source_volume)
@@ -117,8 +125,16 @@ class AgentClient:
         self._call(self._stub.DeleteSnapshot, pb.DeleteSnapshotRequest(uuid=snap_uuid))
 
     def list_snapshots(self, source_volume: str = "", snapshot_uuid: str = "") -> list[pb.Snapshot]:
-        request = pb.ListSnapshotsRequest(source_volume_uuid=source_volume, snapshot_uuid=snapshot_uuid)
-        return list(self._call(self._stub.ListSnapshots, request).snapshots)
+        found: list[pb.Snapshot] = []
+        token = ""
+        while True:
+            request = pb.ListSnapshotsRequest(source_volume_uuid=source_volume, snapshot_uuid=snapshot_uuid,
+                                              starting_token=token)
+            reply = self._call(self._stub.ListSnapshots, request)
+            found += reply.snapshots
+            token = reply.next_token
+            if not token:
+                return found
 
     def allow_host(self, vol_uuid: str, host_nqn: str, secret: str = "", readonly: bool = False) -> pb.Volume:
         request = pb.AllowHostRequest(volume_uuid=vol_uuid, host_nqn=host_nqn, dhchap_secret=secret, readonly=readonly)

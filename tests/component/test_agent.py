@@ -233,3 +233,26 @@ def test_roles_from_client_certificates(tmp_path: Path) -> None:
     finally:
         running.proc.terminate()
         running.proc.wait(30)
+
+
+def test_listings_come_in_pages(agent: Running) -> None:
+    from nvmeof_csi.gen import nvmeof_agent_pb2 as pb
+    from nvmeof_csi.gen import nvmeof_agent_pb2_grpc as pb_grpc
+
+    with client_for(agent) as c:
+        made = sorted(c.create_volume(f"page-{i}", 8 * MiB).uuid for i in range(5))
+        for i, uuid in enumerate(made[:3]):
+            c.create_snapshot(f"snap-{i}", uuid)
+        assert [v.uuid for v in c.list_volumes()] == made  # the client walks every page
+        assert len(c.list_snapshots()) == 3
+    import grpc
+
+    with grpc.insecure_channel(agent.unix) as channel:
+        stub = pb_grpc.AgentStub(channel)
+        first = stub.ListVolumes(pb.ListVolumesRequest(max_entries=2), timeout=10)
+        assert [v.uuid for v in first.volumes] == made[:2] and first.next_token == made[1]
+        rest = stub.ListVolumes(pb.ListVolumesRequest(max_entries=10, starting_token=first.next_token), timeout=10)
+        assert [v.uuid for v in rest.volumes] == made[2:] and rest.next_token == ""
+        with pytest.raises(grpc.RpcError) as info:
+            stub.ListVolumes(pb.ListVolumesRequest(starting_token="../x"), timeout=10)
+        assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
