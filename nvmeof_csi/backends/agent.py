@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Mapping
+from functools import partial
 from typing import Protocol
 
 from nvmeof_csi.agent.client import AgentClient, AgentTarget
@@ -154,17 +155,28 @@ class AgentBackend:
         return max((c.free_bytes for c in self._candidates()), default=0)
 
     # -- volumes -------------------------------------------------------------------------------------------
-    def find_volume_by_name(self, name: str) -> Volume | None:
-        found = self._all_named(name)
+    def find_volume_by_name(
+        self, name: str, parameters: Mapping[str, str] | None = None, requirement: TopologyRequirement | None = None,
+        source: ContentSource | None = None,
+    ) -> Volume | None:
+        scope = partial(self._could_hold, transport=transport_of(parameters), requirement=requirement, source=source)
+        found = self._all_named(name, scope if parameters is not None else lambda _: True)
         return found[0] if found else None
 
-    def _all_named(self, name: str) -> list[Volume]:
-        """Every copy of ``name`` on every agent, winner (first created) first."""
+    def _all_named(self, name: str, could_hold: Callable[[AgentEntry], bool] = lambda _: True) -> list[Volume]:
+        """Every copy of ``name`` on every agent, winner (first created) first. An unreachable agent fails the
+        lookup (UNAVAILABLE) unless ``could_hold`` says no copy of this request could ever have been put there."""
         found = []
         for entry in self.fabric.agents:
             try:
                 vol = self._client(entry).get_volume(name=name)
             except NotFound:
+                continue
+            except Unavailable as err:
+                if could_hold(entry):
+                    raise
+                log.warning("agent %s skipped in the lookup of %s (%s): this request could not place it there",
+                            entry.name, name, err)
                 continue
             found.append(((vol.created_at, entry.name, vol.uuid), self._volume(entry, vol)))
         return [v for _, v in sorted(found, key=lambda pair: pair[0])]
@@ -177,8 +189,10 @@ class AgentBackend:
         requirement: TopologyRequirement | None = None,
         source: ContentSource | None = None,
     ) -> Volume:
-        existing = self.find_volume_by_name(name)
         transport = transport_of(parameters)
+        could_hold = partial(self._could_hold, transport=transport, requirement=requirement, source=source)
+        named = self._all_named(name, could_hold)
+        existing = named[0] if named else None
         timeout = DATASET_CREATE_TIMEOUT if DatasetSpec.from_parameters(parameters) else None
         if existing is not None:
             if existing.ready:
@@ -197,7 +211,7 @@ class AgentBackend:
             timeout=timeout,
         )
         mine = self._volume(entry, created)
-        winner = self._all_named(name)[0]
+        winner = self._all_named(name, could_hold)[0]
         if winner.ref != mine.ref:
             log.info("volume %s: another controller created it first on %s; removing ours", name, winner.ref.location)
             self._client(entry).delete_volume(created.uuid)
@@ -210,6 +224,19 @@ class AgentBackend:
                 )
                 winner = self._volume(winner_entry, finished)
         return winner
+
+    @staticmethod
+    def _could_hold(
+        entry: AgentEntry, transport: str, requirement: TopologyRequirement | None, source: ContentSource | None
+    ) -> bool:
+        """Could a CreateVolume with these arguments have put its volume on ``entry``?"""
+        if source is not None:
+            return entry.name == source.ref.location
+        if transport not in entry.transports:
+            return False
+        if requirement is None or not requirement.requisite:
+            return True
+        return any(reachable(entry, transport, segment) for segment in requirement.requisite)
 
     def _cached_near(self, parameters: Mapping[str, str]) -> dict[str, int]:
         """For a dataset volume: agent name -> bytes of the data set cached on the Alluxio worker next to it."""

@@ -144,7 +144,10 @@ class LoopTargetBackend:
             os.truncate(image.fileno(), capacity_bytes)
         return self._volume(vol_uuid, doc)
 
-    def find_volume_by_name(self, name: str) -> Volume | None:
+    def find_volume_by_name(
+        self, name: str, parameters: Mapping[str, str] | None = None, requirement: TopologyRequirement | None = None,
+        source: ContentSource | None = None,
+    ) -> Volume | None:
         for vol_uuid, doc in self._all():
             if doc.get("name") == name:
                 return self._volume(vol_uuid, doc)

@@ -120,7 +120,13 @@ class TargetBackend(Protocol):
         ``ResourceExhausted`` when no reachable place has capacity, ``NotFound`` for a missing source."""
         ...
 
-    def find_volume_by_name(self, name: str) -> Volume | None: ...
+    def find_volume_by_name(
+        self, name: str, parameters: Mapping[str, str] | None = None, requirement: TopologyRequirement | None = None,
+        source: ContentSource | None = None,
+    ) -> Volume | None:
+        """The volume recorded under ``name``. Given the arguments of the CreateVolume that asks, places that
+        such a create could never have used may be skipped when they cannot be reached (instead of UNAVAILABLE)."""
+        ...
 
     def get_volume(self, ref: VolumeRef) -> Volume | None: ...
 

@@ -113,7 +113,7 @@ class VolumeService:
         """Create ``name`` or return the existing compatible volume; incompatible existing -> ALREADY_EXISTS.
         A volume from a source is at least as large as the source."""
         cap.check()
-        existing = self._backend.find_volume_by_name(name)
+        existing = self._backend.find_volume_by_name(name, parameters, requirement, source)
         if existing is not None:
             if not cap.admits(existing.capacity_bytes):
                 raise AlreadyExists(

@@ -9,12 +9,14 @@ import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import grpc
 import pytest
 
 from nvmeof_csi.backends.agent import AgentBackend, HostNqnNodes
 from nvmeof_csi.csi.server import CsiServices, build_server
+from nvmeof_csi.errors import Unavailable
 from nvmeof_csi.gen import csi_pb2, csi_pb2_grpc
 from nvmeof_csi.rpc.endpoints import Endpoint
 from nvmeof_csi.rpc.server import bind
@@ -44,7 +46,7 @@ class Ctl:
     tmp: Path
 
 
-def controller_services(agents: dict[str, LocalAgent]) -> CsiServices:
+def controller_services(agents: dict[str, Any]) -> CsiServices:
     backend = AgentBackend(FABRIC, client=lambda e: agents[e.name])
     return CsiServices(volumes=VolumeService(backend, HostNqnNodes()), checks=[backend.health])
 
@@ -269,3 +271,41 @@ def test_a_late_racer_yields_to_the_volume_returned_first(tmp_path: Path) -> Non
     t1.join()
     assert first == [returned_by_2] and returned_by_2.ref.location == "store-b"
     assert sum(len(a.agent.list_volumes()) for a in agents.values()) == 1
+
+
+class DeadAgent:
+    """An agent that cannot be reached: every call is UNAVAILABLE."""
+
+    def __getattr__(self, name: str) -> Any:
+        def unreachable(*args: Any, **kwargs: Any) -> Any:
+            raise Unavailable("agent store-c: connection refused")
+
+        return unreachable
+
+
+async def test_a_dead_agent_the_request_could_not_use_does_not_fail_create(tmp_path: Path) -> None:
+    """Before, one unreachable agent made every CreateVolume fail (the name lookup asked every agent)."""
+    agents: dict[str, Any] = dict(local_agents(tmp_path, ["store-a", "store-b"], capacity=8 * GiB))
+    agents["store-c"] = DeadAgent()
+    sock = tmp_path / "ctrl.sock"
+    server = build_server(controller_services(agents))
+    bind(server, Endpoint.parse(f"unix://{sock}"))
+    await server.start()
+    try:
+        async with grpc.aio.insecure_channel(f"unix://{sock}") as channel:
+            stub = csi_pb2_grpc.ControllerStub(channel)
+
+            def request(name: str, fabric: str) -> csi_pb2.CreateVolumeRequest:
+                return csi_pb2.CreateVolumeRequest(
+                    name=name, capacity_range=csi_pb2.CapacityRange(required_bytes=64 * MiB),
+                    volume_capabilities=[mount_cap()],
+                    accessibility_requirements=csi_pb2.TopologyRequirement(requisite=[
+                        csi_pb2.Topology(segments={"topology.csi.nvmeof.io/fabric": fabric})]))
+
+            made = await stub.CreateVolume(request("on-f1", "f1"), timeout=30)  # store-c serves f2 only
+            assert made.volume.volume_id.split(".")[1] in ("store-a", "store-b")
+            with pytest.raises(grpc.aio.AioRpcError) as info:  # store-c might hold a copy: we cannot tell
+                await stub.CreateVolume(request("on-f2", "f2"), timeout=30)
+            assert info.value.code() == grpc.StatusCode.UNAVAILABLE
+    finally:
+        await server.stop(0)

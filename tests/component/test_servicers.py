@@ -153,7 +153,7 @@ async def test_probe_answers_while_every_worker_thread_is_busy(stack: Stack) -> 
 
 
 async def test_unexpected_exception_is_internal_with_traceback(stack: Stack, caplog: pytest.LogCaptureFixture) -> None:
-    def broken(name: str) -> None:
+    def broken(name: str, *args: object) -> None:
         raise KeyError("bug in backend")
 
     stack.backend.find_volume_by_name = broken  # type: ignore[assignment,method-assign]

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from nvmeof_csi.errors import CommandError, FailedPrecondition, NotFound, ResourceExhausted
 from nvmeof_csi.host.executor import Result
-from nvmeof_csi.service.ports import Condition, Health, Topology, Volume, VolumeRef
+from nvmeof_csi.service.ports import Condition, ContentSource, Health, Topology, TopologyRequirement, Volume, VolumeRef
 
 TOPO = {"topology.csi.nvmeof.io/fabric": "f1"}
 
@@ -54,7 +54,10 @@ class FakeBackend:
         self.volumes[ref.uuid] = vol
         return vol
 
-    def find_volume_by_name(self, name: str) -> Volume | None:
+    def find_volume_by_name(
+        self, name: str, parameters: Mapping[str, str] | None = None, requirement: TopologyRequirement | None = None,
+        source: ContentSource | None = None,
+    ) -> Volume | None:
         return next((v for v in self.volumes.values() if v.name == name), None)
 
     def get_volume(self, ref: VolumeRef) -> Volume | None:
