@@ -19,13 +19,12 @@ import logging
 import threading
 from collections.abc import Callable, Mapping
 from functools import partial
-from typing import Protocol
 
-from nvmeof_csi.agent.client import AgentClient, AgentTarget
+from nvmeof_csi.backends.agent_api import AgentApi, default_client, transport_of
 from nvmeof_csi.errors import DriverError, NotFound, ResourceExhausted, Unavailable
 from nvmeof_csi.gen import nvmeof_agent_pb2 as pb
 from nvmeof_csi.nvmeof.context import Portal, VolumeContext, tunables_from
-from nvmeof_csi.nvmeof.nqn import host_nqn_of, valid_host_nqn
+from nvmeof_csi.nvmeof.nqn import host_nqn_of
 from nvmeof_csi.service.datasets import DatasetSpec
 from nvmeof_csi.service.ports import (
     Condition,
@@ -43,37 +42,8 @@ from nvmeof_csi.topology.placement import Candidate, capacity_in, place, reachab
 log = logging.getLogger(__name__)
 
 
-class AgentApi(Protocol):
-    """The part of :class:`AgentClient` the backend uses (fakes implement it in tests)."""
-
-    def health(self) -> pb.HealthResponse: ...
-    def create_volume(
-        self, name: str, capacity_bytes: int, parameters: Mapping[str, str] | None = ...,
-        labels: Mapping[str, str] | None = ..., source_volume: str = ..., source_snapshot: str = ...,
-        timeout: float | None = ...,
-    ) -> pb.Volume: ...
-    def delete_volume(self, vol_uuid: str) -> None: ...
-    def resize_volume(self, vol_uuid: str, capacity_bytes: int) -> pb.Volume: ...
-    def get_volume(self, vol_uuid: str = ..., name: str = ...) -> pb.Volume: ...
-    def list_volumes(self) -> list[pb.Volume]: ...
-    def create_snapshot(self, name: str, source_volume: str) -> pb.Snapshot: ...
-    def delete_snapshot(self, snap_uuid: str) -> None: ...
-    def list_snapshots(self, source_volume: str = ..., snapshot_uuid: str = ...) -> list[pb.Snapshot]: ...
-    def allow_host(self, vol_uuid: str, host_nqn: str, secret: str = ..., readonly: bool = ...) -> pb.Volume: ...
-    def deny_host(self, vol_uuid: str, host_nqn: str) -> pb.Volume: ...
-    def capacity(self) -> list[pb.Pool]: ...
-
-
 #: how long a controller waits for an agent to fill a dataset volume (the CO retries CreateVolume meanwhile)
 DATASET_CREATE_TIMEOUT = 3600.0
-
-
-def default_client(entry: AgentEntry) -> AgentApi:
-    return AgentClient(AgentTarget(entry.name, entry.endpoint, entry.tls, entry.allow_plaintext_loopback))
-
-
-def transport_of(parameters: Mapping[str, str] | None) -> str:
-    return (parameters or {}).get("transport", "tcp")
 
 
 class AgentBackend:
@@ -342,10 +312,3 @@ class AgentBackend:
     def list_snapshots(self) -> list[Snapshot]:
         snaps = [self._snapshot(e, s) for e in self.fabric.agents for s in self._client(e).list_snapshots()]
         return sorted(snaps, key=lambda s: s.ref.uuid)
-
-
-class HostNqnNodes:
-    """NodeDirectory for the agent backend: every node ID that is a host NQN may be published to."""
-
-    def knows(self, node_id: str) -> bool:
-        return valid_host_nqn(node_id)

@@ -10,7 +10,8 @@ from __future__ import annotations
 import logging
 
 from nvmeof_csi import TOPOLOGY_FABRIC, TOPOLOGY_RDMA
-from nvmeof_csi.backends.agent import AgentBackend, HostNqnNodes
+from nvmeof_csi.backends.agent import AgentBackend
+from nvmeof_csi.backends.agent_api import HostNqnNodes
 from nvmeof_csi.backends.loop import LoopConnector, LoopTargetBackend
 from nvmeof_csi.cache.client import AlluxioRest
 from nvmeof_csi.cache.locality import CacheLocality

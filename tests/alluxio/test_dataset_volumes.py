@@ -25,7 +25,8 @@ from nvmeof_csi.agent.configfs import Nvmet
 from nvmeof_csi.agent.state import StateStore
 from nvmeof_csi.agent.store import FileStore
 from nvmeof_csi.agent.target_agent import TargetAgent
-from nvmeof_csi.backends.agent import AgentBackend, HostNqnNodes
+from nvmeof_csi.backends.agent import AgentBackend
+from nvmeof_csi.backends.agent_api import HostNqnNodes
 from nvmeof_csi.cache.client import AlluxioRest, CacheNotFound, CacheUnavailable, JobServiceLoader
 from nvmeof_csi.cache.hydrate import DatasetMetrics, Hydrator
 from nvmeof_csi.cache.locality import CacheLocality, bytes_by_host

@@ -14,7 +14,8 @@ from typing import Any
 import grpc
 import pytest
 
-from nvmeof_csi.backends.agent import AgentBackend, HostNqnNodes
+from nvmeof_csi.backends.agent import AgentBackend
+from nvmeof_csi.backends.agent_api import HostNqnNodes
 from nvmeof_csi.csi.server import CsiServices, build_server
 from nvmeof_csi.errors import Unavailable
 from nvmeof_csi.gen import csi_pb2, csi_pb2_grpc

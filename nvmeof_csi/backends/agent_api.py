@@ -1,0 +1,48 @@
+"""What the controller's agent backend needs of one target agent (:class:`AgentApi`, implemented by the
+agent's gRPC client and by in-process fakes in tests), and which node IDs it may publish to."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Protocol
+
+from nvmeof_csi.agent.client import AgentClient, AgentTarget
+from nvmeof_csi.gen import nvmeof_agent_pb2 as pb
+from nvmeof_csi.nvmeof.nqn import valid_host_nqn
+from nvmeof_csi.topology.fabric_map import AgentEntry
+
+
+class AgentApi(Protocol):
+    """The part of :class:`AgentClient` the backend uses (fakes implement it in tests)."""
+
+    def health(self) -> pb.HealthResponse: ...
+    def create_volume(
+        self, name: str, capacity_bytes: int, parameters: Mapping[str, str] | None = ...,
+        labels: Mapping[str, str] | None = ..., source_volume: str = ..., source_snapshot: str = ...,
+        timeout: float | None = ...,
+    ) -> pb.Volume: ...
+    def delete_volume(self, vol_uuid: str) -> None: ...
+    def resize_volume(self, vol_uuid: str, capacity_bytes: int) -> pb.Volume: ...
+    def get_volume(self, vol_uuid: str = ..., name: str = ...) -> pb.Volume: ...
+    def list_volumes(self) -> list[pb.Volume]: ...
+    def create_snapshot(self, name: str, source_volume: str) -> pb.Snapshot: ...
+    def delete_snapshot(self, snap_uuid: str) -> None: ...
+    def list_snapshots(self, source_volume: str = ..., snapshot_uuid: str = ...) -> list[pb.Snapshot]: ...
+    def allow_host(self, vol_uuid: str, host_nqn: str, secret: str = ..., readonly: bool = ...) -> pb.Volume: ...
+    def deny_host(self, vol_uuid: str, host_nqn: str) -> pb.Volume: ...
+    def capacity(self) -> list[pb.Pool]: ...
+
+
+def default_client(entry: AgentEntry) -> AgentApi:
+    return AgentClient(AgentTarget(entry.name, entry.endpoint, entry.tls, entry.allow_plaintext_loopback))
+
+
+def transport_of(parameters: Mapping[str, str] | None) -> str:
+    return (parameters or {}).get("transport", "tcp")
+
+
+class HostNqnNodes:
+    """NodeDirectory for the agent backend: every node ID that is a host NQN may be published to."""
+
+    def knows(self, node_id: str) -> bool:
+        return valid_host_nqn(node_id)
