@@ -7,8 +7,9 @@ soft-RoCE, native multipath) with the host root shared read-only, driven from th
 
 from lab.build import BuildError, BuildInfo, build
 from lab.fabric import Fabric, PathState, Portal
+from lab.host import lab_qemu_pids
 from lab.probe import IoProbe, ProbeResult
-from lab.vm import GuestError, GuestTimeout, LabError, LabVM, Result, lab_qemu_pids
+from lab.vm import GuestError, GuestTimeout, LabError, LabVM, Result
 
 __all__ = [
     "BuildError", "BuildInfo", "Fabric", "GuestError", "GuestTimeout", "IoProbe", "LabError", "LabVM",

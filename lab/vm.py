@@ -12,13 +12,11 @@ Contract:
 
 from __future__ import annotations
 
-import ctypes
 import itertools
 import json
 import os
 import queue
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -31,11 +29,10 @@ from pathlib import Path
 from typing import Any
 
 from lab.build import CACHE, LAB_DIR, BuildInfo
+from lab.host import VM_NAME, die_with_parent, kvm_usable
 
 AGENT = LAB_DIR / "guest" / "agent.py"
-VM_NAME = "nvmeof-csi-lab"
 MARGIN = 30.0
-PR_SET_PDEATHSIG = 1
 
 
 class LabError(RuntimeError):
@@ -87,35 +84,6 @@ class Pending:
         if res.rc != 0:
             raise GuestError(self.what, res)
         return res.out
-
-
-def kvm_usable() -> bool:
-    """KVM with hardware virtualisation. A PVM host (kvm_pvm) cannot run a stock kernel: use TCG there."""
-    if not os.access("/dev/kvm", os.R_OK | os.W_OK):
-        return False
-    return any(Path("/sys/module", m).is_dir() for m in ("kvm_intel", "kvm_amd"))
-
-
-def _die_with_parent() -> None:
-    ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-
-
-def lab_qemu_pids(parent: int | None = None) -> list[int]:
-    """PIDs of running lab QEMUs on this host (found by the VM name in their command line); with ``parent``,
-    only those that process started."""
-    pids = []
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        try:
-            cmdline = (proc / "cmdline").read_bytes().split(b"\0")
-            ppid = int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
-        except (OSError, ValueError, IndexError):
-            continue
-        ours = cmdline and cmdline[0].endswith(b"qemu-system-x86_64") and VM_NAME.encode() in cmdline
-        if ours and (parent is None or ppid == parent):
-            pids.append(int(proc.name))
-    return pids
 
 
 class LabVM:
@@ -175,7 +143,7 @@ class LabVM:
         with open(self.rundir / "qemu.out", "ab") as qemu_out:
             self.proc = subprocess.Popen(
                 self._argv(sock_path), stdin=subprocess.DEVNULL, stdout=qemu_out, stderr=subprocess.STDOUT,
-                preexec_fn=_die_with_parent,  # noqa: PLW1509 - only prctl, no locks taken
+                preexec_fn=die_with_parent,  # noqa: PLW1509 - only prctl, no locks taken
             )
         sock = socket.socket(socket.AF_UNIX)
         while True:  # QEMU waits (wait=on) for us before it runs the guest
