@@ -1,10 +1,17 @@
 """Build the lab's boot images: Debian's stock kernel (unpacked, never installed) and a busybox initramfs
 holding only the modules the lab needs.
 
+Two kernels (``LAB_KERNEL``, default ``6.12``): ``6.12`` is bookworm-backports' kernel (nvmet and the host with
+DH-HMAC-CHAP, ``CONFIG_NVME_TARGET_AUTH``/``CONFIG_NVME_HOST_AUTH``, and NVMe/TCP TLS); ``6.1`` is bookworm's
+own kernel (no in-band authentication), kept because GPU clusters run older kernels too. The backports kernel
+is resolved through a private apt configuration under the cache folder: the host's apt sources are not touched.
+
 Contract: :func:`build` is idempotent. It installs missing Debian packages, resolves the kernel package that
-``linux-image-amd64`` depends on today, and rebuilds ``vmlinuz``/``initrd.img`` under the cache folder only
-when an input changed (kernel package version, module list, init script, busybox). The result is described
-by ``build.json`` next to the images. Needs root (apt-get, depmod on the unpacked tree).
+``linux-image-amd64`` depends on today (in the flavour's suite), and rebuilds ``vmlinuz``/``initrd.img`` in
+the flavour's cache folder only when an input changed (kernel package version, module list, init script,
+busybox, this recipe). The result is described by ``build.json`` next to the images. The cache is machine-wide
+(``LAB_CACHE``, default ``/var/cache/nvmeof-csi/lab``) so a fresh clone reuses it. Needs root (apt-get,
+depmod on the unpacked tree).
 """
 
 from __future__ import annotations
@@ -12,6 +19,7 @@ from __future__ import annotations
 import gzip
 import hashlib
 import json
+import lzma
 import os
 import shutil
 import subprocess
@@ -23,7 +31,7 @@ from pathlib import Path
 
 LAB_DIR = Path(__file__).resolve().parent
 REPO = LAB_DIR.parent
-CACHE = Path(os.environ.get("LAB_CACHE", REPO / ".cache" / "lab"))
+CACHE = Path(os.environ.get("LAB_CACHE", "/var/cache/nvmeof-csi/lab"))
 INIT_SCRIPT = LAB_DIR / "guest" / "init.sh"
 
 #: Host packages: QEMU, and the userland the guest uses through the 9p root share.
@@ -47,8 +55,26 @@ BUSYBOX_APPLETS = (
 )
 
 
+#: Lab kernel flavours: name -> the Debian suite its ``linux-image-amd64`` comes from ("" = the host's sources).
+KERNELS = {"6.12": "bookworm-backports", "6.1": ""}
+DEFAULT_KERNEL = "6.12"
+
+
 class BuildError(RuntimeError):
     """A build step failed; the message names the step."""
+
+
+def selected_kernel() -> str:
+    """The flavour named by ``LAB_KERNEL`` (default :data:`DEFAULT_KERNEL`); ``BuildError`` for an unknown one."""
+    name = os.environ.get("LAB_KERNEL", "") or DEFAULT_KERNEL
+    if name not in KERNELS:
+        raise BuildError(f"LAB_KERNEL={name!r} is not a lab kernel ({', '.join(KERNELS)})")
+    return name
+
+
+def kernel_cache(kernel: str | None = None, cache: Path = CACHE) -> Path:
+    """The folder holding one flavour's images and ``build.json``."""
+    return cache / f"kernel-{kernel or selected_kernel()}"
 
 
 @dataclass(frozen=True)
@@ -65,11 +91,15 @@ class BuildInfo:
     seconds: float
 
     @classmethod
-    def load(cls, cache: Path = CACHE) -> BuildInfo:
+    def load(cls, kernel: str | None = None, cache: Path = CACHE) -> BuildInfo:
+        folder = kernel_cache(kernel, cache)
         try:
-            return cls(**json.loads((cache / "build.json").read_text()))
+            return cls(**json.loads((folder / "build.json").read_text()))
         except (OSError, ValueError, TypeError) as exc:
-            raise BuildError(f"the lab is not built ({cache}/build.json): run 'python -m lab build'") from exc
+            raise BuildError(
+                f"the lab is not built ({folder}/build.json): run 'LAB_KERNEL={kernel or selected_kernel()} "
+                "python -m lab build'"
+            ) from exc
 
 
 def _run(argv: Sequence[str], timeout: float = 900, cwd: Path | None = None) -> str:
@@ -96,20 +126,42 @@ def ensure_packages(packages: Sequence[str] = PACKAGES) -> None:
     _run([*env_argv, "apt-get", "install", "-y", "-qq", "--no-install-recommends", *missing])
 
 
-def resolve_kernel() -> tuple[str, str]:
+def apt_options(suite: str, cache: Path) -> list[str]:
+    """apt options that read only ``suite`` of the Debian archive, with lists and downloads under ``cache``
+    (nothing of the host's apt configuration changes). No options for the host's own sources (``""``)."""
+    if not suite:
+        return []
+    root = cache / f"apt-{suite}"
+    for folder in (root / "lists" / "partial", root / "archives" / "partial"):
+        folder.mkdir(parents=True, exist_ok=True)
+    sources = root / "sources.list"
+    sources.write_text(f"deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] "
+                       f"http://deb.debian.org/debian {suite} main\n")
+    return ["-o", f"Dir::Etc::SourceList={sources}", "-o", "Dir::Etc::SourceParts=/dev/null",
+            "-o", f"Dir::State::Lists={root / 'lists'}", "-o", f"Dir::Cache={root}",
+            "-o", f"Dir::Cache::Archives={root / 'archives'}"]
+
+
+def resolve_kernel(apt: Sequence[str] = ()) -> tuple[str, str]:
     """(package, version) of the kernel image ``linux-image-amd64`` depends on, e.g. linux-image-6.1.0-57-amd64."""
     for attempt in range(2):
-        for line in _run(["apt-cache", "depends", "linux-image-amd64"]).splitlines():
+        try:
+            lines = _run(["apt-cache", *apt, "depends", "linux-image-amd64"]).splitlines()
+        except BuildError:
+            if attempt:
+                raise
+            lines = []  # no package lists yet
+        for line in lines:
             dep = line.strip().removeprefix("Depends:").strip()
             if line.strip().startswith("Depends:") and dep.startswith("linux-image-"):
-                return dep, _candidate_version(dep)
+                return dep, _candidate_version(dep, apt)
         if attempt == 0:
-            _run(["apt-get", "update", "-qq"])  # package lists missing or stale
+            _run(["apt-get", *apt, "update", "-qq"])  # package lists missing or stale
     raise BuildError("apt-cache knows no kernel behind linux-image-amd64 (is the Debian archive reachable?)")
 
 
-def _candidate_version(package: str) -> str:
-    for line in _run(["apt-cache", "policy", package]).splitlines():
+def _candidate_version(package: str, apt: Sequence[str] = ()) -> str:
+    for line in _run(["apt-cache", *apt, "policy", package]).splitlines():
         if line.strip().startswith("Candidate:"):
             return line.split(":", 1)[1].strip()
     raise BuildError(f"apt-cache policy {package}: no candidate version")
@@ -119,11 +171,12 @@ def inputs_digest(kernel: tuple[str, str]) -> str:
     digest = hashlib.sha256()
     digest.update(json.dumps([kernel, MODULES, BUSYBOX_APPLETS]).encode())
     digest.update(INIT_SCRIPT.read_bytes())
+    digest.update(Path(__file__).read_bytes())  # the recipe itself
     digest.update(Path("/bin/busybox").read_bytes())
     return digest.hexdigest()
 
 
-def _unpack_kernel(package: str, version: str, cache: Path) -> tuple[Path, str]:
+def _unpack_kernel(package: str, version: str, cache: Path, apt: Sequence[str] = ()) -> tuple[Path, str]:
     """Download and unpack the kernel .deb; return (unpacked root, kernel release)."""
     release = package.removeprefix("linux-image-")
     root = cache / "kpkg" / version
@@ -133,7 +186,7 @@ def _unpack_kernel(package: str, version: str, cache: Path) -> tuple[Path, str]:
         for stale in dl.glob("*.deb"):
             stale.unlink()
         _say(f"downloading {package} {version}")
-        _run(["apt-get", "download", f"{package}={version}"], cwd=dl)
+        _run(["apt-get", *apt, "download", f"{package}={version}"], cwd=dl)
         debs = list(dl.glob(f"{package}_*.deb"))
         if not debs:
             raise BuildError(f"apt-get download left no {package} .deb in {dl}")
@@ -174,7 +227,10 @@ def _initramfs(root: Path, release: str, out: Path) -> int:
         for mod in modules:
             rel = mod.relative_to(moddir)
             (target_moddir / rel.parent).mkdir(parents=True, exist_ok=True)
-            shutil.copy2(mod, target_moddir / rel)
+            if rel.suffix == ".xz":  # 6.12 ships xz modules; busybox's modprobe in /init loads plain ELF only
+                (target_moddir / rel.with_suffix("")).write_bytes(lzma.decompress(mod.read_bytes()))
+            else:
+                shutil.copy2(mod, target_moddir / rel)
         for meta in ("modules.order", "modules.builtin", "modules.builtin.modinfo"):
             shutil.copy2(moddir / meta, target_moddir / meta)
         _run(["depmod", "-b", str(stage), release])
@@ -193,26 +249,31 @@ def _initramfs(root: Path, release: str, out: Path) -> int:
     return len(modules)
 
 
-def build(cache: Path = CACHE, force: bool = False) -> BuildInfo:
-    """Build (or reuse) the lab images; see the module docstring."""
+def build(kernel: str | None = None, cache: Path = CACHE, force: bool = False) -> BuildInfo:
+    """Build (or reuse) the images of one lab kernel flavour; see the module docstring."""
     start = time.monotonic()
+    kernel = kernel or selected_kernel()
+    if kernel not in KERNELS:
+        raise BuildError(f"{kernel!r} is not a lab kernel ({', '.join(KERNELS)})")
     ensure_packages()
-    package, version = resolve_kernel()
+    apt = apt_options(KERNELS[kernel], cache)
+    package, version = resolve_kernel(apt)
     digest = inputs_digest((package, version))
-    cache.mkdir(parents=True, exist_ok=True)
+    folder = kernel_cache(kernel, cache)
+    folder.mkdir(parents=True, exist_ok=True)
     if not force:
         try:
-            info = BuildInfo.load(cache)
+            info = BuildInfo.load(kernel, cache)
             if info.inputs_sha256 == digest and Path(info.vmlinuz).exists() and Path(info.initrd).exists():
                 _say(f"up to date ({info.kernel_release}, {package} {version})")
                 return info
         except BuildError:
             pass
-    root, release = _unpack_kernel(package, version, cache)
-    vmlinuz = cache / "vmlinuz"
+    root, release = _unpack_kernel(package, version, folder, apt)
+    vmlinuz = folder / "vmlinuz"
     shutil.copy2(root / "boot" / f"vmlinuz-{release}", vmlinuz)
-    count = _initramfs(root, release, cache / "initrd.img")
-    for old in (cache / "kpkg").iterdir():
+    count = _initramfs(root, release, folder / "initrd.img")
+    for old in (folder / "kpkg").iterdir():
         if old != root:
             shutil.rmtree(old, ignore_errors=True)
     info = BuildInfo(
@@ -221,11 +282,11 @@ def build(cache: Path = CACHE, force: bool = False) -> BuildInfo:
         kernel_release=release,
         inputs_sha256=digest,
         vmlinuz=str(vmlinuz),
-        initrd=str(cache / "initrd.img"),
+        initrd=str(folder / "initrd.img"),
         built_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         seconds=round(time.monotonic() - start, 1),
     )
-    (cache / "build.json").write_text(json.dumps(asdict(info), indent=1) + "\n")
-    size = (cache / "initrd.img").stat().st_size >> 20
+    (folder / "build.json").write_text(json.dumps(asdict(info), indent=1) + "\n")
+    size = (folder / "initrd.img").stat().st_size >> 20
     _say(f"built {release}: vmlinuz + initrd.img ({count} modules, {size} MiB) in {info.seconds} s")
     return info

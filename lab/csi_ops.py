@@ -7,12 +7,14 @@ usage: python -m lab.csi_ops SOCKET STEPS_JSON
 
 Ops (what the kubelet / external-provisioner / external-attacher would call, in that order):
   create  size, mode (mount|block), fs (ext4|xfs), params   CreateVolume, accessible from this node
-  attach                                                     ControllerPublishVolume to this node
-  stage / publish / unpublish / unstage                      the Node RPCs on the paths in the ledger (publish and
-                                                             unpublish take another ``target`` path too)
+  attach  [secrets]                                          ControllerPublishVolume to this node
+  stage [secrets] / publish / unpublish / unstage            the Node RPCs on the paths in the ledger (publish and
+                                                             unpublish take another ``target`` path too); secrets
+                                                             are the CSI secrets of the call (never stored)
   access  mode                                               use this CSI access mode (e.g. MULTI_NODE_READER_ONLY)
   detach / delete                                            ControllerUnpublishVolume / DeleteVolume
-  up / down                                                  create+attach+stage+publish / the reverse
+  up / down                                                  create+attach+stage+publish / the reverse (up takes
+                                                             ``secrets`` for attach and stage)
   stats                                                      NodeGetVolumeStats (usage and condition)
   expand  size                                               ControllerExpandVolume, then NodeExpandVolume
   probe-target  mib                                          a preallocated file (mount) or the device (block)
@@ -94,21 +96,22 @@ class Csi:
         return {"volume_id": vol["volume_id"], "capacity": vol["capacity"], "nqn": vol["context"].get("nqn"),
                 "portals": vol["context"].get("portals")}
 
-    def attach(self, name: str) -> Step:
+    def attach(self, name: str, secrets: dict[str, str] | None = None) -> Step:
         vol = self.ledger[name]
         reply = self.controller.ControllerPublishVolume(csi_pb2.ControllerPublishVolumeRequest(
             volume_id=vol["volume_id"], node_id=self.info().node_id, volume_capability=self.capability(vol),
-            volume_context=vol["context"]), timeout=TIMEOUT)
+            volume_context=vol["context"], secrets=secrets or {}), timeout=TIMEOUT)
         vol["publish_context"] = dict(reply.publish_context)
         self.save()
         return {"publish_context": vol["publish_context"]}
 
-    def stage(self, name: str) -> Step:
+    def stage(self, name: str, secrets: dict[str, str] | None = None) -> Step:
         vol = self.ledger[name]
         Path(vol["staging"]).mkdir(parents=True, exist_ok=True)
         self.node.NodeStageVolume(csi_pb2.NodeStageVolumeRequest(
             volume_id=vol["volume_id"], staging_target_path=vol["staging"], volume_capability=self.capability(vol),
-            publish_context=vol.get("publish_context", {}), volume_context=vol["context"]), timeout=TIMEOUT)
+            publish_context=vol.get("publish_context", {}), volume_context=vol["context"], secrets=secrets or {}),
+            timeout=TIMEOUT)
         return {}
 
     def publish(self, name: str, target: str = "") -> Step:
@@ -150,10 +153,11 @@ class Csi:
         self.save()
         return {}
 
-    def up(self, name: str, **create: Any) -> Step:
+    def up(self, name: str, secrets: dict[str, str] | None = None, **create: Any) -> Step:
         result = self.create(name, **create)
-        for op in (self.attach, self.stage, self.publish):
-            result.update(op(name))
+        result.update(self.attach(name, secrets))
+        result.update(self.stage(name, secrets))
+        result.update(self.publish(name))
         return result
 
     def down(self, name: str) -> Step:

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from lab.build import CACHE, LAB_DIR, BuildInfo
+from lab.build import LAB_DIR, BuildInfo
 from lab.host import VM_NAME, die_with_parent, kvm_usable
 
 AGENT = LAB_DIR / "guest" / "agent.py"
@@ -95,9 +95,9 @@ class LabVM:
         cpus: int = 2,
         scratch_gb: int = 8,
         boot_timeout: float | None = None,
-        cache: Path = CACHE,
+        kernel: str | None = None,
     ) -> None:
-        self.info = BuildInfo.load(cache)
+        self.info = BuildInfo.load(kernel)
         self.mem_mb, self.cpus = mem_mb, cpus
         self.accel = os.environ.get("LAB_ACCEL") or ("kvm" if kvm_usable() else "tcg")
         self.boot_timeout = boot_timeout or (60.0 if self.accel == "kvm" else 300.0)

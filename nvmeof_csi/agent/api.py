@@ -183,7 +183,7 @@ class AgentServicer(pb_grpc.AgentServicer):
         check_host_nqn(request.host_nqn)
         view = await blocking(
             self._agent.allow_host, _uuid(request.volume_uuid, "volume_uuid"), request.host_nqn,
-            request.dhchap_secret, request.readonly,
+            request.dhchap_secret, request.readonly, request.dhchap_ctrl_secret,
         )
         return volume_msg(view)
 

@@ -136,8 +136,11 @@ class AgentClient:
             if not token:
                 return found
 
-    def allow_host(self, vol_uuid: str, host_nqn: str, secret: str = "", readonly: bool = False) -> pb.Volume:
-        request = pb.AllowHostRequest(volume_uuid=vol_uuid, host_nqn=host_nqn, dhchap_secret=secret, readonly=readonly)
+    def allow_host(
+        self, vol_uuid: str, host_nqn: str, secret: str = "", readonly: bool = False, ctrl_secret: str = ""
+    ) -> pb.Volume:
+        request = pb.AllowHostRequest(volume_uuid=vol_uuid, host_nqn=host_nqn, dhchap_secret=secret, readonly=readonly,
+                                      dhchap_ctrl_secret=ctrl_secret)
         return self._call(self._stub.AllowHost, request)
 
     def deny_host(self, vol_uuid: str, host_nqn: str) -> pb.Volume:

@@ -22,9 +22,15 @@ from typing import Any
 from nvmeof_csi.agent.portals import ANA_STATES, PortSpec
 from nvmeof_csi.errors import DriverError, FailedPrecondition, InvalidArgument
 from nvmeof_csi.host.paths import child
+from nvmeof_csi.nvmeof.dhchap import DHGROUP as DHCHAP_DHGROUP
+from nvmeof_csi.nvmeof.dhchap import HASH as DHCHAP_HASH
 
 DEFAULT_ROOT = Path("/sys/kernel/config/nvmet")
 DEFAULT_ANA_GROUP = 1
+#: a host entry made (and removed) only to learn whether nvmet has DH-HMAC-CHAP attributes
+PROBE_HOST = "nqn.2014-08.io.nvmeof:csi:auth-probe"
+NO_TARGET_AUTH = ("this target kernel's nvmet has no in-band authentication (CONFIG_NVME_TARGET_AUTH, Linux 6.0+ "
+                  "built with it, e.g. Debian bookworm-backports' 6.12; bookworm's 6.1 lacks it)")
 
 
 class ConfigfsError(DriverError):
@@ -64,7 +70,8 @@ class Nvmet:
             finally:
                 os.close(fd)
         except OSError as exc:
-            raise ConfigfsError(f"write {value!r} to {path}: {_why(exc)}") from exc
+            shown = "a key" if "key" in path.name else repr(value)  # DH-HMAC-CHAP keys never reach a message
+            raise ConfigfsError(f"write {shown} to {path}: {_why(exc)}") from exc
         return True
 
     def _mkdir(self, path: Path) -> None:
@@ -134,11 +141,18 @@ class Nvmet:
         return self._names(self.root / "hosts")
 
     def supports_dhchap(self) -> bool:
-        """True when this kernel's nvmet has DH-HMAC-CHAP (CONFIG_NVME_TARGET_AUTH)."""
-        probe = self.root / "hosts"
-        for host in self._names(probe):
-            return (probe / host / "dhchap_key").exists()
-        return False
+        """True when this kernel's nvmet has DH-HMAC-CHAP (CONFIG_NVME_TARGET_AUTH): a host entry has a
+        ``dhchap_key`` attribute. Without any host entry, a probe entry is made and removed again."""
+        hosts = self.root / "hosts"
+        for host in self._names(hosts):
+            return (hosts / host / "dhchap_key").exists()
+        probe = hosts / PROBE_HOST
+        self._mkdir(hosts)
+        self._mkdir(probe)
+        try:
+            return (probe / "dhchap_key").exists()
+        finally:
+            self._rmdir(probe)
 
     # -- subsystems and namespaces -----------------------------------------------------------------------
     def _sub(self, nqn: str) -> Path:
@@ -216,17 +230,21 @@ class Nvmet:
     def allowed_hosts(self, nqn: str) -> list[str]:
         return self._names(self._sub(nqn) / "allowed_hosts")
 
-    def ensure_host(self, host_nqn: str, dhchap_key: str = "") -> None:
+    def ensure_host(self, host_nqn: str, dhchap_key: str = "", ctrl_key: str = "") -> None:
+        """The host entry, with its DH-HMAC-CHAP key (hash and DH group first, then the keys; each written only
+        when it differs). A key on a kernel without nvmet authentication is ``FailedPrecondition``."""
         host = self._host(host_nqn)
         self._mkdir(self.root / "hosts")
         self._mkdir(host)
-        if dhchap_key:
-            if not (host / "dhchap_key").exists():
-                raise FailedPrecondition(
-                    "this kernel's nvmet has no DH-HMAC-CHAP support (CONFIG_NVME_TARGET_AUTH); "
-                    "cannot set a host secret"
-                )
-            self._write(host / "dhchap_key", dhchap_key)
+        if not dhchap_key:
+            return
+        if not (host / "dhchap_key").exists():
+            raise FailedPrecondition(NO_TARGET_AUTH)
+        wanted = [("dhchap_hash", DHCHAP_HASH), ("dhchap_dhgroup", DHCHAP_DHGROUP), ("dhchap_key", dhchap_key)]
+        if ctrl_key:
+            wanted.append(("dhchap_ctrl_key", ctrl_key))
+        for attr, value in wanted:
+            self._write(host / attr, value)
 
     def allow(self, nqn: str, host_nqn: str) -> None:
         self._link(self._host(host_nqn), self._grant(nqn, host_nqn))

@@ -1,8 +1,13 @@
 """Host grants and ANA on the target agent.
 
 Contract: :meth:`HostOps.allow_host` / :meth:`HostOps.deny_host` are idempotent, save the grant before touching
-configfs and serialise per volume; allowing a host again with another ``readonly`` raises ``AlreadyExists``;
-a host secret the kernel cannot honour raises ``FailedPrecondition`` before anything is saved. ANA states are
+configfs and serialise per volume and per host; allowing a host again with another ``readonly`` raises
+``AlreadyExists``; a host secret the kernel cannot honour raises ``FailedPrecondition`` before anything is
+saved. DH-HMAC-CHAP: a volume created with ``auth`` (its parameters) is granted only with the keys its mode
+needs (``FailedPrecondition`` otherwise, naming no key); keys are malformed -> ``InvalidArgument``. nvmet keys
+are per host, so a host that already reaches another volume of this agent with other keys (or none) is
+refused with ``FailedPrecondition``: one secret per node, never a silent overwrite that would lock the other
+volume's reconnects out. ANA states are
 set per portal group, saved first, under the ports lock; an unknown group is ``NotFound``.
 """
 
@@ -10,7 +15,10 @@ from __future__ import annotations
 
 from nvmeof_csi.agent.parts import AgentParts, VolumeView
 from nvmeof_csi.agent.portals import ANA_STATES, PortSpec
-from nvmeof_csi.errors import AlreadyExists, InvalidArgument, NotFound
+from nvmeof_csi.agent.state import VolumeRecord
+from nvmeof_csi.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound
+from nvmeof_csi.nvmeof.context import check_auth
+from nvmeof_csi.nvmeof.dhchap import parse_key
 from nvmeof_csi.nvmeof.nqn import check_host_nqn, volume_nqn
 
 
@@ -18,30 +26,59 @@ class HostOps:
     def __init__(self, parts: AgentParts) -> None:
         self._p = parts
 
-    def allow_host(self, vol_uuid: str, host_nqn: str, secret: str = "", readonly: bool = False) -> VolumeView:
+    def allow_host(
+        self, vol_uuid: str, host_nqn: str, secret: str = "", readonly: bool = False, ctrl_secret: str = ""
+    ) -> VolumeView:
         p = self._p
         check_host_nqn(host_nqn)
-        with p.keys.hold(vol_uuid):
+        for key in filter(None, (secret, ctrl_secret)):
+            parse_key(key)
+        with p.keys.hold(vol_uuid), p.keys.hold(f"host:{host_nqn}"):
             rec = p.volume(vol_uuid)
             if host_nqn in rec.hosts and (host_nqn in rec.readonly_hosts) != readonly:
                 raise AlreadyExists(
                     f"host {host_nqn} is already allowed on volume {vol_uuid} with readonly={not readonly}"
                 )
-            p.nvmet.ensure_host(host_nqn, secret)  # fails early if a secret cannot be honoured
-            if rec.hosts.get(host_nqn) != secret or host_nqn not in rec.hosts:
+            self._check_keys(rec, host_nqn, secret, ctrl_secret)
+            p.nvmet.ensure_host(host_nqn, secret, ctrl_secret)  # fails early if a secret cannot be honoured
+            if (rec.hosts.get(host_nqn), rec.ctrl_keys.get(host_nqn, "")) != (secret, ctrl_secret):
                 ro = tuple(sorted({*rec.readonly_hosts, host_nqn})) if readonly else rec.readonly_hosts
-                rec = p.state.put_volume(rec.evolve(hosts={**rec.hosts, host_nqn: secret}, readonly_hosts=ro))
+                ctrl_keys = {h: k for h, k in rec.ctrl_keys.items() if h != host_nqn}
+                if ctrl_secret:
+                    ctrl_keys[host_nqn] = ctrl_secret
+                rec = p.state.put_volume(rec.evolve(
+                    hosts={**rec.hosts, host_nqn: secret}, ctrl_keys=ctrl_keys, readonly_hosts=ro,
+                ))
             p.nvmet.allow(volume_nqn(vol_uuid), host_nqn)
             return p.view(rec)
+
+    def _check_keys(self, rec: VolumeRecord, host_nqn: str, secret: str, ctrl_secret: str) -> None:
+        mode = check_auth(rec.parameters.get("auth", "none"))
+        if mode == "none" and (secret or ctrl_secret):
+            raise InvalidArgument(f"volume {rec.uuid} was created with auth 'none'; a host key cannot be set")
+        if mode != "none" and not secret:
+            raise FailedPrecondition(f"volume {rec.uuid} needs DH-HMAC-CHAP ({mode}); no host key was given")
+        if mode == "dhchap-bidirectional" and not ctrl_secret:
+            raise FailedPrecondition(f"volume {rec.uuid} needs bidirectional DH-HMAC-CHAP; no controller key was given")
+        for other in self._p.live_volumes():
+            if other.uuid == rec.uuid or host_nqn not in other.hosts:
+                continue
+            if (other.hosts[host_nqn], other.ctrl_keys.get(host_nqn, "")) != (secret, ctrl_secret):
+                had = "no DH-HMAC-CHAP key" if not other.hosts[host_nqn] else "other DH-HMAC-CHAP keys"
+                raise FailedPrecondition(
+                    f"host {host_nqn} already reaches volume {other.uuid} of this agent with {had}; nvmet keeps "
+                    "keys per host, so every volume of one node must use the same auth mode and secret"
+                )
 
     def deny_host(self, vol_uuid: str, host_nqn: str) -> VolumeView:
         p = self._p
         check_host_nqn(host_nqn)
-        with p.keys.hold(vol_uuid):
+        with p.keys.hold(vol_uuid), p.keys.hold(f"host:{host_nqn}"):
             rec = p.volume(vol_uuid)
             if host_nqn in rec.hosts:
                 rec = p.state.put_volume(rec.evolve(
                     hosts={k: v for k, v in rec.hosts.items() if k != host_nqn},
+                    ctrl_keys={k: v for k, v in rec.ctrl_keys.items() if k != host_nqn},
                     readonly_hosts=tuple(h for h in rec.readonly_hosts if h != host_nqn),
                 ))
             p.nvmet.deny(volume_nqn(vol_uuid), host_nqn)

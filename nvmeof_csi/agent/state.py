@@ -29,7 +29,8 @@ class VolumeRecord:
     capacity_bytes: int
     parameters: Mapping[str, str] = field(default_factory=dict)
     labels: Mapping[str, str] = field(default_factory=dict)
-    hosts: Mapping[str, str] = field(default_factory=dict)  # host NQN -> DH-HMAC-CHAP secret ("" = none)
+    hosts: Mapping[str, str] = field(default_factory=dict)  # host NQN -> DH-HMAC-CHAP key ("" = none)
+    ctrl_keys: Mapping[str, str] = field(default_factory=dict)  # host NQN -> bidirectional controller key
     readonly_hosts: tuple[str, ...] = ()
     source_volume: str = ""
     source_snapshot: str = ""

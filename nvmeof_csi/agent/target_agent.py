@@ -108,8 +108,10 @@ class TargetAgent:
     def resize_volume(self, vol_uuid: str, capacity_bytes: int) -> VolumeView:
         return self._volumes.resize_volume(vol_uuid, capacity_bytes)
 
-    def allow_host(self, vol_uuid: str, host_nqn: str, secret: str = "", readonly: bool = False) -> VolumeView:
-        return self._hosts.allow_host(vol_uuid, host_nqn, secret, readonly)
+    def allow_host(
+        self, vol_uuid: str, host_nqn: str, secret: str = "", readonly: bool = False, ctrl_secret: str = ""
+    ) -> VolumeView:
+        return self._hosts.allow_host(vol_uuid, host_nqn, secret, readonly, ctrl_secret)
 
     def deny_host(self, vol_uuid: str, host_nqn: str) -> VolumeView:
         return self._hosts.deny_host(vol_uuid, host_nqn)

@@ -13,9 +13,11 @@ Contract:
 from __future__ import annotations
 
 import logging
+import os
 import uuid as uuidlib
 from collections.abc import Mapping
 
+from nvmeof_csi.agent.configfs import NO_TARGET_AUTH
 from nvmeof_csi.agent.filler import Filler, needs_fill
 from nvmeof_csi.agent.parts import MODEL, NSID, AgentParts, VolumeView
 from nvmeof_csi.agent.state import CREATING, DELETING, READY, VolumeRecord
@@ -28,6 +30,7 @@ from nvmeof_csi.errors import (
     OutOfRange,
     Unavailable,
 )
+from nvmeof_csi.nvmeof.context import check_auth
 from nvmeof_csi.nvmeof.nqn import namespace_nguid, volume_nqn
 
 log = logging.getLogger(__name__)
@@ -55,6 +58,7 @@ class VolumeOps:
                         with p.keys.hold(found.uuid):
                             found = self._finish_creating(found)  # noqa: PLW2901 - returned right away
                     return p.view(found)
+            self._check_auth(parameters)
             source_size = self._source_size(source_volume, source_snapshot)
             if capacity_bytes < source_size:
                 raise OutOfRange(f"capacity {capacity_bytes} is smaller than the source's {source_size} bytes")
@@ -70,6 +74,13 @@ class VolumeOps:
                 rec = self.materialize_new(rec)
             log.info("volume %s (%s) created: %d bytes", rec.uuid, name, capacity_bytes)
             return p.view(rec)
+
+    def _check_auth(self, parameters: Mapping[str, str]) -> None:
+        """A volume with ``auth`` only on a kernel whose nvmet can authenticate hosts."""
+        mode = check_auth(parameters.get("auth", "none"))
+        if mode != "none" and not self._p.nvmet.supports_dhchap():
+            raise FailedPrecondition(f"agent {self._p.name} cannot create a volume with auth {mode!r}: "
+                                     f"{NO_TARGET_AUTH} (kernel {os.uname().release})")
 
     def _first_save(self, rec: VolumeRecord) -> VolumeRecord:
         """Save before acting. The creation time is taken inside the state lock, at the moment the record
@@ -152,7 +163,7 @@ class VolumeOps:
         p.nvmet.ensure_subsystem(nqn, serial=rec.uuid.replace("-", "")[:20], model=MODEL)
         p.nvmet.ensure_namespace(nqn, NSID, str(path), rec.uuid, namespace_nguid(rec.uuid), p.buffered_io)
         for host_nqn, secret in rec.hosts.items():
-            p.nvmet.ensure_host(host_nqn, secret)
+            p.nvmet.ensure_host(host_nqn, secret, rec.ctrl_keys.get(host_nqn, ""))
             p.nvmet.allow(nqn, host_nqn)
         for host_nqn in set(p.nvmet.allowed_hosts(nqn)) - set(rec.hosts):
             p.nvmet.deny(nqn, host_nqn)

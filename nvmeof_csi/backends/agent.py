@@ -17,16 +17,19 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Mapping
 from functools import partial
 
 from nvmeof_csi.backends.agent_api import AgentApi, default_client, transport_of
-from nvmeof_csi.errors import DriverError, NotFound, ResourceExhausted, Unavailable
+from nvmeof_csi.errors import Aborted, DeadlineExceeded, DriverError, NotFound, ResourceExhausted, Unavailable
 from nvmeof_csi.gen import nvmeof_agent_pb2 as pb
-from nvmeof_csi.nvmeof.context import Portal, VolumeContext, tunables_from
+from nvmeof_csi.nvmeof.context import Portal, VolumeContext, check_auth, tunables_from
+from nvmeof_csi.nvmeof.dhchap import HostKeys, host_keys
 from nvmeof_csi.nvmeof.nqn import host_nqn_of
 from nvmeof_csi.service.datasets import DatasetSpec
 from nvmeof_csi.service.ports import (
+    NO_SECRETS,
     Condition,
     ContentSource,
     Health,
@@ -42,8 +45,10 @@ from nvmeof_csi.topology.placement import Candidate, capacity_in, place, reachab
 log = logging.getLogger(__name__)
 
 
-#: how long a controller waits for an agent to fill a dataset volume (the CO retries CreateVolume meanwhile)
+#: how long a controller waits for an agent to fill a dataset volume when the caller set no deadline
 DATASET_CREATE_TIMEOUT = 3600.0
+#: how often a controller looks at a volume another call is filling
+FILL_POLL_SECONDS = 1.0
 
 
 class AgentBackend:
@@ -52,10 +57,12 @@ class AgentBackend:
     def __init__(
         self, fabric: FabricMap, client: Callable[[AgentEntry], AgentApi] = default_client,
         locality: Callable[[DatasetSpec], Mapping[str, int]] | None = None,
+        sleep: Callable[[float], None] = time.sleep, clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.fabric = fabric
         self._factory = client
         self._locality = locality
+        self._sleep, self._clock = sleep, clock
         self._clients: dict[str, AgentApi] = {}
         self._lock = threading.Lock()
 
@@ -75,6 +82,7 @@ class AgentBackend:
             nqn=vol.nqn, namespace_uuid=vol.namespace_uuid, transport=transport,
             portals=tuple(Portal(p.trtype, p.traddr, str(p.trsvcid)) for p in vol.portals if p.trtype == transport),
             tunables=tunables_from(vol.parameters), agent=entry.name,
+            auth=check_auth(vol.parameters.get("auth", "none")),
         ).to_dict()
         source = None
         if vol.source_snapshot_uuid:
@@ -158,42 +166,59 @@ class AgentBackend:
         parameters: Mapping[str, str],
         requirement: TopologyRequirement | None = None,
         source: ContentSource | None = None,
+        wait: float | None = None,
     ) -> Volume:
         transport = transport_of(parameters)
         could_hold = partial(self._could_hold, transport=transport, requirement=requirement, source=source)
         named = self._all_named(name, could_hold)
         existing = named[0] if named else None
-        timeout = DATASET_CREATE_TIMEOUT if DatasetSpec.from_parameters(parameters) else None
+        limit = DATASET_CREATE_TIMEOUT if wait is None else max(1.0, min(wait, DATASET_CREATE_TIMEOUT))
+        timeout = limit if DatasetSpec.from_parameters(parameters) else None
         if existing is not None:
             if existing.ready:
                 return existing
-            entry = self._entry(existing.ref.location)  # still being filled: wait for that agent to finish
-            if entry is None:
-                return existing
-        elif source is not None:
+            return self._await_filled(existing, limit)  # another call's fill: watch it, hold no agent thread
+        if source is not None:
             entry = self._source_agent(source, transport, requirement)
         else:
             entry = place(self._candidates(), capacity_bytes, transport, requirement, self._cached_near(parameters))
-        created = self._client(entry).create_volume(
-            name, capacity_bytes, parameters, {"csi.nvmeof.io/name": name},
-            source_volume=source.ref.uuid if source and source.kind == "volume" else "",
-            source_snapshot=source.ref.uuid if source and source.kind == "snapshot" else "",
-            timeout=timeout,
-        )
+        try:
+            created = self._client(entry).create_volume(
+                name, capacity_bytes, parameters, {"csi.nvmeof.io/name": name},
+                source_volume=source.ref.uuid if source and source.kind == "volume" else "",
+                source_snapshot=source.ref.uuid if source and source.kind == "snapshot" else "",
+                timeout=timeout,
+            )
+        except DeadlineExceeded:
+            if timeout is None:
+                raise
+            raise Aborted(f"volume {name!r} is still being filled on agent {entry.name}; the fill goes on "
+                          "and a retry returns the volume once it is ready") from None
         mine = self._volume(entry, created)
         winner = self._all_named(name, could_hold)[0]
         if winner.ref != mine.ref:
             log.info("volume %s: another controller created it first on %s; removing ours", name, winner.ref.location)
             self._client(entry).delete_volume(created.uuid)
-            winner_entry = self._entry(winner.ref.location)
-            if not winner.ready and winner_entry is not None:  # the other create is still running: wait for it
-                finished = self._client(winner_entry).create_volume(
-                    name, capacity_bytes, parameters, {"csi.nvmeof.io/name": name},
-                    source_volume=created.source_volume_uuid, source_snapshot=created.source_snapshot_uuid,
-                    timeout=timeout,
-                )
-                winner = self._volume(winner_entry, finished)
+            if not winner.ready:  # the other create is still running: watch it
+                winner = self._await_filled(winner, limit)
         return winner
+
+    def _await_filled(self, volume: Volume, limit: float) -> Volume:
+        """``volume`` once its agent reports it ready, polled for at most ``limit`` seconds (no agent thread is
+        held meanwhile); ``Aborted`` with the fill's progress when it is still being filled then."""
+        entry = self._entry(volume.ref.location)
+        if entry is None:
+            return volume
+        deadline = self._clock() + limit
+        while True:
+            vol = self._client(entry).get_volume(volume.ref.uuid)
+            if vol.status != "creating":
+                return self._volume(entry, vol)
+            if self._clock() >= deadline:
+                progress = vol.labels.get("dataset.progress", "")
+                raise Aborted(f"volume {volume.name!r} is still being filled on agent {entry.name}"
+                              f"{f' ({progress})' if progress else ''}; a retry returns it once it is ready")
+            self._sleep(min(FILL_POLL_SECONDS, max(0.0, deadline - self._clock())))
 
     @staticmethod
     def _could_hold(
@@ -262,10 +287,21 @@ class AgentBackend:
             raise NotFound(f"volume {ref.uuid} does not exist (unknown agent {ref.location})")
         return entry
 
-    def publish(self, ref: VolumeRef, node_id: str, readonly: bool) -> Mapping[str, str]:
+    def publish(
+        self, ref: VolumeRef, node_id: str, readonly: bool, secrets: Mapping[str, str] = NO_SECRETS
+    ) -> Mapping[str, str]:
         host = host_nqn_of(node_id)
-        self._client(self._require(ref)).allow_host(ref.uuid, host, readonly=readonly)
+        client = self._client(self._require(ref))
+        keys = HostKeys()
+        if secrets or self._auth_of(client, ref) != "none":
+            keys = host_keys(self._auth_of(client, ref), secrets, host, "controller-publish secret")
+        client.allow_host(ref.uuid, host, keys.key, readonly=readonly, ctrl_secret=keys.ctrl_key)
         return {"hostNqn": host, "readonly": "true" if readonly else "false"}
+
+    @staticmethod
+    def _auth_of(client: AgentApi, ref: VolumeRef) -> str:
+        """The volume's auth mode as its agent recorded it (the agent is the authority, not the PV)."""
+        return check_auth(client.get_volume(ref.uuid).parameters.get("auth", "none"))
 
     def unpublish(self, ref: VolumeRef, node_id: str) -> None:
         entry = self._entry(ref.location)

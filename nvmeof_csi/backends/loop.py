@@ -31,6 +31,7 @@ from nvmeof_csi.host.executor import Executor
 from nvmeof_csi.host.filesystems import device_size
 from nvmeof_csi.service.datasets import DatasetSpec
 from nvmeof_csi.service.ports import (
+    NO_SECRETS,
     Condition,
     ContentSource,
     Health,
@@ -120,12 +121,15 @@ class LoopTargetBackend:
         parameters: Mapping[str, str],
         requirement: TopologyRequirement | None = None,
         source: ContentSource | None = None,
+        wait: float | None = None,
     ) -> Volume:
         existing = self.find_volume_by_name(name)
         if existing is not None:
             return existing
         if source is not None:
             raise InvalidArgument("the loop backend cannot fill a volume from a snapshot or volume")
+        if parameters.get("auth", "none") != "none":
+            raise FailedPrecondition("the loop backend has no in-band authentication (auth: none only)")
         if DatasetSpec.from_parameters(parameters) is not None:
             raise FailedPrecondition("the loop backend cannot fill dataset volumes (use the nvmeof backend with "
                                      "agents started with --alluxio-proxy)")
@@ -181,7 +185,9 @@ class LoopTargetBackend:
         os.truncate(self._image_path(ref.uuid), capacity_bytes)
         return capacity_bytes
 
-    def publish(self, ref: VolumeRef, node_id: str, readonly: bool) -> Mapping[str, str]:
+    def publish(
+        self, ref: VolumeRef, node_id: str, readonly: bool, secrets: Mapping[str, str] = NO_SECRETS
+    ) -> Mapping[str, str]:
         doc = self._require(ref)
         published = doc.setdefault("published", {})
         if node_id in published and published[node_id] != readonly:
@@ -268,7 +274,9 @@ class LoopConnector:
         devices = self._devices_for(self._path(ref, context))
         return devices[0] if devices else None
 
-    def connect(self, ref: VolumeRef, context: Mapping[str, str], timeout: float) -> str:
+    def connect(
+        self, ref: VolumeRef, context: Mapping[str, str], timeout: float, secrets: Mapping[str, str] = NO_SECRETS
+    ) -> str:
         path = self._path(ref, context)
         existing = self._devices_for(path)
         if existing:

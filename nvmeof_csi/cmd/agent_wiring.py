@@ -82,7 +82,7 @@ async def serve_agent(settings: AgentSettings, plain_tree: bool = False) -> None
     pb_grpc.add_AgentServicer_to_server(AgentServicer(agent, report.unknown), server)
     sockets = []
     if settings.unix_endpoint is not None:
-        bind(server, settings.unix_endpoint)
+        bind(server, settings.unix_endpoint, socket_mode=0o600)  # owner (root) only, from the first moment
         assert settings.unix_endpoint.path is not None
         sockets.append(settings.unix_endpoint.path)
     if settings.tcp_endpoint is not None:

@@ -60,6 +60,9 @@ def build_services(settings: Settings, executor: Executor | None = None) -> CsiS
         connector: Connector
         if settings.backend is Backend.NVMEOF:
             identity, origin = ensure_identity(settings.state_dir / "node")
+            if origin == "regenerated":
+                log.warning("the saved host identity was made on another machine (a cloned disk or state folder); "
+                            "this node now uses the fresh host NQN %s", identity.nqn)
             log.info("host identity %s (%s)", identity.nqn, origin)
             services.node_id = node_id_for(identity.nqn)
             services.topology[TOPOLOGY_RDMA] = "true" if rdma_capable() else "false"

@@ -131,8 +131,8 @@ class ControllerServicer(csi_pb2_grpc.ControllerServicer):
         if source is not None and not self._volumes.supports_snapshots:
             raise InvalidArgument("volume_content_source: snapshots and clones are not offered by this backend")
         stored = params.stored_parameters(request.parameters)
-        volume = await blocking(
-            self._volumes.create, request.name, rng, stored, _requirement(request), source
+        volume = await blocking(  # a long fill holds this worker at most until the caller's deadline
+            self._volumes.create, request.name, rng, stored, _requirement(request), source, context.time_remaining()
         )
         return csi_pb2.CreateVolumeResponse(volume=self._volume_msg(volume))
 
@@ -154,7 +154,9 @@ class ControllerServicer(csi_pb2_grpc.ControllerServicer):
         capabilities.access_spec(request.volume_capability)
         ref = volume_id.decode(request.volume_id)
         readonly = request.readonly or capabilities.is_readonly_mode(request.volume_capability)
-        publish_context = await blocking(self._volumes.publish, ref, request.node_id, readonly)
+        publish_context = await blocking(
+            self._volumes.publish, ref, request.node_id, readonly, dict(request.secrets)
+        )
         return csi_pb2.ControllerPublishVolumeResponse(publish_context=dict(publish_context))
 
     async def ControllerUnpublishVolume(

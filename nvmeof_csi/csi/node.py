@@ -48,7 +48,8 @@ class NodeServicer(csi_pb2_grpc.NodeServicer):
         ref = volume_id.decode(request.volume_id)
         ctx = {**request.volume_context, **request.publish_context}
         await blocking(
-            self._staging.stage, request.volume_id, ref, request.staging_target_path, access, ctx, remaining(context)
+            self._staging.stage, request.volume_id, ref, request.staging_target_path, access, ctx, remaining(context),
+            dict(request.secrets),
         )
         return csi_pb2.NodeStageVolumeResponse()
 

@@ -1,8 +1,9 @@
 """StorageClass parameters -> typed options. Unknown keys are rejected with INVALID_ARGUMENT naming them.
 
 Keys prefixed ``csi.storage.k8s.io/`` are added by the Kubernetes sidecars (PV/PVC names, secret
-references); they are accepted and not stored with the volume. Every other key must be ``transport``, one of
-the connection tunables (``nvmeof_csi.nvmeof.context.TUNABLES``, range-checked there) or a ``dataset.*`` key.
+references); they are accepted and not stored with the volume. Every other key must be ``transport``,
+``auth`` (DH-HMAC-CHAP: ``none``, ``dhchap``, ``dhchap-bidirectional``), one of the connection tunables
+(``nvmeof_csi.nvmeof.context.TUNABLES``, range-checked there) or a ``dataset.*`` key.
 """
 
 from __future__ import annotations
@@ -11,12 +12,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from nvmeof_csi.errors import InvalidArgument
-from nvmeof_csi.nvmeof.context import TUNABLE_KEYS, check_transport, tunables_from
+from nvmeof_csi.nvmeof.context import TUNABLE_KEYS, check_auth, check_transport, tunables_from
 from nvmeof_csi.service.datasets import KEYS as DATASET_KEYS
 from nvmeof_csi.service.datasets import DatasetSpec
 
 SIDECAR_PREFIX = "csi.storage.k8s.io/"
-KNOWN = frozenset({"transport", *TUNABLE_KEYS, *DATASET_KEYS})
+KNOWN = frozenset({"transport", "auth", *TUNABLE_KEYS, *DATASET_KEYS})
 
 
 @dataclass(frozen=True)
@@ -25,6 +26,7 @@ class VolumeOptions:
 
     transport: str = "tcp"
     ints: tuple[tuple[str, int], ...] = ()
+    auth: str = "none"
 
     def get(self, key: str) -> int | None:
         return dict(self.ints).get(key)
@@ -43,4 +45,6 @@ def parse(params: Mapping[str, str]) -> VolumeOptions:
             f"unknown StorageClass parameter {unknown[0]!r} (known: {', '.join(sorted(KNOWN))})"
         )
     DatasetSpec.from_parameters(own)  # validates the dataset.* keys of a dataset volume
-    return VolumeOptions(check_transport(own.get("transport", "tcp")), tunables_from(own))
+    return VolumeOptions(
+        check_transport(own.get("transport", "tcp")), tunables_from(own), check_auth(own.get("auth", "none"))
+    )

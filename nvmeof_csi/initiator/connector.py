@@ -13,12 +13,20 @@ Contract (in addition to ``service/ports.py``):
 - ``reconcile`` releases controllers of the driver's subsystems that no staging record claims, except when
   one of their devices is mounted, held or open (then it is kept and reported).
 - ``condition`` is abnormal when a path is not live, naming the paths ("1 of 2 paths live: tcp:...:4421 connecting").
+- A volume with ``auth`` (DH-HMAC-CHAP) is connected with this node's keys derived from the node-stage secret
+  (``nvmeof/dhchap.py``), written to ``/dev/nvme-fabrics`` directly so no key is ever on a command line; a
+  kernel without host authentication is ``FailedPrecondition``, a key the target rejects (or a target that
+  fails to prove its controller key) is ``PermissionDenied``. ``reconcile`` does not reconnect such a volume
+  (it has no secret): the kernel keeps reconnecting its controllers with their keys, and kubelet's next
+  NodeStageVolume brings missing paths back.
 Commands are argv lists with timeouts; kernel state is read from sysfs.
 """
 
 from __future__ import annotations
 
+import errno
 import logging
+import os
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
@@ -30,16 +38,19 @@ from nvmeof_csi.errors import (
     DriverError,
     FailedPrecondition,
     InvalidArgument,
+    PermissionDenied,
     Unavailable,
 )
 from nvmeof_csi.host.devices import device_in_use
 from nvmeof_csi.host.executor import Executor
+from nvmeof_csi.initiator.fabrics import FabricsDevice, FabricsError
 from nvmeof_csi.initiator.identity import HostIdentity
 from nvmeof_csi.initiator.sysfs import NvmeSysfs, Subsystem
 from nvmeof_csi.initiator.uevents import EventWait, PollingWait
 from nvmeof_csi.nvmeof.context import TUNABLES, Portal, VolumeContext
+from nvmeof_csi.nvmeof.dhchap import HostKeys, host_keys
 from nvmeof_csi.nvmeof.nqn import is_driver_nqn, volume_nqn
-from nvmeof_csi.service.ports import Condition, Health, VolumeRef
+from nvmeof_csi.service.ports import NO_SECRETS, Condition, Health, VolumeRef
 
 log = logging.getLogger(__name__)
 CONNECT_TIMEOUT = 60.0
@@ -66,6 +77,7 @@ class NvmeofConnector:
         clock: Callable[[], float] = time.monotonic,
         block_events: Callable[[], AbstractContextManager[EventWait]] | None = None,
         in_use: Callable[[str], str] = device_in_use,
+        fabrics: FabricsDevice | None = None,
     ) -> None:
         self._exec = executor
         self._sysfs = sysfs
@@ -75,6 +87,7 @@ class NvmeofConnector:
         self._clock = clock
         self._events = block_events or self._polling
         self._in_use = in_use
+        self._fabrics = fabrics or FabricsDevice()
 
     @contextmanager
     def _polling(self) -> Iterator[EventWait]:
@@ -108,9 +121,57 @@ class NvmeofConnector:
                 argv.append(f"{tunable.flag}={value}")
         return argv
 
-    def connect(self, ref: VolumeRef, context: Mapping[str, str], timeout: float) -> str:
+    def _connect_options(self, portal: Portal, ctx: VolumeContext, keys: HostKeys) -> list[tuple[str, str | None]]:
+        """The kernel connect options of one path (what ``nvme connect`` would write), with the keys."""
+        options: list[tuple[str, str | None]] = [
+            ("transport", portal.trtype), ("traddr", portal.traddr), ("trsvcid", portal.trsvcid), ("nqn", ctx.nqn),
+            ("hostnqn", self._identity.nqn), ("hostid", self._identity.host_id),
+        ]
+        for tunable in TUNABLES:
+            value = ctx.tunable(tunable.key)
+            value = tunable.default if value is None else value
+            if tunable.option and value is not None:
+                options.append((tunable.option, str(value)))
+        options.append(("dhchap_secret", keys.key))
+        if keys.ctrl_key:
+            options.append(("dhchap_ctrl_secret", keys.ctrl_key))
+        return options
+
+    def _keys(self, ctx: VolumeContext, secrets: Mapping[str, str]) -> HostKeys:
+        keys = host_keys(ctx.auth, secrets, self._identity.nqn, "node-stage secret")
+        if keys.key and not self._fabrics.authenticates():
+            raise FailedPrecondition(
+                f"volume uses auth {ctx.auth!r} but this node's kernel ({os.uname().release}) has no NVMe in-band "
+                "authentication (CONFIG_NVME_HOST_AUTH, e.g. Debian bookworm-backports' 6.12)"
+            )
+        return keys
+
+    def _connect_one(self, ref: VolumeRef, portal: Portal, ctx: VolumeContext, keys: HostKeys, left: float) -> None:
+        """One path; "already connected" returns quietly, other failures raise ``CommandError`` (or
+        ``PermissionDenied`` when authentication failed)."""
+        if not keys.key:
+            self._exec.run(self._connect_argv(portal, ctx), timeout=min(CONNECT_TIMEOUT, left))
+            return
+        try:
+            name = self._fabrics.connect(self._connect_options(portal, ctx, keys))
+            log.info("volume %s: %s connected with DH-HMAC-CHAP (%s)", ref.uuid, portal.key, name)
+        except FabricsError as err:
+            if err.errno == errno.EALREADY:
+                return
+            if err.errno in (errno.EKEYREJECTED, errno.EACCES, errno.EPERM):
+                raise PermissionDenied(
+                    f"volume {ref.uuid}: {portal.key} refused DH-HMAC-CHAP authentication of host "
+                    f"{self._identity.nqn} ({err.strerror}): the node-stage secret differs from the "
+                    "controller-publish secret, or the target failed to prove its controller key"
+                ) from None
+            raise CommandError(["connect", portal.key], err.errno or 1, "", str(err)) from None
+
+    def connect(
+        self, ref: VolumeRef, context: Mapping[str, str], timeout: float, secrets: Mapping[str, str] = NO_SECRETS
+    ) -> str:
         deadline = self._clock() + timeout
         ctx = _context(ref, context)
+        keys = self._keys(ctx, secrets)
         nqn, ns_uuid = ctx.nqn, ctx.namespace_uuid
         portals = self._portals(ref, ctx)
         with self._events() as events:  # listening before connecting: no uevent can slip past
@@ -124,7 +185,7 @@ class NvmeofConnector:
                 if left <= 0:
                     break
                 try:
-                    self._exec.run(self._connect_argv(portal, ctx), timeout=min(CONNECT_TIMEOUT, left))
+                    self._connect_one(ref, portal, ctx, keys, left)
                 except CommandError as err:
                     if "already connected" in (err.err + err.out).lower():
                         continue
@@ -214,6 +275,8 @@ class NvmeofConnector:
         for ref, context in claimed:
             ctx = _context(ref, context)
             claimed_nqns.add(ctx.nqn)
+            if ctx.auth != "none":
+                continue  # no secret here; the kernel keeps reconnecting with its keys, kubelet re-stages
             before = self._sysfs.subsystem(ctx.nqn)
             have = {c.portal for c in before.controllers} if before else set()
             missing = [p.key for p in ctx.portals if p.key not in have]

@@ -27,7 +27,8 @@ class Tunable:
     """One connection tunable: ``key`` is both the StorageClass parameter and the volume-context key.
 
     ``flag`` is the ``nvme connect`` option that applies it (empty: written to the controller's sysfs
-    attribute ``sysfs`` after connecting); ``default`` is the driver's bounded default (``None``: the kernel's).
+    attribute ``sysfs`` after connecting); ``option`` is the kernel's own connect option (``/dev/nvme-fabrics``);
+    ``default`` is the driver's bounded default (``None``: the kernel's).
     """
 
     key: str
@@ -37,19 +38,25 @@ class Tunable:
     default: int | None
     meaning: str
     sysfs: str = ""
+    option: str = ""
 
 
 #: Bounded defaults: a lost target is retried for 10 minutes (never forever: a reboot must not hang), I/O is
 #: queued meanwhile (fast_io_fail off), keep-alive notices a dead link within 5 s.
 TUNABLES: tuple[Tunable, ...] = (
-    Tunable("ctrlLossTmo", 1, 3600, "--ctrl-loss-tmo", 600, "seconds a lost controller is retried"),
-    Tunable("reconnectDelay", 1, 600, "--reconnect-delay", 2, "seconds between reconnect attempts"),
+    Tunable("ctrlLossTmo", 1, 3600, "--ctrl-loss-tmo", 600, "seconds a lost controller is retried",
+            option="ctrl_loss_tmo"),
+    Tunable("reconnectDelay", 1, 600, "--reconnect-delay", 2, "seconds between reconnect attempts",
+            option="reconnect_delay"),
     Tunable("fastIoFailTmo", 0, 3600, "", None, "seconds before queued I/O fails while reconnecting",
-            sysfs="fast_io_fail_tmo"),
-    Tunable("keepAliveTmo", 1, 600, "--keep-alive-tmo", 5, "NVMe keep-alive timeout in seconds"),
-    Tunable("nrIoQueues", 1, 128, "--nr-io-queues", None, "I/O queues per controller (queue-depth QoS)"),
-    Tunable("queueSize", 16, 1024, "--queue-size", None, "entries per I/O queue (queue-depth QoS)"),
-    Tunable("tos", 0, 255, "--tos", None, "IP type of service of NVMe/TCP connections"),
+            sysfs="fast_io_fail_tmo", option="fast_io_fail_tmo"),
+    Tunable("keepAliveTmo", 1, 600, "--keep-alive-tmo", 5, "NVMe keep-alive timeout in seconds",
+            option="keep_alive_tmo"),
+    Tunable("nrIoQueues", 1, 128, "--nr-io-queues", None, "I/O queues per controller (queue-depth QoS)",
+            option="nr_io_queues"),
+    Tunable("queueSize", 16, 1024, "--queue-size", None, "entries per I/O queue (queue-depth QoS)",
+            option="queue_size"),
+    Tunable("tos", 0, 255, "--tos", None, "IP type of service of NVMe/TCP connections", option="tos"),
 )
 TUNABLE_KEYS = tuple(t.key for t in TUNABLES)
 
@@ -72,6 +79,16 @@ def tunables_from(values: Mapping[str, str]) -> tuple[tuple[str, int], ...]:
             )
         found.append((tunable.key, value))
     return tuple(found)
+
+
+#: In-band host authentication (DH-HMAC-CHAP): none, the host proves its key, or both sides prove theirs.
+AUTH_MODES = ("none", "dhchap", "dhchap-bidirectional")
+
+
+def check_auth(mode: str) -> str:
+    if mode not in AUTH_MODES:
+        raise InvalidArgument(f"parameter 'auth' must be one of {', '.join(AUTH_MODES)}, not {mode!r}")
+    return mode
 
 
 def check_transport(transport: str) -> str:
@@ -125,6 +142,7 @@ class VolumeContext:
     portals: tuple[Portal, ...]
     tunables: tuple[tuple[str, int], ...] = ()
     agent: str = ""  # the target agent that holds the volume (informational)
+    auth: str = "none"  # DH-HMAC-CHAP mode (AUTH_MODES); the keys come from the node-stage secret
 
     def tunable(self, key: str) -> int | None:
         """The StorageClass value of ``key``, or ``None`` when the StorageClass left it to the default."""
@@ -135,6 +153,8 @@ class VolumeContext:
                "portals": ",".join(p.key for p in self.portals)}
         if self.agent:
             doc["agent"] = self.agent
+        if self.auth != "none":
+            doc["auth"] = self.auth
         doc.update({key: str(value) for key, value in self.tunables})
         return doc
 
@@ -148,4 +168,5 @@ class VolumeContext:
             portals=portals,
             tunables=tunables_from(context),
             agent=context.get("agent", ""),
+            auth=check_auth(context.get("auth", "none")),
         )

@@ -11,9 +11,17 @@ Text form (as the kernel's ``nvme_auth_extract_key`` reads it): ``DHHC-1:<hh>:<b
 ``hh`` the key transformation (``00``: none), the key 32, 48 or 64 bytes, the CRC the standard CRC-32 of the key
 in little-endian order.
 
+The secret reaches the driver through the CSI secrets fields (``csi.storage.k8s.io/controller-publish-secret-*``
+and ``node-stage-secret-*`` StorageClass parameters naming one Kubernetes Secret) under the key
+:data:`SECRET_KEY`. nvmet keeps keys per host NQN, across every subsystem that allows the host: so every volume
+with ``auth`` published to one node must use the same secret (one per cluster in practice), and a node that
+holds an authenticated volume cannot also hold an ``auth: none`` volume of the same agent (the agent refuses
+the mix with FAILED_PRECONDITION).
+
 Contract: :func:`format_key` / :func:`parse_key` are each other's inverse; :func:`parse_key` raises
 ``InvalidArgument`` for anything malformed (never echoing the key); :func:`derive` raises ``InvalidArgument``
-for a secret shorter than 32 bytes or an invalid host NQN.
+for a secret shorter than 32 bytes or an invalid host NQN; :func:`host_keys` gives the keys a mode needs, or
+``InvalidArgument`` naming the missing secret key (never a value).
 """
 
 from __future__ import annotations
@@ -25,13 +33,21 @@ import hmac
 import re
 import struct
 import zlib
+from collections.abc import Mapping
+from dataclasses import dataclass
 
 from nvmeof_csi.errors import InvalidArgument
+from nvmeof_csi.nvmeof.context import check_auth
 from nvmeof_csi.nvmeof.nqn import check_host_nqn
 
 KEY_LENGTHS = (32, 48, 64)
 TRANSFORMS = {0: "none", 1: "sha256", 2: "sha384", 3: "sha512"}
 MIN_SECRET_BYTES = 32
+#: the key of the Kubernetes Secret (CSI secrets map) holding the StorageClass secret
+SECRET_KEY = "dhchapSecret"  # noqa: S105 - the name of a key, not a secret
+#: what the agent sets for an authenticated host: the HMAC and the FFDHE group (forward secrecy)
+HASH = "hmac(sha256)"
+DHGROUP = "ffdhe2048"
 _TEXT = re.compile(r"DHHC-1:([0-9a-f]{2}):([A-Za-z0-9+/=]+):")
 
 
@@ -70,3 +86,31 @@ def derive(secret: str, host_nqn: str, role: str = "host") -> str:
     check_host_nqn(host_nqn)
     digest = hmac.new(secret.encode(), f"nvmeof-csi dhchap {role} {host_nqn}".encode(), hashlib.sha256).digest()
     return format_key(digest)
+
+
+@dataclass(frozen=True)
+class HostKeys:
+    """The keys of one host under one auth mode (``""``: not used). ``repr`` never shows a key."""
+
+    key: str = ""
+    ctrl_key: str = ""
+
+    def __repr__(self) -> str:
+        return f"HostKeys(key={'set' if self.key else 'none'}, ctrl_key={'set' if self.ctrl_key else 'none'})"
+
+    __str__ = __repr__
+
+
+def host_keys(mode: str, secrets: Mapping[str, str], host_nqn: str, what: str = "secret") -> HostKeys:
+    """The keys ``host_nqn`` needs under ``mode`` (``AUTH_MODES``), derived from ``secrets[SECRET_KEY]``.
+    ``what`` names the CSI secret in the error (e.g. "controller-publish secret")."""
+    if check_auth(mode) == "none":
+        return HostKeys()
+    secret = secrets.get(SECRET_KEY, "")
+    if not secret:
+        raise InvalidArgument(
+            f"the volume uses auth {mode!r} but the {what} has no {SECRET_KEY!r} key (set the StorageClass's "
+            f"csi.storage.k8s.io/*-secret-name and -namespace parameters to a Secret holding it)"
+        )
+    ctrl = derive(secret, host_nqn, "ctrl") if mode == "dhchap-bidirectional" else ""
+    return HostKeys(derive(secret, host_nqn), ctrl)

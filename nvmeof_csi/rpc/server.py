@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import signal
 import socket
 import stat
@@ -62,12 +63,22 @@ def claim_socket(path: Path) -> None:
     raise SocketInUse(f"a live server is already listening on {path}")
 
 
-def bind(server: grpc.aio.Server, endpoint: Endpoint) -> int:
-    """Bind the endpoint; returns the TCP port (0 for unix sockets)."""
+def bind(server: grpc.aio.Server, endpoint: Endpoint, socket_mode: int | None = None) -> int:
+    """Bind the endpoint; returns the TCP port (0 for unix sockets). With ``socket_mode`` a unix socket is
+    created with that mode from its first moment (the umask is narrowed while it is bound), so no other user
+    can connect in a window before a chmod."""
     if endpoint.scheme == "unix":
         assert endpoint.path is not None
         claim_socket(endpoint.path)
-        server.add_insecure_port(endpoint.grpc_address)
+        if socket_mode is None:
+            server.add_insecure_port(endpoint.grpc_address)
+            return 0
+        previous = os.umask(0o777 & ~socket_mode)
+        try:
+            server.add_insecure_port(endpoint.grpc_address)
+        finally:
+            os.umask(previous)
+        endpoint.path.chmod(socket_mode)
         return 0
     port = server.add_insecure_port(endpoint.grpc_address)
     if port == 0:
@@ -77,15 +88,17 @@ def bind(server: grpc.aio.Server, endpoint: Endpoint) -> int:
 
 async def run_until_stopped(
     server: grpc.aio.Server, grace_seconds: float, sockets: list[Path], stop: asyncio.Event | None = None,
-    socket_mode: int | None = None,
+    socket_mode: int | None = None, started: asyncio.Event | None = None,
 ) -> None:
-    """Start ``server``; on SIGTERM/SIGINT (or ``stop``) stop it, giving in-flight RPCs ``grace_seconds``;
-    remove the unix socket files."""
+    """Start ``server`` (then set ``started``); on SIGTERM/SIGINT (or ``stop``) stop it, giving in-flight RPCs
+    ``grace_seconds``; remove the unix socket files."""
     stop = stop or asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     await server.start()
+    if started is not None:
+        started.set()
     if socket_mode is not None:
         for path in sockets:
             path.chmod(socket_mode)

@@ -20,9 +20,12 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Protocol
 
 Topology = Mapping[str, str]
+#: "no CSI secrets" (read-only, so a shared default can never be changed by a callee)
+NO_SECRETS: Mapping[str, str] = MappingProxyType({})
 _LOCATION = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 
 
@@ -114,10 +117,14 @@ class TargetBackend(Protocol):
         parameters: Mapping[str, str],
         requirement: TopologyRequirement | None = None,
         source: ContentSource | None = None,
+        wait: float | None = None,
     ) -> Volume:
         """Create a volume recorded under ``name`` where ``requirement`` allows (filled from ``source``);
         returns the existing one if ``name`` exists (the caller checks compatibility). Raises
-        ``ResourceExhausted`` when no reachable place has capacity, ``NotFound`` for a missing source."""
+        ``ResourceExhausted`` when no reachable place has capacity, ``NotFound`` for a missing source.
+        A volume that takes long to fill (a data set) is waited for at most ``wait`` seconds (the caller's
+        deadline; ``None``: the backend's own bound), then ``Aborted`` says it is still being filled and the
+        fill goes on: a retry returns it once it is ready. No thread is held for the whole fill."""
         ...
 
     def find_volume_by_name(
@@ -142,9 +149,13 @@ class TargetBackend(Protocol):
         """Grow to at least ``capacity_bytes``; returns the new size. Never shrinks."""
         ...
 
-    def publish(self, ref: VolumeRef, node_id: str, readonly: bool) -> Mapping[str, str]:
+    def publish(
+        self, ref: VolumeRef, node_id: str, readonly: bool, secrets: Mapping[str, str] = NO_SECRETS
+    ) -> Mapping[str, str]:
         """Allow ``node_id`` to reach the volume; returns the publish context. Already published to that node
-        with another ``readonly`` raises ``AlreadyExists``."""
+        with another ``readonly`` raises ``AlreadyExists``. ``secrets`` is the CSI controller-publish secret
+        (the DH-HMAC-CHAP secret of a volume with ``auth``); it is never logged or stored in the clear by the
+        controller."""
         ...
 
     def unpublish(self, ref: VolumeRef, node_id: str) -> None:
@@ -182,9 +193,12 @@ class Connector(Protocol):
 
     def health(self) -> Health: ...
 
-    def connect(self, ref: VolumeRef, context: Mapping[str, str], timeout: float) -> str:
+    def connect(
+        self, ref: VolumeRef, context: Mapping[str, str], timeout: float, secrets: Mapping[str, str] = NO_SECRETS
+    ) -> str:
         """Make the volume's block device present and return its path; "already connected" is success.
-        Waits at most ``timeout`` seconds, then raises ``DeadlineExceeded``."""
+        Waits at most ``timeout`` seconds, then raises ``DeadlineExceeded``. ``secrets`` is the CSI node-stage
+        secret (the DH-HMAC-CHAP secret of a volume with ``auth``): used for this connect, never stored."""
         ...
 
     def find_device(self, ref: VolumeRef, context: Mapping[str, str]) -> str | None:

@@ -23,7 +23,7 @@ from nvmeof_csi.errors import AlreadyExists, FailedPrecondition, InvalidArgument
 from nvmeof_csi.host.filesystems import Filesystems, Usage, device_size, usage
 from nvmeof_csi.host.mounter import Mounter
 from nvmeof_csi.host.paths import confined
-from nvmeof_csi.service.ports import Condition, Connector, VolumeRef
+from nvmeof_csi.service.ports import NO_SECRETS, Condition, Connector, VolumeRef
 from nvmeof_csi.service.records import AccessSpec, StagingRecord, StagingStore
 
 log = logging.getLogger(__name__)
@@ -86,6 +86,7 @@ class StagingService:
         access: AccessSpec,
         context: Mapping[str, str],
         timeout: float,
+        secrets: Mapping[str, str] = NO_SECRETS,
     ) -> None:
         staging_path = self._path(staging_path, "staging_target_path")
         existing = self._store.load(ref)
@@ -101,7 +102,7 @@ class StagingService:
             self._store.save(record)  # save before acting
         connected = mounted = False
         try:
-            device = self._connector.connect(ref, record.context, timeout)
+            device = self._connector.connect(ref, record.context, timeout, secrets)
             connected = True
             if device != record.device:
                 record = record.with_device(device)

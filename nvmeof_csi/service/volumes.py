@@ -14,6 +14,7 @@ from typing import TypeVar
 
 from nvmeof_csi.errors import Aborted, AlreadyExists, InvalidArgument, NotFound, OutOfRange, ResourceExhausted
 from nvmeof_csi.service.ports import (
+    NO_SECRETS,
     Condition,
     ContentSource,
     NodeDirectory,
@@ -109,8 +110,10 @@ class VolumeService:
         parameters: Mapping[str, str],
         requirement: TopologyRequirement | None = None,
         source: ContentSource | None = None,
+        wait: float | None = None,
     ) -> Volume:
         """Create ``name`` or return the existing compatible volume; incompatible existing -> ALREADY_EXISTS.
+        ``wait`` bounds the wait for a volume still being filled (see ``TargetBackend.create_volume``).
         A volume from a source is at least as large as the source."""
         cap.check()
         existing = self._backend.find_volume_by_name(name, parameters, requirement, source)
@@ -125,11 +128,11 @@ class VolumeService:
                 raise AlreadyExists(f"volume {name!r} exists with a different content source")
             if existing.ready:
                 return existing
-            return self._backend.create_volume(name, existing.capacity_bytes, parameters, None, source)
+            return self._backend.create_volume(name, existing.capacity_bytes, parameters, None, source, wait)
         if source is not None:
             cap = CapacityRange(max(cap.required, self._source_size(source)), cap.limit)
         size = choose_size(cap, self._backend.max_volume_size())
-        return self._backend.create_volume(name, size, parameters, requirement, source)
+        return self._backend.create_volume(name, size, parameters, requirement, source, wait)
 
     def _source_size(self, source: ContentSource) -> int:
         if source.kind == "snapshot":
@@ -148,7 +151,9 @@ class VolumeService:
     def delete(self, ref: VolumeRef) -> None:
         self._backend.delete_volume(ref)
 
-    def publish(self, ref: VolumeRef, node_id: str, readonly: bool) -> Mapping[str, str]:
+    def publish(
+        self, ref: VolumeRef, node_id: str, readonly: bool, secrets: Mapping[str, str] = NO_SECRETS
+    ) -> Mapping[str, str]:
         volume = self.get(ref)
         if not self._nodes.knows(node_id):
             raise NotFound(f"node {node_id!r} is not known to this controller")
@@ -158,7 +163,7 @@ class VolumeService:
                 raise ResourceExhausted(
                     f"node {node_id!r} already has {attached} volumes published (limit {self._max_per_node})"
                 )
-        return self._backend.publish(ref, node_id, readonly)
+        return self._backend.publish(ref, node_id, readonly, secrets)
 
     def unpublish(self, ref: VolumeRef, node_id: str) -> None:
         if self._backend.get_volume(ref) is None:

@@ -7,9 +7,9 @@ import pytest
 
 from lab import LabVM
 from lab.stack import GuestDriver, running_stack
-from tests.support.lab import lab_vm, pytest_sessionfinish, report
+from tests.support.lab import kernel_release, lab_vm, pytest_sessionfinish, report
 
-__all__ = ["lab_vm", "pytest_sessionfinish", "report", "stack"]
+__all__ = ["kernel_release", "lab_vm", "pytest_sessionfinish", "report", "stack"]
 
 
 @pytest.fixture(scope="session")

@@ -108,8 +108,10 @@ class LocalAgent:
     def list_snapshots(self, source_volume: str = "", snapshot_uuid: str = "") -> list[pb.Snapshot]:
         return [snapshot_msg(s) for s in self.agent.list_snapshots(source_volume, snapshot_uuid)]
 
-    def allow_host(self, vol_uuid: str, host_nqn: str, secret: str = "", readonly: bool = False) -> pb.Volume:
-        return volume_msg(self.agent.allow_host(vol_uuid, host_nqn, secret, readonly))
+    def allow_host(
+        self, vol_uuid: str, host_nqn: str, secret: str = "", readonly: bool = False, ctrl_secret: str = ""
+    ) -> pb.Volume:
+        return volume_msg(self.agent.allow_host(vol_uuid, host_nqn, secret, readonly, ctrl_secret))
 
     def deny_host(self, vol_uuid: str, host_nqn: str) -> pb.Volume:
         return volume_msg(self.agent.deny_host(vol_uuid, host_nqn))

@@ -12,7 +12,16 @@ from pathlib import Path
 
 from nvmeof_csi.errors import CommandError, FailedPrecondition, NotFound, ResourceExhausted
 from nvmeof_csi.host.executor import Result
-from nvmeof_csi.service.ports import Condition, ContentSource, Health, Topology, TopologyRequirement, Volume, VolumeRef
+from nvmeof_csi.service.ports import (
+    NO_SECRETS,
+    Condition,
+    ContentSource,
+    Health,
+    Topology,
+    TopologyRequirement,
+    Volume,
+    VolumeRef,
+)
 
 TOPO = {"topology.csi.nvmeof.io/fabric": "f1"}
 
@@ -35,7 +44,8 @@ class FakeBackend:
         return Health(self.healthy, "fake")
 
     def create_volume(
-        self, name: str, capacity_bytes: int, parameters: Mapping[str, str], requirement: object = None, source: object = None
+        self, name: str, capacity_bytes: int, parameters: Mapping[str, str], requirement: object = None,
+        source: object = None, wait: float | None = None,
     ) -> Volume:
         self.entered.set()
         if requirement is not None and requirement.requisite and not any(  # type: ignore[attr-defined]
@@ -77,7 +87,9 @@ class FakeBackend:
         self.volumes[ref.uuid] = replace(vol, capacity_bytes=max(vol.capacity_bytes, capacity_bytes))
         return self.volumes[ref.uuid].capacity_bytes
 
-    def publish(self, ref: VolumeRef, node_id: str, readonly: bool) -> Mapping[str, str]:
+    def publish(
+        self, ref: VolumeRef, node_id: str, readonly: bool, secrets: Mapping[str, str] = NO_SECRETS
+    ) -> Mapping[str, str]:
         vol = self.volumes[ref.uuid]
         from nvmeof_csi.errors import AlreadyExists
 
@@ -131,7 +143,9 @@ class FakeConnector:
     def health(self) -> Health:
         return Health(True, "fake")
 
-    def connect(self, ref: VolumeRef, context: Mapping[str, str], timeout: float) -> str:
+    def connect(
+        self, ref: VolumeRef, context: Mapping[str, str], timeout: float, secrets: Mapping[str, str] = NO_SECRETS
+    ) -> str:
         self.calls.append(("connect", ref.uuid))
         if self.fail_connect:
             raise self.fail_connect

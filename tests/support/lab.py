@@ -32,6 +32,12 @@ def lab_vm() -> Iterator[LabVM]:
         vm.close()
 
 
+@pytest.fixture(scope="session")
+def kernel_release(lab_vm: LabVM) -> str:
+    """The running lab kernel (``uname -r`` in the guest)."""
+    return lab_vm.check(["uname", "-r"], timeout=10).strip()
+
+
 @pytest.fixture
 def fabric(lab_vm: LabVM) -> Iterator[Fabric]:
     fab = Fabric(lab_vm)

@@ -15,7 +15,6 @@ from nvmeof_csi.agent.state import CREATING, DELETING
 from nvmeof_csi.agent.target_agent import TargetAgent
 from nvmeof_csi.errors import (
     AlreadyExists,
-    FailedPrecondition,
     InvalidArgument,
     NotFound,
     OutOfRange,
@@ -149,8 +148,8 @@ def test_hosts_resize_capacity_and_ana(tmp_path: Path) -> None:
         agent.create_volume("w", 7 * MiB, {}, {})
     with pytest.raises(InvalidArgument, match="host NQN"):
         agent.allow_host(rec.uuid, "not an nqn")
-    with pytest.raises(FailedPrecondition, match="DH-HMAC-CHAP"):
-        agent.allow_host(rec.uuid, HOST, "DHHC-1:00:secret:")
+    with pytest.raises(InvalidArgument, match="DH-HMAC-CHAP"):
+        agent.allow_host(rec.uuid, HOST, "DHHC-1:00:secret:")  # malformed key (and the volume has no auth)
     assert agent.state.current.volumes[rec.uuid].hosts == {}  # nothing saved for a refused grant
     assert agent.allow_host(rec.uuid, HOST).record.hosts == {HOST: ""}
     assert agent.resize_volume(rec.uuid, 8 * MiB).record.capacity_bytes == 8 * MiB

@@ -72,7 +72,7 @@ def test_ana_and_hosts(nvmet: Nvmet) -> None:
     assert nvmet.ana_state(1) == "inaccessible"
     with pytest.raises(InvalidArgument):
         nvmet.set_ana(1, "sideways")
-    with pytest.raises(FailedPrecondition, match="DH-HMAC-CHAP"):
+    with pytest.raises(FailedPrecondition, match="CONFIG_NVME_TARGET_AUTH"):
         nvmet.ensure_host(HOST, "DHHC-1:00:abc:")
     nvmet.ensure_subsystem(NQN, "s", "m")
     nvmet.allow(NQN, HOST)
@@ -86,8 +86,17 @@ def test_ana_and_hosts(nvmet: Nvmet) -> None:
 def test_dhchap_secret_written_when_supported(nvmet: Nvmet, tmp_path: Path) -> None:
     (tmp_path / "hosts" / HOST).mkdir()
     (tmp_path / "hosts" / HOST / "dhchap_key").write_text("")
-    nvmet.ensure_host(HOST, "DHHC-1:00:abc:")
-    assert (tmp_path / "hosts" / HOST / "dhchap_key").read_text() == "DHHC-1:00:abc:"
+    nvmet.ensure_host(HOST, "DHHC-1:00:abc:", "DHHC-1:00:ctrl:")
+    host = tmp_path / "hosts" / HOST
+    assert (host / "dhchap_key").read_text() == "DHHC-1:00:abc:"
+    assert (host / "dhchap_ctrl_key").read_text() == "DHHC-1:00:ctrl:"
+    assert (host / "dhchap_hash").read_text() == "hmac(sha256)"
+    assert (host / "dhchap_dhgroup").read_text() == "ffdhe2048"
+
+
+def test_dhchap_support_probe_leaves_nothing(nvmet: Nvmet, tmp_path: Path) -> None:
+    assert nvmet.supports_dhchap() is False  # a plain folder has no dhchap_key attribute
+    assert nvmet.hosts() == []  # the probe entry is gone again
 
 
 @pytest.mark.parametrize(

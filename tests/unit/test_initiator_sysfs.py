@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from nvmeof_csi.initiator.identity import HostIdentity, ensure_identity
@@ -85,3 +86,22 @@ def test_identity_adopts_a_valid_pair(tmp_path: Path) -> None:
     found, origin = ensure_identity(tmp_path / "state", etc)
     assert origin == "adopted" and found == HostIdentity(UUID_NQN_PREFIX + UUID_A, UUID_A)
     assert not HostIdentity(UUID_NQN_PREFIX + UUID_A, "11111111-0000-0000-0000-000000000000").valid()  # mismatched pair
+
+
+def test_identity_made_on_another_machine_is_replaced(tmp_path: Path) -> None:
+    """A cloned disk or state folder would give two nodes one host NQN: the copy is bound to the machine ID."""
+    etc, state, mid = tmp_path / "etc", tmp_path / "state", tmp_path / "machine-id"
+    write(mid, "0f0e0d0c0b0a09080706050403020100")
+    first, origin = ensure_identity(state, etc, mid)
+    assert origin == "generated"
+    assert ensure_identity(state, etc, mid) == (first, "saved")
+    write(mid, "ffeeddccbbaa99887766554433221100")  # the same state on another machine
+    clone, origin = ensure_identity(state, etc, mid)
+    assert origin == "regenerated" and clone != first and clone.valid()
+    assert (etc / "hostnqn").read_text().strip() == clone.nqn
+    assert ensure_identity(state, etc, mid) == (clone, "saved")
+    old = tmp_path / "old"  # a copy saved before the binding existed is kept, and bound from now on
+    write(old / "host-identity.json", json.dumps({"nqn": first.nqn, "host_id": first.host_id}))
+    assert ensure_identity(old, etc, mid) == (first, "saved")
+    assert json.loads((old / "host-identity.json").read_text())["machine"]
+    assert ensure_identity(old, etc, tmp_path / "no-machine-id") == (first, "saved")  # no ID: no binding

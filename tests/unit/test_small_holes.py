@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pathlib
 from typing import Any
 
 import pytest
@@ -66,3 +67,20 @@ def test_request_values_cannot_forge_log_lines() -> None:
     log.propagate = False
     log.warning("volume %s deleted", "pvc-1\n2026-11-30 INFO nvmeof_csi forged line\x00")
     assert stream.getvalue().count("\n") == 1 and "\\n2026-11-30" in stream.getvalue()
+
+
+async def test_owner_only_socket_has_its_mode_from_the_first_moment(tmp_path: pathlib.Path) -> None:
+    """No window between bind and chmod in which another local user could connect to the agent's socket."""
+    import os
+    import stat
+
+    from nvmeof_csi.rpc.endpoints import Endpoint
+    from nvmeof_csi.rpc.server import bind, new_server
+
+    before = os.umask(0o022)
+    os.umask(before)
+    server = new_server({})
+    bind(server, Endpoint.parse(f"unix://{tmp_path}/agent.sock"), socket_mode=0o600)
+    assert stat.S_IMODE((tmp_path / "agent.sock").stat().st_mode) == 0o600  # before start(), before any chmod
+    assert os.umask(before) == before  # the process umask is restored
+    await server.stop(None)

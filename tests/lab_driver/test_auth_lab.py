@@ -1,0 +1,85 @@
+"""DH-HMAC-CHAP on the real kernel (the 6.12 lab kernel: nvmet and the host built with in-band
+authentication), end to end through CSI: a StorageClass with ``auth: dhchap-bidirectional`` and one secret,
+ControllerPublishVolume and NodeStageVolume each given that secret (as the sidecars pass the Kubernetes Secret),
+and the kernel as the judge. nvme-cli in the guest plays the intruder with the node's own host NQN."""
+
+from __future__ import annotations
+
+import pytest
+
+from lab import Fabric, GuestError, LabVM
+from lab.stack import DRIVER_LOG, GuestDriver
+from lab.target import LOG as AGENT_LOG
+from lab.target import STATE_DIR, TWO_PORTALS
+
+pytestmark = pytest.mark.lab
+MiB = 1 << 20
+SECRET = {"dhchapSecret": "lab StorageClass secret: at least 32 bytes of it"}
+WRONG = {"dhchapSecret": "not the secret the controller used, 32+ bytes"}
+CONFIGFS = "/sys/kernel/config/nvmet"
+P1 = TWO_PORTALS[0]
+
+
+def cat(vm: LabVM, path: str) -> str:
+    return vm.check(["cat", path], timeout=10).strip()
+
+
+def raw_connect(vm: LabVM, nqn: str, *keys: str) -> int:
+    """``nvme connect`` as the node's host (its /etc/nvme identity) with the given key options; the exit code.
+    A controller it made is removed again."""
+    res = vm.run(["nvme", "connect", "-t", "tcp", "-a", P1.traddr, "-s", str(P1.trsvcid), "-n", nqn, *keys], 60)
+    if res.rc == 0:
+        vm.run(["nvme", "disconnect", "-n", nqn], 60)
+    return res.rc
+
+
+def test_dhchap_bidirectional_through_csi(stack: GuestDriver, kernel_release: str) -> None:
+    vm = stack.vm
+    assert kernel_release.startswith("6.12"), kernel_release
+    params = {"auth": "dhchap-bidirectional"}
+    step = stack.csi({"op": "create", "name": "au", "size": 64 * MiB, "mode": "mount", "fs": "ext4",
+                      "params": params})[0]
+    nqn = step["nqn"]
+    try:
+        with pytest.raises(GuestError, match=r"INVALID_ARGUMENT.*controller-publish secret"):
+            stack.one("attach", "au")  # the volume needs the secret; none given
+        stack.one("attach", "au", secrets=SECRET)
+        host_nqn = cat(vm, "/etc/nvme/hostnqn")
+        host_dir = f"{CONFIGFS}/hosts/{host_nqn}"
+        key, ctrl_key = cat(vm, f"{host_dir}/dhchap_key"), cat(vm, f"{host_dir}/dhchap_ctrl_key")
+        assert key.startswith("DHHC-1:00:") and ctrl_key.startswith("DHHC-1:00:") and key != ctrl_key
+        assert cat(vm, f"{host_dir}/dhchap_dhgroup") == "ffdhe2048"
+        assert vm.check(["stat", "-c", "%a", f"{STATE_DIR}/agent-state.json"], timeout=10).strip() == "600"
+
+        # the node: no secret, then the wrong secret (the target rejects the key), then the right one
+        with pytest.raises(GuestError, match=r"INVALID_ARGUMENT.*node-stage secret"):
+            stack.one("stage", "au")
+        with pytest.raises(GuestError, match=r"PERMISSION_DENIED.*refused DH-HMAC-CHAP"):
+            stack.one("stage", "au", secrets=WRONG)
+        assert Fabric(vm).paths(nqn) == [], "a refused stage left a controller behind"
+        stack.csi({"op": "stage", "name": "au", "secrets": SECRET}, {"op": "publish", "name": "au"},
+                  {"op": "probe-target", "name": "au", "mib": 4})
+        Fabric(vm).wait_paths(nqn, live=2)
+        ctrls = [c for c in vm.listdir("/sys/class/nvme") if cat(vm, f"/sys/class/nvme/{c}/subsysnqn") == nqn]
+        assert len(ctrls) == 2
+        for ctrl in ctrls:  # the host's controllers hold the very keys the agent gave the target
+            assert cat(vm, f"/sys/class/nvme/{ctrl}/dhchap_secret") == key
+            assert cat(vm, f"/sys/class/nvme/{ctrl}/dhchap_ctrl_secret") == ctrl_key
+        assert "authenticated" in vm.check(["dmesg"], timeout=10)
+
+        stack.csi({"op": "unpublish", "name": "au"}, {"op": "unstage", "name": "au"})
+        assert Fabric(vm).paths(nqn) == []
+        # an intruder with this node's host NQN: no key, a random key, the right key with a wrong controller key
+        random_key = vm.check(["nvme", "gen-dhchap-key", "-n", host_nqn], timeout=30).strip()
+        assert raw_connect(vm, nqn) != 0, "the target let a host in without a key"
+        assert raw_connect(vm, nqn, f"--dhchap-secret={random_key}") != 0, "the target took a wrong key"
+        assert raw_connect(vm, nqn, f"--dhchap-secret={key}", f"--dhchap-ctrl-secret={random_key}") != 0, \
+            "the host accepted a controller that could not prove the controller key"
+        assert raw_connect(vm, nqn, f"--dhchap-secret={key}", f"--dhchap-ctrl-secret={ctrl_key}") == 0
+        logs = vm.check(["cat", DRIVER_LOG, AGENT_LOG], timeout=30)
+        for secret in (key, ctrl_key, SECRET["dhchapSecret"], WRONG["dhchapSecret"]):
+            assert secret not in logs, "a secret reached a log"
+    finally:
+        vm.run(["nvme", "disconnect", "-n", nqn], 60)
+        stack.csi({"op": "down", "name": "au"})
+    assert not vm.exists(host_dir), "the host entry (with its keys) outlived the last grant"
