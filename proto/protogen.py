@@ -1,9 +1,10 @@
 """Fetch, verify and compile the project's protobuf definitions into ``nvmeof_csi/gen``.
 
 Contract:
-- ``csi.proto`` is never committed. It is fetched from the Go module named in ``proto/csi.lock`` with
-  ``go mod download -json`` (the Go module proxy), and its sha256 must equal the pinned one; a mismatch raises
-  :class:`HashMismatch` and nothing is generated.
+- Upstream protos are never committed. Each ``proto/<name>.lock`` pins one (``csi.lock``: the CSI spec;
+  ``pluginregistration.lock``: kubelet's plugin registration API): it is fetched from the named Go module with
+  ``go mod download -json`` (the Go module proxy), its sha256 must equal the pinned one (a mismatch raises
+  :class:`HashMismatch` and nothing is generated), and it is compiled as ``nvmeof_csi/gen/<name>_pb2``.
 - Our own ``proto/*.proto`` files are compiled the same way.
 - Output is Python modules (``*_pb2.py``, ``*_pb2_grpc.py``) plus ``.pyi`` stubs for both, written into the
   package folder ``nvmeof_csi/gen`` (git-ignored). Generation is idempotent: running it again rewrites the same files.
@@ -79,7 +80,7 @@ def verify(path: Path, expected: str) -> None:
 
 def fetch_spec(lock: SpecLock, cache_dir: Path) -> Path:
     """Download the pinned module through the Go module proxy, verify the file, return a cached copy."""
-    cached = cache_dir / f"{lock.version}-{lock.file}"
+    cached = cache_dir / f"{lock.module.replace('/', '_')}-{lock.version}-{Path(lock.file).name}"
     if cached.exists() and sha256_of(cached) == lock.sha256:
         return cached
     go = shutil.which("go") or ("/usr/local/go/bin/go" if Path("/usr/local/go/bin/go").exists() else None)
@@ -161,10 +162,10 @@ def compile_protos(sources: dict[str, Path], out_root: Path) -> list[Path]:
 
 
 def generate(root: Path = ROOT) -> list[Path]:
-    """Fetch and verify the CSI spec, then compile it and our own protos. Returns the files written."""
-    lock = SpecLock.read(root / "proto" / "csi.lock")
-    csi = fetch_spec(lock, root / ".cache" / "proto")
-    sources = {"csi": csi}
+    """Fetch and verify every pinned upstream proto, then compile them and our own. Returns the files written."""
+    sources = {}
+    for lock_file in sorted((root / "proto").glob("*.lock")):
+        sources[lock_file.stem] = fetch_spec(SpecLock.read(lock_file), root / ".cache" / "proto")
     for own in sorted((root / "proto").glob("*.proto")):
         sources[own.stem] = own
     return compile_protos(sources, root)

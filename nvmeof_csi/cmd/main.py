@@ -6,6 +6,8 @@ Invalid settings exit with code 2 and one line naming the setting; runtime domai
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import typer
 
 from nvmeof_csi import DRIVER_NAME, __version__
@@ -23,6 +25,21 @@ app.command(name="demo")(demo_command)
 def version() -> None:
     """Print the driver name and version."""
     typer.echo(f"{DRIVER_NAME} {__version__}")
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        version()
+        raise typer.Exit()
+
+
+@app.callback()
+def main(
+    show_version: Annotated[
+        bool, typer.Option("--version", callback=_print_version, is_eager=True, help="Print the version and exit.")
+    ] = False,
+) -> None:
+    """NVMe-over-Fabrics CSI driver: serve (controller/node), agent (storage node), demo."""
 
 
 if __name__ == "__main__":

@@ -8,9 +8,11 @@ from typing import Annotated
 
 import typer
 
+from nvmeof_csi import DRIVER_NAME
 from nvmeof_csi.cmd.exits import run_or_exit, settings_or_exit
 from nvmeof_csi.cmd.settings import Backend, Mode, Settings, env_var, parse_size
 from nvmeof_csi.cmd.wiring import build_services
+from nvmeof_csi.csi.registration import KubeletRegistration
 from nvmeof_csi.csi.server import serve as serve_grpc
 from nvmeof_csi.rpc import logctx
 from nvmeof_csi.rpc.endpoints import Endpoint
@@ -58,6 +60,18 @@ def serve_command(
         Path, typer.Option(envvar=env_var("KUBELET_ROOT"), help="The node touches staging and target paths "
                            "only under this folder (kubelet's root directory).")
     ] = Path("/var/lib/kubelet"),
+    registration_dir: Annotated[
+        Path | None, typer.Option(envvar=env_var("REGISTRATION_DIR"), help="Register with kubelet ourselves through "
+                                  "its plugins_registry folder (where node-driver-registrar cannot run).")
+    ] = None,
+    registration_endpoint: Annotated[
+        str, typer.Option(envvar=env_var("REGISTRATION_ENDPOINT"), help="The CSI socket's path as kubelet sees it "
+                          "(default: the --endpoint path).")
+    ] = "",
+    health_listen: Annotated[
+        str, typer.Option(envvar=env_var("HEALTH_LISTEN"), help="HOST:PORT for GET /healthz (the Probe checks) "
+                          "where the livenessprobe sidecar cannot run ('' = off).")
+    ] = "",
 ) -> None:
     """Run the CSI gRPC server (controller, node or both) until SIGTERM."""
     settings = settings_or_exit("nvmeof-csi", lambda: Settings(
@@ -76,8 +90,17 @@ def serve_command(
             allow_single_path=allow_single_path,
             alluxio_proxy=alluxio_proxy,
             kubelet_root=kubelet_root.absolute(),
+            registration_dir=registration_dir,
+            registration_endpoint=registration_endpoint,
+            health_listen=health_listen,
     ))
     logctx.install(settings.log_level)
     if settings.backend is Backend.LOOP:
         log.warning("backend 'loop' is for DEVELOPMENT ONLY: no durability, no access control")
-    run_or_exit("nvmeof-csi", lambda: serve_grpc(build_services(settings), settings.endpoint, settings.grace_seconds))
+    registration = None
+    if settings.registration_dir is not None:
+        registration = KubeletRegistration(settings.registration_dir, DRIVER_NAME, settings.registration_endpoint)
+    run_or_exit("nvmeof-csi", lambda: serve_grpc(
+        build_services(settings), settings.endpoint, settings.grace_seconds,
+        registration=registration, health_listen=settings.health_listen,
+    ))

@@ -14,6 +14,7 @@ from enum import StrEnum
 from pathlib import Path
 
 from nvmeof_csi.agent.portals import PortSpec
+from nvmeof_csi.csi.health import parse_listen
 from nvmeof_csi.errors import ConfigError
 from nvmeof_csi.rpc.endpoints import Endpoint, TlsFiles, is_loopback
 from nvmeof_csi.service.ports import valid_location
@@ -64,8 +65,12 @@ class Settings:
     allow_single_path: bool = False
     alluxio_proxy: str = ""
     kubelet_root: Path = Path("/var/lib/kubelet")
+    registration_dir: Path | None = None
+    registration_endpoint: str = ""
+    health_listen: str = ""
 
     def __post_init__(self) -> None:
+        self._check_kubelet_side()
         if not self.kubelet_root.is_absolute() or self.kubelet_root == Path("/"):
             raise ConfigError(f"kubelet-root {self.kubelet_root} must be an absolute path other than /")
         if self.alluxio_proxy and not self.alluxio_proxy.startswith(("http://", "https://")):
@@ -88,6 +93,22 @@ class Settings:
             raise ConfigError("log-level must be DEBUG, INFO, WARNING or ERROR")
         if not self.state_dir.is_absolute():
             raise ConfigError(f"state-dir {self.state_dir} must be an absolute path")
+
+    def _check_kubelet_side(self) -> None:
+        if self.health_listen:
+            parse_listen(self.health_listen)
+        if self.registration_dir is None:
+            return
+        if not self.mode.node:
+            raise ConfigError("--registration-dir registers a node plugin with kubelet: it needs --mode node or all")
+        if self.endpoint.path is None:
+            raise ConfigError("--registration-dir needs a unix:// --endpoint (kubelet reaches plugins by socket)")
+        if not self.registration_dir.is_absolute():
+            raise ConfigError(f"registration-dir {self.registration_dir} must be an absolute path")
+        path = self.registration_endpoint or str(self.endpoint.path)
+        if not path.startswith("/"):
+            raise ConfigError(f"registration-endpoint {path!r} must be the CSI socket's absolute path on the host")
+        object.__setattr__(self, "registration_endpoint", path)
 
 
 def parse_size(text: str) -> int:

@@ -1,7 +1,9 @@
 """The CSI gRPC server: registers the servicers this process runs, reconciles the node, serves until stopped.
 
 Contract: :func:`serve` binds the endpoint (see ``nvmeof_csi.rpc.server`` for socket handling), runs the
-node's start-up reconciliation before the first RPC, and stops gracefully on SIGTERM (or ``stop``).
+node's start-up reconciliation before the first RPC, and stops gracefully on SIGTERM (or ``stop``). With a
+``registration`` it also registers with kubelet (``csi/registration.py``) once the CSI socket serves, and with
+``health_listen`` it answers ``GET /healthz`` from the same checks as Probe (``csi/health.py``).
 """
 
 from __future__ import annotations
@@ -14,9 +16,11 @@ from dataclasses import dataclass, field
 import grpc
 
 from nvmeof_csi.csi.controller import ControllerServicer
+from nvmeof_csi.csi.health import serve_health
 from nvmeof_csi.csi.identity import IdentityServicer
 from nvmeof_csi.csi.locks import CSI_LOCK_TABLE
 from nvmeof_csi.csi.node import NodeServicer
+from nvmeof_csi.csi.registration import KubeletRegistration
 from nvmeof_csi.gen import csi_pb2_grpc
 from nvmeof_csi.rpc.endpoints import Endpoint
 from nvmeof_csi.rpc.server import bind, new_server, run_until_stopped
@@ -57,9 +61,11 @@ def build_server(services: CsiServices) -> grpc.aio.Server:
 
 
 async def serve(
-    services: CsiServices, endpoint: Endpoint, grace_seconds: float, stop: asyncio.Event | None = None
+    services: CsiServices, endpoint: Endpoint, grace_seconds: float, stop: asyncio.Event | None = None,
+    registration: KubeletRegistration | None = None, health_listen: str = "",
 ) -> None:
     """Serve CSI on ``endpoint`` until a signal (or ``stop``), then stop gracefully and remove the socket."""
+    stop = stop or asyncio.Event()
     server = build_server(services)
     bind(server, endpoint)
     if services.staging is not None:
@@ -68,4 +74,22 @@ async def serve(
     sides = [s for s, on in (("controller", services.volumes), ("node", services.staging)) if on is not None]
     log.info("serving %s (%s, node=%s)", endpoint, "+".join(sides), services.node_id)
     sockets = [endpoint.path] if endpoint.path is not None else []
-    await run_until_stopped(server, grace_seconds, sockets, stop)
+    helpers = []
+    if health_listen:
+        helpers.append(asyncio.ensure_future(serve_health(health_listen, services.checks, stop)))
+    started = asyncio.Event()
+    if registration is not None:
+        helpers.append(asyncio.ensure_future(_register_when_serving(registration, started, stop)))
+    try:
+        await run_until_stopped(server, grace_seconds, sockets, stop, started=started)
+    finally:
+        stop.set()
+        await asyncio.gather(*helpers, return_exceptions=True)
+
+
+async def _register_when_serving(
+    registration: KubeletRegistration, started: asyncio.Event, stop: asyncio.Event
+) -> None:
+    """Kubelet may call the CSI socket as soon as it sees the registration socket: make that one after."""
+    await started.wait()
+    await registration.run(stop)

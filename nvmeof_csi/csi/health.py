@@ -1,0 +1,63 @@
+"""A plain HTTP health endpoint (``GET /healthz``) for kubelet's liveness probe where the livenessprobe
+sidecar cannot be had: 200 ``ok`` when every check is ready, 503 with the failing checks' messages otherwise,
+404 for any other path. Checks run in a worker thread (they may touch the kernel or an agent).
+
+Contract: :func:`serve_health` listens on ``HOST:PORT`` until ``stop`` is set; requests larger than 8 KiB or
+slower than 5 s are dropped. It reads nothing from a request but its first line.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable, Sequence
+
+from nvmeof_csi.errors import ConfigError
+from nvmeof_csi.service.ports import Health
+
+log = logging.getLogger(__name__)
+READ_TIMEOUT = 5.0
+
+
+def parse_listen(text: str) -> tuple[str, int]:
+    """``HOST:PORT`` (IPv6 hosts in brackets) -> (host, port); ``ConfigError`` otherwise."""
+    host, sep, port = text.rpartition(":")
+    host = host.strip("[]")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ConfigError(f"health listen address {text!r} must be HOST:PORT")
+    return host, int(port)
+
+
+def _status(checks: Sequence[Callable[[], Health]]) -> tuple[int, str]:
+    failing = [h.message for h in (check() for check in checks) if not h.ready]
+    return (503, "; ".join(failing)) if failing else (200, "ok")
+
+
+async def serve_health(listen: str, checks: Sequence[Callable[[], Health]], stop: asyncio.Event) -> None:
+    host, port = parse_listen(listen)
+
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            line = await asyncio.wait_for(reader.readline(), READ_TIMEOUT)
+            parts = line.decode("latin-1").split()
+            if len(parts) >= 2 and parts[0] in ("GET", "HEAD") and parts[1] == "/healthz":
+                code, body = await asyncio.to_thread(_status, checks)
+            else:
+                code, body = 404, "not found"
+            reason = {200: "OK", 404: "Not Found", 503: "Service Unavailable"}[code]
+            payload = (body + "\n").encode()
+            writer.write(f"HTTP/1.1 {code} {reason}\r\nContent-Type: text/plain\r\nContent-Length: {len(payload)}"
+                         "\r\nConnection: close\r\n\r\n".encode() + (payload if parts[:1] != ["HEAD"] else b""))
+            await writer.drain()
+        except (TimeoutError, ConnectionError, UnicodeError):
+            pass
+        finally:
+            writer.close()
+            with contextlib.suppress(ConnectionError):
+                await writer.wait_closed()
+
+    server = await asyncio.start_server(answer, host, port, limit=8192)
+    log.info("health endpoint on http://%s/healthz", listen)
+    async with server:
+        await stop.wait()
