@@ -1,14 +1,24 @@
-# nvmeof-csi image: the driver, its node-side tools, and the CSI stubs generated at build time from the
-# pinned spec (Go is needed only for that step and is not kept).
-FROM golang:1.22-bookworm AS go
-
-FROM python:3.11-slim-bookworm
+# nvmeof-csi image for users with a registry at hand. The same image is built without a registry by
+# `./dev image` (image/build.py: debootstrap + umoci); both install exactly image/packages.txt.
+# Stage 1 builds our wheel: its CSI and kubelet stubs are generated from the pinned protos, fetched through
+# the Go module proxy (Go is needed only here).
+FROM golang:1.26-bookworm AS wheel
 RUN apt-get update \
- && apt-get install -y --no-install-recommends nvme-cli e2fsprogs xfsprogs util-linux mount kmod udev iproute2 \
+ && apt-get install -y --no-install-recommends python3 python3-venv \
  && rm -rf /var/lib/apt/lists/*
-COPY --from=go /usr/local/go /usr/local/go
 COPY . /src
-RUN PATH=/usr/local/go/bin:$PATH pip install --no-cache-dir /src \
- && rm -rf /usr/local/go /root/go /root/.cache /src
-ENTRYPOINT ["nvmeof-csi"]
-CMD ["serve", "--help"]
+RUN python3 -m venv /w && /w/bin/pip install --no-cache-dir --upgrade pip \
+ && /w/bin/pip wheel --no-cache-dir --no-deps -w /dist /src
+
+FROM debian:bookworm-slim
+COPY image/packages.txt /tmp/packages.txt
+RUN apt-get update \
+ && grep -v '^#' /tmp/packages.txt | xargs apt-get install -y --no-install-recommends \
+ && rm -rf /var/lib/apt/lists/* /tmp/packages.txt
+COPY --from=wheel /dist /tmp/dist
+RUN python3 -m venv /opt/nvmeof-csi \
+ && /opt/nvmeof-csi/bin/pip install --no-cache-dir /tmp/dist/*.whl \
+ && rm -rf /tmp/dist \
+ && ln -s /opt/nvmeof-csi/bin/nvmeof-csi /opt/nvmeof-csi/bin/nvmeofctl /usr/local/bin/
+ENTRYPOINT ["/usr/local/bin/nvmeof-csi"]
+CMD ["--help"]

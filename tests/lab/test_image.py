@@ -1,0 +1,48 @@
+"""The container image (``./dev image``: debootstrap + umoci, no registry) run by runc inside the lab VM: the
+driver and the admin CLI start from it. Its size is reported."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+
+import pytest
+
+from image.build import ImageError, current
+from lab import LabVM
+from tests.support.env import need
+
+pytestmark = pytest.mark.lab
+BUNDLE = "/run/nvmeof-image-bundle"
+
+
+def run_in_image(vm: LabVM, argv: list[str], name: str) -> str:
+    """``argv`` as the process of a runc container of the unpacked image; its output."""
+    config = json.loads(vm.read(f"{BUNDLE}/config.json"))
+    config["process"].update(args=argv, terminal=False)
+    vm.check(["python3", "-c", f"import sys; open({BUNDLE + '/config.json'!r}, 'w').write(sys.argv[1])",
+              json.dumps(config)], timeout=30)
+    res = vm.run(["runc", "run", "--bundle", BUNDLE, name], 300)
+    assert res.rc == 0, f"{argv} in the image: rc={res.rc}\n{res.out}{res.err}"
+    return res.out
+
+
+def test_image_runs_the_driver_and_the_cli(lab_vm: LabVM, report: Callable[[str, str], None]) -> None:
+    try:
+        info = current()
+    except ImageError as err:
+        need(False, str(err))
+        return
+    lab_vm.run(["rm", "-rf", BUNDLE], 60)
+    lab_vm.check(["umoci", "unpack", "--image", f"{info['layout']}:{info['tag']}", BUNDLE], timeout=600)
+    version = run_in_image(lab_vm, ["/usr/local/bin/nvmeof-csi", "--version"], "version")
+    assert version.strip() == f"csi.nvmeof.io {info['tag']}"
+    cli = run_in_image(lab_vm, ["/usr/local/bin/nvmeofctl", "--help"], "cli")
+    assert "volumes" in cli and "Usage" in cli
+    tools = run_in_image(lab_vm, ["/bin/sh", "-c", "nvme version && mkfs.xfs -V && mkfs.ext4 -V 2>&1 | head -1"],
+                         "tools")
+    assert "nvme version" in tools and "mkfs.xfs version" in tools
+    rootfs = lab_vm.check(["du", "-sm", f"{BUNDLE}/rootfs"], timeout=120).split()[0]
+    report("image size", f"{info['size_mib']} MiB compressed (OCI layers), {rootfs} MiB unpacked; "
+                         f"{info['layout']}:{info['tag']}")
+    lab_vm.run(["rm", "-rf", BUNDLE], 60)
