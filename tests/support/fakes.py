@@ -236,3 +236,18 @@ class FakeHost:
                 self.readonly_devices.add(argv[-1])
             return Result(0, "", "")
         raise NotFound(f"FakeHost does not simulate {tool}")
+
+
+class FakeClock:
+    """A monotonic clock that only moves when something sleeps on it (``sleep`` advances it by at least
+    ``min_step``), for code that takes ``clock`` and ``sleep`` callables."""
+
+    def __init__(self, min_step: float = 0.0) -> None:
+        self.now = 0.0
+        self._min_step = min_step
+
+    def __call__(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += max(seconds, self._min_step)

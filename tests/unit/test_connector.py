@@ -20,6 +20,7 @@ from nvmeof_csi.initiator.uevents import PollingWait, UdevWait
 from nvmeof_csi.nvmeof.context import parse_portals
 from nvmeof_csi.nvmeof.nqn import VOLUME_NQN_PREFIX as NQN_PREFIX
 from nvmeof_csi.service.ports import VolumeRef
+from tests.support.fakes import FakeClock
 
 VOL = VolumeRef("lab", "0b6d5bd6-4c1e-4f55-9d7a-3e0f6f1a7c01")
 OTHER = VolumeRef("lab", "0b6d5bd6-4c1e-4f55-9d7a-3e0f6f1a7c0a")
@@ -95,22 +96,11 @@ class FakeNvme:
                     sub.rmdir()
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
-
-    def sleep(self, seconds: float) -> None:
-        self.now += seconds
-
-
 def connector(
     tmp: Path, multipath: bool = True, single: bool = False, busy: dict[str, str] | None = None
 ) -> tuple[NvmeofConnector, FakeNvme]:
     fake = FakeNvme(tmp, multipath)
-    clock = Clock()
+    clock = FakeClock()
     in_use = (busy if busy is not None else {}).get
     return NvmeofConnector(fake, NvmeSysfs(tmp), ME, single, sleep=clock.sleep, clock=clock,
                            in_use=lambda dev: in_use(dev, "")), fake
@@ -219,7 +209,7 @@ class FakeUevents:
 
     source = "fake"
 
-    def __init__(self, fake: FakeNvme, clock: Clock) -> None:
+    def __init__(self, fake: FakeNvme, clock: FakeClock) -> None:
         self.fake, self.clock = fake, clock
         self.opened_before_connect: bool | None = None
         self.waits: list[float] = []
@@ -237,7 +227,7 @@ class FakeUevents:
 
 
 def test_namespace_found_on_the_uevent_not_by_sleeping(tmp_path: Path) -> None:
-    fake, clock = FakeNvme(tmp_path), Clock()
+    fake, clock = FakeNvme(tmp_path), FakeClock()
     events = FakeUevents(fake, clock)
     conn = NvmeofConnector(fake, NvmeSysfs(tmp_path), ME, sleep=clock.sleep, clock=clock, block_events=events.open)
     fake.ns_appears = False

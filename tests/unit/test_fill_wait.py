@@ -12,6 +12,7 @@ from nvmeof_csi.backends.agent import AgentBackend
 from nvmeof_csi.errors import Aborted, DeadlineExceeded, NotFound
 from nvmeof_csi.gen import nvmeof_agent_pb2 as pb
 from nvmeof_csi.topology.fabric_map import parse_fabric_map
+from tests.support.fakes import FakeClock
 
 DATASET = {"dataset.path": "/datasets/imagenet"}
 UUID = "0b6d5bd6-4c1e-4f55-9d7a-3e0f6f1a7c01"
@@ -50,24 +51,13 @@ class SlowFillAgent:
         return pb.HealthResponse(ready=True)
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
-
-    def sleep(self, seconds: float) -> None:
-        self.now += max(seconds, 0.01)
-
-
-def backend(agent: SlowFillAgent, clock: Clock) -> AgentBackend:
+def backend(agent: SlowFillAgent, clock: FakeClock) -> AgentBackend:
     fabric = parse_fabric_map({"agents": [{"name": "store-a", "endpoint": "unix:///nowhere", "fabric": "f1"}]})
     return AgentBackend(fabric, client=lambda _e: agent, sleep=clock.sleep, clock=clock)  # type: ignore[arg-type,return-value]
 
 
 def test_a_fill_past_the_deadline_is_aborted_and_a_retry_returns_it_when_ready() -> None:
-    agent, clock = SlowFillAgent(ready_after=12), Clock()
+    agent, clock = SlowFillAgent(ready_after=12), FakeClock(min_step=0.01)
     b = backend(agent, clock)
     with pytest.raises(Aborted, match="still being filled"):
         b.create_volume("ds", 1 << 30, DATASET, wait=5.0)
@@ -80,7 +70,7 @@ def test_a_fill_past_the_deadline_is_aborted_and_a_retry_returns_it_when_ready()
 
 
 def test_without_a_deadline_the_wait_is_the_backend_bound() -> None:
-    agent, clock = SlowFillAgent(ready_after=10**9), Clock()
+    agent, clock = SlowFillAgent(ready_after=10**9), FakeClock(min_step=0.01)
     with pytest.raises(Aborted):
         backend(agent, clock).create_volume("ds", 1 << 30, DATASET, wait=None)
     assert agent.creates == [3600.0]
