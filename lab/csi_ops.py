@@ -15,7 +15,8 @@ Ops (what the kubelet / external-provisioner / external-attacher would call, in 
   detach / delete                                            ControllerUnpublishVolume / DeleteVolume
   up / down                                                  create+attach+stage+publish / the reverse (up takes
                                                              ``secrets`` for attach and stage)
-  stats                                                      NodeGetVolumeStats (usage and condition)
+  stats                                                      NodeGetVolumeStats (usage)
+  health                                                     NodeGetVolumeHealth + ControllerGetVolumeHealth
   expand  size                                               ControllerExpandVolume, then NodeExpandVolume
   probe-target  mib                                          a preallocated file (mount) or the device (block)
                                                              for the I/O probe
@@ -171,8 +172,22 @@ class Csi:
             volume_id=vol["volume_id"], volume_path=vol["target"], staging_target_path=vol["staging"]),
             timeout=TIMEOUT)
         usage = {csi_pb2.VolumeUsage.Unit.Name(u.unit): {"total": u.total, "used": u.used} for u in reply.usage}
-        return {"usage": usage, "abnormal": reply.volume_condition.abnormal,
-                "condition": reply.volume_condition.message}
+        return {"usage": usage}
+
+    def health(self, name: str) -> Step:
+        """NodeGetVolumeHealth and ControllerGetVolumeHealth: [status, reason, message] entries of each."""
+        vol = self.ledger[name]
+        node = self.node.NodeGetVolumeHealth(csi_pb2.NodeGetVolumeHealthRequest(
+            volume_id=vol["volume_id"], volume_publish_path=vol["target"], staging_target_path=vol["staging"]),
+            timeout=TIMEOUT).volume_health
+        ctl = self.controller.ControllerGetVolumeHealth(csi_pb2.ControllerGetVolumeHealthRequest(
+            volume_id=vol["volume_id"]), timeout=TIMEOUT).volume_health
+
+        def entries(health: csi_pb2.VolumeHealth) -> list[list[str]]:
+            return [[csi_pb2.VolumeHealthErrorType.Name(e.status), e.reason, e.message]
+                    for e in health.health_statuses]
+
+        return {"node": entries(node), "controller": entries(ctl)}
 
     def expand(self, name: str, size: int) -> Step:
         vol = self.ledger[name]
@@ -239,7 +254,7 @@ def run(socket: str, steps: list[Step]) -> list[Step]:
     ops: dict[str, Callable[..., Step]] = {
         name.replace("_", "-"): getattr(csi, name) for name in (
             "create", "attach", "stage", "publish", "unpublish", "unstage", "detach", "delete", "up", "down",
-            "stats", "expand", "probe_target", "write_dataset", "verify_dataset", "access")
+            "stats", "health", "expand", "probe_target", "write_dataset", "verify_dataset", "access")
     }
     results = []
     for step in steps:

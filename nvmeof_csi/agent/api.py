@@ -97,6 +97,14 @@ def volume_msg(view: VolumeView) -> pb.Volume:
     )
 
 
+def volume_with_health(agent: TargetAgent, view: VolumeView) -> pb.Volume:
+    """What GetVolume answers: the volume and what is wrong with it here (``agent/health.py``)."""
+    msg = volume_msg(view)
+    issues = agent.volume_health(view.record.uuid)
+    msg.health.extend(pb.HealthIssue(status=s, reason=r, message=m) for s, r, m in issues)
+    return msg
+
+
 def snapshot_msg(snap: SnapshotRecord) -> pb.Snapshot:
     return pb.Snapshot(
         uuid=snap.uuid, name=snap.name, source_volume_uuid=snap.source_volume, size_bytes=snap.size_bytes,
@@ -153,7 +161,7 @@ class AgentServicer(pb_grpc.AgentServicer):
         view = await blocking(self._agent.get_volume, uuid, name)
         if not self._visible(view):
             raise NotFound(f"volume {uuid or name!r} does not exist on agent {self._agent.name}")
-        return volume_msg(view)
+        return await blocking(volume_with_health, self._agent, view)
 
     async def ListVolumes(self, request: pb.ListVolumesRequest, context: Ctx) -> pb.ListVolumesResponse:
         views = await blocking(self._agent.list_volumes)

@@ -177,6 +177,9 @@ class Nvmet:
     def namespaces(self, nqn: str) -> list[int]:
         return sorted(int(n) for n in self._names(self._sub(nqn) / "namespaces") if n.isdigit())
 
+    def namespace_enabled(self, nqn: str, nsid: int) -> bool:
+        return self._read(self._sub(nqn) / "namespaces" / str(nsid) / "enable") == "1"
+
     def ensure_namespace(
         self, nqn: str, nsid: int, device_path: str, ns_uuid: str, nguid: str, buffered_io: bool = False
     ) -> None:

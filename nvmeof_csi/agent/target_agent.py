@@ -20,6 +20,7 @@ from collections.abc import Callable, Mapping, Sequence
 from nvmeof_csi.agent.configfs import Nvmet
 from nvmeof_csi.agent.converge import Applier, ConvergeReport
 from nvmeof_csi.agent.filler import Filler
+from nvmeof_csi.agent.health import volume_health
 from nvmeof_csi.agent.hosts import HostOps
 from nvmeof_csi.agent.parts import AgentParts, VolumeView
 from nvmeof_csi.agent.portals import PortSpec
@@ -78,6 +79,10 @@ class TargetAgent:
         return self._parts.filler
 
     # -- views ---------------------------------------------------------------------------------------------
+    def volume_health(self, vol_uuid: str) -> list[tuple[str, str, str]]:
+        """(status, reason, message) of what is wrong with the volume here (``agent/health.py``)."""
+        return volume_health(self._parts, self._parts.volume(vol_uuid))
+
     def get_volume(self, vol_uuid: str = "", name: str = "") -> VolumeView:
         if name:
             for rec in self._parts.live_volumes():

@@ -33,6 +33,7 @@ from nvmeof_csi.service.ports import (
     Condition,
     ContentSource,
     Health,
+    Problem,
     Snapshot,
     Topology,
     TopologyRequirement,
@@ -313,17 +314,21 @@ class AgentBackend:
             return
 
     def condition(self, ref: VolumeRef) -> Condition:
+        """The agent's view: unreachable -> inaccessible; not ready -> degraded; then what the agent reports
+        about the volume itself (subsystem, namespace, ports, backing file, pool: ``agent/health.py``)."""
         entry = self._require(ref)
         try:
             health = self._client(entry).health()
             vol = self._client(entry).get_volume(ref.uuid)
         except Unavailable as err:
-            return Condition(True, f"agent {entry.name} unreachable: {err}")
+            message = f"agent {entry.name} unreachable: {err}"
+            return Condition(True, message, (Problem("inaccessible", "AgentUnreachable", message),))
+        problems = [Problem(i.status, i.reason, i.message) for i in vol.health]
         if not health.ready:
-            return Condition(True, f"agent {entry.name} not ready: {health.message}")
-        if vol.status != "ready":
-            return Condition(True, f"volume is {vol.status} on agent {entry.name}")
-        return Condition(False, f"ready on agent {entry.name}")
+            problems.append(Problem("degraded", "AgentNotReady", f"agent {entry.name} not ready: {health.message}"))
+        if not problems:
+            return Condition(False, f"ready on agent {entry.name}")
+        return Condition(True, "; ".join(p.message for p in problems), tuple(problems))
 
     # -- snapshots -----------------------------------------------------------------------------------------
     def create_snapshot(self, name: str, source: VolumeRef) -> Snapshot:

@@ -1,9 +1,10 @@
 """CSI Controller service: validate, call :class:`VolumeService`, build the reply.
 
 Capabilities offered: CREATE_DELETE_VOLUME, PUBLISH_UNPUBLISH_VOLUME, LIST_VOLUMES,
-LIST_VOLUMES_PUBLISHED_NODES, GET_CAPACITY, EXPAND_VOLUME, GET_VOLUME, VOLUME_CONDITION,
-SINGLE_NODE_MULTI_WRITER, PUBLISH_READONLY; with a backend that has snapshots also CREATE_DELETE_SNAPSHOT,
-LIST_SNAPSHOTS and CLONE_VOLUME. ModifyVolume and GetSnapshot answer UNIMPLEMENTED.
+LIST_VOLUMES_PUBLISHED_NODES, GET_CAPACITY, EXPAND_VOLUME, GET_VOLUME, GET_VOLUME_HEALTH, LIST_VOLUME_HEALTH
+(CSI 1.13 alpha: the agent's view of each volume), SINGLE_NODE_MULTI_WRITER, PUBLISH_READONLY; with a backend
+that has snapshots also CREATE_DELETE_SNAPSHOT, LIST_SNAPSHOTS, GET_SNAPSHOT and CLONE_VOLUME. ModifyVolume
+answers UNIMPLEMENTED.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from google.protobuf.wrappers_pb2 import Int64Value
 
 from nvmeof_csi.csi import capabilities, params, volume_id
+from nvmeof_csi.csi.volume_health import volume_health
 from nvmeof_csi.errors import InvalidArgument, NotFound, OutOfRange, Unimplemented
 from nvmeof_csi.gen import csi_pb2, csi_pb2_grpc
 from nvmeof_csi.rpc.calls import blocking, require
@@ -35,7 +37,8 @@ OFFERED = (
     RPC.GET_CAPACITY,
     RPC.EXPAND_VOLUME,
     RPC.GET_VOLUME,
-    RPC.VOLUME_CONDITION,
+    RPC.GET_VOLUME_HEALTH,
+    RPC.LIST_VOLUME_HEALTH,
     RPC.SINGLE_NODE_MULTI_WRITER,
     RPC.PUBLISH_READONLY,
 )
@@ -56,7 +59,7 @@ def _within_filesystem_floor(rng: CapacityRange, specs: Sequence[AccessSpec]) ->
     return rng
 
 
-SNAPSHOT_RPCS = (RPC.CREATE_DELETE_SNAPSHOT, RPC.LIST_SNAPSHOTS, RPC.CLONE_VOLUME)
+SNAPSHOT_RPCS = (RPC.CREATE_DELETE_SNAPSHOT, RPC.LIST_SNAPSHOTS, RPC.GET_SNAPSHOT, RPC.CLONE_VOLUME)
 
 
 def _topologies(items: Sequence[Topology]) -> list[csi_pb2.Topology]:
@@ -242,12 +245,26 @@ class ControllerServicer(csi_pb2_grpc.ControllerServicer):
     ) -> csi_pb2.ControllerGetVolumeResponse:
         ref: VolumeRef = volume_id.decode(request.volume_id)
         volume = await blocking(self._volumes.get, ref)
-        condition = await blocking(self._volumes.condition, ref)
-        status = csi_pb2.ControllerGetVolumeResponse.VolumeStatus(
-            published_node_ids=list(volume.published_nodes),
-            volume_condition=csi_pb2.VolumeCondition(abnormal=condition.abnormal, message=condition.message),
-        )
+        status = csi_pb2.ControllerGetVolumeResponse.VolumeStatus(published_node_ids=list(volume.published_nodes))
         return csi_pb2.ControllerGetVolumeResponse(volume=self._volume_msg(volume), status=status)
+
+    async def ControllerGetVolumeHealth(
+        self, request: csi_pb2.ControllerGetVolumeHealthRequest, context: Ctx
+    ) -> csi_pb2.ControllerGetVolumeHealthResponse:
+        require(request.volume_id, "volume_id")
+        ref = volume_id.decode(request.volume_id)
+        condition = await blocking(self._volumes.condition, ref)
+        return csi_pb2.ControllerGetVolumeHealthResponse(volume_health=volume_health(request.volume_id, condition))
+
+    async def ControllerListVolumeHealth(
+        self, request: csi_pb2.ControllerListVolumeHealthRequest, context: Ctx
+    ) -> csi_pb2.ControllerListVolumeHealthResponse:
+        page = await blocking(self._volumes.list, request.max_entries, request.starting_token)
+        entries = []
+        for volume in page.volumes:
+            condition = await blocking(self._volumes.condition, volume.ref)
+            entries.append(volume_health(volume_id.encode(volume.ref), condition))
+        return csi_pb2.ControllerListVolumeHealthResponse(entries=entries, next_token=page.next_token)
 
     # -- snapshots (when the backend offers them) --------------------------------------------------------
     async def CreateSnapshot(
@@ -289,8 +306,14 @@ class ControllerServicer(csi_pb2_grpc.ControllerServicer):
         entries = [csi_pb2.ListSnapshotsResponse.Entry(snapshot=_snapshot_msg(s)) for s in page.snapshots]
         return csi_pb2.ListSnapshotsResponse(entries=entries, next_token=page.next_token)
 
-    async def GetSnapshot(self, request: Any, context: Ctx) -> Any:
-        raise Unimplemented("GetSnapshot is not offered (no GET_SNAPSHOT capability)")
+    async def GetSnapshot(self, request: csi_pb2.GetSnapshotRequest, context: Ctx) -> csi_pb2.GetSnapshotResponse:
+        self._need_snapshots()
+        require(request.snapshot_id, "snapshot_id")
+        ref = volume_id.decode_snapshot(request.snapshot_id)
+        page = await blocking(self._volumes.list_snapshots, 1, "", None, ref)
+        if not page.snapshots:
+            raise NotFound(f"snapshot {request.snapshot_id} does not exist")
+        return csi_pb2.GetSnapshotResponse(snapshot=_snapshot_msg(page.snapshots[0]))
 
     async def ControllerModifyVolume(self, request: Any, context: Ctx) -> Any:
         raise Unimplemented("ControllerModifyVolume is not offered yet")

@@ -1,4 +1,9 @@
-"""CSI Node service: validate, call :class:`StagingService`, build the reply."""
+"""CSI Node service: validate, call :class:`StagingService`, build the reply.
+
+Capabilities: STAGE_UNSTAGE_VOLUME, GET_VOLUME_STATS, EXPAND_VOLUME, SINGLE_NODE_MULTI_WRITER, and the CSI 1.13
+alpha GET_VOLUME_HEALTH (the paths of a staged volume: DEGRADED naming the lost ones, INACCESSIBLE when none
+is live) and GET_STORAGE_HEALTH (the node's initiator: modules, native multipath).
+"""
 
 from __future__ import annotations
 
@@ -9,6 +14,7 @@ from typing import Any
 import grpc
 
 from nvmeof_csi.csi import capabilities, volume_id
+from nvmeof_csi.csi.volume_health import volume_health
 from nvmeof_csi.errors import InvalidArgument
 from nvmeof_csi.gen import csi_pb2, csi_pb2_grpc
 from nvmeof_csi.rpc.calls import blocking, remaining, require
@@ -21,7 +27,8 @@ OFFERED = (
     NodeRPC.STAGE_UNSTAGE_VOLUME,
     NodeRPC.GET_VOLUME_STATS,
     NodeRPC.EXPAND_VOLUME,
-    NodeRPC.VOLUME_CONDITION,
+    NodeRPC.GET_VOLUME_HEALTH,
+    NodeRPC.GET_STORAGE_HEALTH,
     NodeRPC.SINGLE_NODE_MULTI_WRITER,
 )
 
@@ -107,8 +114,29 @@ class NodeServicer(csi_pb2_grpc.NodeServicer):
                     unit=Unit.INODES, total=u.total_inodes, available=u.free_inodes, used=u.used_inodes
                 ),
             ]
-        condition = csi_pb2.VolumeCondition(abnormal=stats.condition.abnormal, message=stats.condition.message)
-        return csi_pb2.NodeGetVolumeStatsResponse(usage=usage, volume_condition=condition)
+        return csi_pb2.NodeGetVolumeStatsResponse(usage=usage)
+
+    async def NodeGetVolumeHealth(
+        self, request: csi_pb2.NodeGetVolumeHealthRequest, context: Ctx
+    ) -> csi_pb2.NodeGetVolumeHealthResponse:
+        require(request.volume_id, "volume_id")
+        for path, field in ((request.volume_publish_path, "volume_publish_path"),
+                            (request.staging_target_path, "staging_target_path")):
+            if path and not path.startswith("/"):
+                raise InvalidArgument(f"{field} must be an absolute path")
+        ref = volume_id.decode(request.volume_id)
+        condition = await blocking(self._staging.health, ref)
+        return csi_pb2.NodeGetVolumeHealthResponse(volume_health=volume_health(request.volume_id, condition))
+
+    async def NodeGetStorageHealth(
+        self, request: csi_pb2.NodeGetStorageHealthRequest, context: Ctx
+    ) -> csi_pb2.NodeGetStorageHealthResponse:
+        Backend = csi_pb2.NodeGetStorageHealthResponse.StorageBackendHealth
+        health = await blocking(self._staging.storage_health)
+        entries = [] if health.ready else [
+            Backend(status=csi_pb2.STORAGE_UNREACHABLE, reason="InitiatorNotReady", message=health.message)
+        ]
+        return csi_pb2.NodeGetStorageHealthResponse(backend_health=entries)
 
     async def NodeExpandVolume(
         self, request: csi_pb2.NodeExpandVolumeRequest, context: Ctx

@@ -29,6 +29,7 @@ log = logging.getLogger(__name__)
 PLUGIN_TYPE = "CSIPlugin"
 SUPPORTED_VERSIONS = ("1.0.0",)
 FIRST_RETRY, LAST_RETRY = 1.0, 60.0
+STOP_GRACE = 2.0
 Ctx = grpc.aio.ServicerContext[Any, Any]
 
 
@@ -83,7 +84,7 @@ class KubeletRegistration:
             finally:
                 for task in waits:
                     task.cancel()
-                await server.stop(None)
+                await server.stop(STOP_GRACE)  # kubelet's NotifyRegistrationStatus call gets its answer
                 self.socket.unlink(missing_ok=True)
             if stop.is_set():
                 return

@@ -50,7 +50,7 @@ from nvmeof_csi.initiator.uevents import EventWait, PollingWait
 from nvmeof_csi.nvmeof.context import TUNABLES, Portal, VolumeContext
 from nvmeof_csi.nvmeof.dhchap import HostKeys, host_keys
 from nvmeof_csi.nvmeof.nqn import is_driver_nqn, volume_nqn
-from nvmeof_csi.service.ports import NO_SECRETS, Condition, Health, VolumeRef
+from nvmeof_csi.service.ports import NO_SECRETS, Condition, Health, Problem, VolumeRef
 
 log = logging.getLogger(__name__)
 CONNECT_TIMEOUT = 60.0
@@ -301,20 +301,25 @@ class NvmeofConnector:
         return actions
 
     def condition(self, ref: VolumeRef, context: Mapping[str, str]) -> Condition:
+        """Paths of the volume: some down -> ``degraded`` ``PathsDown`` naming them; none live ->
+        ``inaccessible`` ``NoLivePath``; not connected at all -> ``inaccessible`` ``NotConnected``."""
         ctx = _context(ref, context)
         nqn = ctx.nqn
         sub = self._sysfs.subsystem(nqn)
         wanted = {p.key for p in ctx.portals}
         if sub is None:
-            return Condition(True, f"not connected to {nqn}")
+            message = f"not connected to {nqn}"
+            return Condition(True, message, (Problem("inaccessible", "NotConnected", message),))
         states = {c.portal: c.state for c in sub.controllers}
         missing = sorted(wanted - set(states))
         bad = sorted(f"{p} {s}" for p, s in states.items() if s != "live") + [f"{p} not connected" for p in missing]
         live = sum(1 for s in states.values() if s == "live")
         total = max(len(wanted), len(states))
-        if bad:
-            return Condition(True, f"{live} of {total} paths live: {', '.join(bad)}")
-        return Condition(False, f"{live} of {total} paths live")
+        if not bad:
+            return Condition(False, f"{live} of {total} paths live")
+        message = f"{live} of {total} paths live: {', '.join(bad)}"
+        problem = Problem("degraded", "PathsDown", message) if live else Problem("inaccessible", "NoLivePath", message)
+        return Condition(True, message, (problem,))
 
 
 def rdma_capable(sys_root: Path = Path("/sys")) -> bool:

@@ -94,11 +94,29 @@ class Health:
 
 
 @dataclass(frozen=True)
+class Problem:
+    """One thing wrong with a volume: ``status`` is ``degraded``, ``inaccessible`` or ``data-loss``; ``reason``
+    a CamelCase word for machines (unique per status); ``message`` what an operator can act on."""
+
+    status: str
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True)
 class Condition:
-    """Health of one volume as seen from a node or a target."""
+    """Health of one volume as seen from a node or a target: ``problems`` (empty: nothing known to be wrong)
+    and a one-line summary."""
 
     abnormal: bool
     message: str
+    problems: tuple[Problem, ...] = ()
+
+    def issues(self) -> tuple[Problem, ...]:
+        """The problems; an abnormal condition that names none is one ``degraded`` ``Abnormal`` problem."""
+        if self.problems or not self.abnormal:
+            return self.problems
+        return (Problem("degraded", "Abnormal", self.message),)
 
 
 class TargetBackend(Protocol):

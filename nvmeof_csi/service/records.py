@@ -35,6 +35,7 @@ class AccessSpec:
     fs_type: str = ""
     mount_flags: tuple[str, ...] = ()
     readonly: bool = False  # a *_READER_ONLY access mode or a read-only attachment: never written on this node
+    single_target: bool = False  # SINGLE_NODE_SINGLE_WRITER: published at one target path at most
 
 
 @dataclass(frozen=True)
@@ -69,7 +70,7 @@ class StagingRecord:
             ref=VolumeRef(str(doc["ref"]["location"]), str(doc["ref"]["uuid"])),
             staging_path=str(doc["staging_path"]),
             access=AccessSpec(bool(access["block"]), str(access["fs_type"]), tuple(access["mount_flags"]),
-                              bool(access.get("readonly", False))),
+                              bool(access.get("readonly", False)), bool(access.get("single_target", False))),
             context={str(k): str(v) for k, v in doc["context"].items()},
             device=str(doc.get("device", "")),
             targets={str(k): bool(v) for k, v in doc.get("targets", {}).items()},

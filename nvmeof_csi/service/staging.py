@@ -23,7 +23,7 @@ from nvmeof_csi.errors import AlreadyExists, FailedPrecondition, InvalidArgument
 from nvmeof_csi.host.filesystems import Filesystems, Usage, device_size, usage
 from nvmeof_csi.host.mounter import Mounter
 from nvmeof_csi.host.paths import confined
-from nvmeof_csi.service.ports import NO_SECRETS, Condition, Connector, VolumeRef
+from nvmeof_csi.service.ports import NO_SECRETS, Condition, Connector, Health, VolumeRef
 from nvmeof_csi.service.records import AccessSpec, StagingRecord, StagingStore
 
 log = logging.getLogger(__name__)
@@ -193,6 +193,11 @@ class StagingService:
             if target in record.targets and record.targets[target] == readonly:
                 return
             raise AlreadyExists(f"target path {target} is already in use with other options")
+        busy = [t for t in record.targets if t != target and self._mounter.mount_at(t) is not None]
+        if access.single_target and busy:
+            raise FailedPrecondition(
+                f"volume {ref.uuid} has access mode SINGLE_NODE_SINGLE_WRITER and is already published at {busy[0]}"
+            )
         for other, ro in record.targets.items():
             if other != target and ro != readonly and self._mounter.mount_at(other) is not None:
                 log.info("volume %s also published at %s (readonly=%s)", ref.uuid, other, ro)
@@ -239,6 +244,17 @@ class StagingService:
         if not os.path.exists(volume_path):
             raise NotFound(f"path {volume_path} does not exist")
         return record
+
+    def health(self, ref: VolumeRef) -> Condition:
+        """The paths of a volume staged here (``NotFound`` when it is not staged on this node)."""
+        record = self._store.load(ref)
+        if record is None:
+            raise NotFound(f"volume {ref.uuid} is not staged on this node")
+        return self._connector.condition(ref, record.context)
+
+    def storage_health(self) -> Health:
+        """The node's initiator: fabrics modules, native multipath."""
+        return self._connector.health()
 
     def stats(self, ref: VolumeRef, volume_path: str) -> VolumeStats:
         record = self._record_for_path(ref, volume_path)

@@ -128,7 +128,22 @@ async def test_volume_context_and_publish_acl(ctl: Ctl) -> None:
     listed = await ctl.stub.ListVolumes(csi_pb2.ListVolumesRequest())
     assert [list(e.status.published_node_ids) for e in listed.entries] == [[NODE]]
     got = await ctl.stub.ControllerGetVolume(csi_pb2.ControllerGetVolumeRequest(volume_id=vol.volume_id))
-    assert not got.status.volume_condition.abnormal and list(got.status.published_node_ids) == [NODE]
+    assert list(got.status.published_node_ids) == [NODE]
+    health_req = csi_pb2.ControllerGetVolumeHealthRequest(volume_id=vol.volume_id)
+    health = (await ctl.stub.ControllerGetVolumeHealth(health_req)).volume_health
+    assert health.volume_id == vol.volume_id and list(health.health_statuses) == []
+    agent.nvmet.unlink(2, nqn)  # one portal lost on the target: degraded, naming the port
+    entries = (await ctl.stub.ControllerGetVolumeHealth(health_req)).volume_health.health_statuses
+    assert [(e.status, e.reason) for e in entries] == [(csi_pb2.DEGRADED, "PortUnlinked")]
+    assert "127.0.0.2:4421" in entries[0].message
+    agent.nvmet.unlink(1, nqn)
+    listed_health = await ctl.stub.ControllerListVolumeHealth(csi_pb2.ControllerListVolumeHealthRequest())
+    mine = [h for h in listed_health.entries if h.volume_id == vol.volume_id]
+    assert [(e.status, e.reason) for e in mine[0].health_statuses] == [(csi_pb2.INACCESSIBLE, "NoPortLinked")]
+    agent.store.volume_path(vol.volume_id.split(".")[-1]).unlink()  # the backing file gone: data loss
+    entries = (await ctl.stub.ControllerGetVolumeHealth(health_req)).volume_health.health_statuses
+    assert (csi_pb2.DATA_LOSS, "BackingFileMissing") in [(e.status, e.reason) for e in entries]
+    agent.converge()  # the agent puts configfs back (the file stays lost)
     for _ in range(2):
         await ctl.stub.ControllerUnpublishVolume(csi_pb2.ControllerUnpublishVolumeRequest(volume_id=vol.volume_id, node_id=NODE))
     assert agent.nvmet.allowed_hosts(nqn) == [] and agent.nvmet.hosts() == []

@@ -23,18 +23,20 @@ from tests.support.fakes import FakeBackend
 from tests.support.stack import make_services
 
 
-async def _wait_for(path: Path, other_than: tuple[int, int] = (-1, -1)) -> tuple[int, int]:
-    """Identity (inode, change time) of the socket at ``path`` once there is one (a new one when ``other_than``
-    names the old one; inode numbers alone are reused)."""
-    for _ in range(500):
+async def _wait_for(path: Path, other_than: tuple[int, int] | None = None) -> tuple[int, int]:
+    """Identity (inode, change time) of the socket at ``path`` once there is one; with ``other_than`` (the old
+    one's identity) a socket made anew: seen gone first, or with another identity (inode numbers are reused)."""
+    gone = other_than is None
+    for _ in range(1000):
         try:
             st = path.stat()
         except FileNotFoundError:
-            await asyncio.sleep(0.02)
+            gone = True
+            await asyncio.sleep(0.01)
             continue
-        if (st.st_ino, st.st_ctime_ns) != other_than:
+        if gone or (st.st_ino, st.st_ctime_ns) != other_than:
             return st.st_ino, st.st_ctime_ns
-        await asyncio.sleep(0.02)
+        await asyncio.sleep(0.01)
     raise AssertionError(f"no (new) socket at {path}")
 
 

@@ -64,7 +64,11 @@ async def test_full_lifecycle_and_every_repeat_is_harmless(stack: Stack) -> None
     await stack.node.NodePublishVolume(publish)
     stats = await stack.node.NodeGetVolumeStats(csi_pb2.NodeGetVolumeStatsRequest(volume_id=vol.volume_id, volume_path=target))
     assert {u.unit for u in stats.usage} == {csi_pb2.VolumeUsage.BYTES, csi_pb2.VolumeUsage.INODES}
-    assert not stats.volume_condition.abnormal
+    node_health = await stack.node.NodeGetVolumeHealth(csi_pb2.NodeGetVolumeHealthRequest(volume_id=vol.volume_id))
+    assert node_health.volume_health.volume_id == vol.volume_id and not node_health.volume_health.health_statuses
+    ctl_health = await stack.controller.ControllerGetVolumeHealth(
+        csi_pb2.ControllerGetVolumeHealthRequest(volume_id=vol.volume_id))
+    assert not ctl_health.volume_health.health_statuses
     listed = await stack.controller.ListVolumes(csi_pb2.ListVolumesRequest())
     assert [e.status.published_node_ids for e in listed.entries] == [["node-1"]]
     expand = csi_pb2.ControllerExpandVolumeRequest(volume_id=vol.volume_id, capacity_range=csi_pb2.CapacityRange(required_bytes=2 * GiB))

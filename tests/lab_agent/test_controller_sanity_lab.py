@@ -1,4 +1,4 @@
-"""csi-sanity v5.4.0, every controller spec of the advertised capabilities (create/delete, publish/unpublish,
+"""csi-sanity v5.6.0, every controller spec of the advertised capabilities (create/delete, publish/unpublish,
 list with pagination, GetCapacity, expansion, snapshots, list snapshots, clones), against
 ``serve --mode controller --backend nvmeof`` talking to a real target agent on real configfs in the lab.
 A node plugin answers NodeGetInfo with the guest's host NQN (node specs belong to the node tier).

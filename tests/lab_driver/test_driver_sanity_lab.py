@@ -1,4 +1,4 @@
-"""csi-sanity v5.4.0, every spec (controller and node), against ``serve --mode all --backend nvmeof`` in the
+"""csi-sanity v5.6.0, every spec (controller and node), against ``serve --mode all --backend nvmeof`` in the
 lab: a real target agent on real configfs, and the node side staging through the kernel NVMe/TCP initiator
 over two portals (one native-multipath head device), with real mkfs, mounts and bind mounts.
 JUnit: ``results/csi-sanity-lab-<mode>.xml``."""

@@ -81,12 +81,14 @@ def test_failover_suite_on_a_published_volume(
     # 2. Portal removal: the subsystem leaves port 1; the volume's condition names the lost path.
     result = _under_probe(stack, path, 9, lambda: fabric.unlink(P1.port_id, nqn))
     check("portal 127.0.0.1:4420 removed", result)
-    stats = stack.one("stats", "fo")
-    report("condition with one portal gone", stats["condition"])
-    assert stats["abnormal"] and stats["condition"].startswith("1 of 2 paths live"), stats
-    assert "127.0.0.1:4420" in stats["condition"], stats
+    health = stack.one("health", "fo")  # CSI 1.13 volume health from both sides while the portal is gone
+    report("volume health with one portal gone", f"node {health['node']}; controller {health['controller']}")
+    assert [e[:2] for e in health["node"]] == [["DEGRADED", "PathsDown"]], health
+    assert health["node"][0][2].startswith("1 of 2 paths live") and "127.0.0.1:4420" in health["node"][0][2]
+    assert [e[:2] for e in health["controller"]] == [["DEGRADED", "PortUnlinked"]], health
     fabric.link(P1.port_id, nqn)
     fabric.wait_paths(nqn, live=2, timeout=60)
+    assert wait_until(lambda: stack.one("health", "fo") == {"node": [], "controller": []}, 30), "not healthy after"
 
     # 3. A black-holed path (packets silently dropped): keep-alive (5 s) notices, I/O moves to the other path.
     result = _under_probe(stack, path, 26, lambda: fabric.blackhole(P1.trsvcid, on=True))
@@ -102,8 +104,8 @@ def test_failover_suite_on_a_published_volume(
     assert result.max_gap_s >= 8.0, "I/O never stalled: the outage did not take the paths down"
     fabric.wait_paths(nqn, live=2, timeout=60)
 
-    after = stack.one("stats", "fo")
-    assert not after["abnormal"] and after["condition"] == "2 of 2 paths live", after
+    after = stack.one("health", "fo")
+    assert after == {"node": [], "controller": []}, after
     report("longest stall per scenario", ", ".join(f"{k}: {v:.3f}s" for k, v in longest.items()))
 
 
@@ -130,7 +132,8 @@ def test_node_plugin_sigkilled_between_stage_and_publish_and_after_publish(
                       {"op": "publish", "name": "k"})  # a repeated Publish changes nothing
     verify, stats = steps[0], steps[1]
     assert verify["mismatched"] == 0 and verify["bytes_verified"] == written, verify
-    assert stats["condition"] == "2 of 2 paths live" and stats["usage"]["BYTES"]["used"] > 0, stats
+    assert stats["usage"]["BYTES"]["used"] > 0, stats
+    assert stack.one("health", "k") == {"node": [], "controller": []}
     assert len([m for m in stack.mounts() if m.endswith("/k/mount")]) == 1, stack.mounts()
 
     stack.csi({"op": "down", "name": "k"})
@@ -156,7 +159,7 @@ def test_unstaging_one_volume_never_disconnects_another(stack: GuestDriver, repo
     assert result.errors == 0 and result.ios_after_last_stall > 0, result.errlog
     assert fabric.paths(nqn_one) == []
     assert live_paths(fabric, nqn_two) == 2
-    assert wait_until(lambda: stack.one("stats", "two")["condition"] == "2 of 2 paths live", 30)
+    assert wait_until(lambda: stack.one("health", "two")["node"] == [], 30)
     stack.csi({"op": "down", "name": "two"})
     assert_all_released(stack, nqn_two)
 

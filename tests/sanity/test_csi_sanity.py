@@ -1,4 +1,4 @@
-"""csi-sanity (kubernetes-csi/csi-test v5.4.0, the real binary) against ``nvmeof-csi serve --mode all``
+"""csi-sanity (kubernetes-csi/csi-test v5.6.0, the real binary) against ``nvmeof-csi serve --mode all``
 with the loop development backend, in mount and block access modes. JUnit files:
 ``results/csi-sanity-host-<mode>.xml``."""
 

@@ -1,4 +1,4 @@
-"""csi-sanity v5.4.0, controller specs, against ``serve --mode controller --backend nvmeof`` driving two real
+"""csi-sanity v5.6.0, controller specs, against ``serve --mode controller --backend nvmeof`` driving two real
 target-agent processes (configfs replaced by plain folders on the host), in mount and block modes. A node
 plugin on fabric f1 answers NodeGetInfo (node specs are the node tier's). JUnit:
 ``results/csi-sanity-host-agents-<mode>.xml``. The lab tier repeats this on real configfs."""

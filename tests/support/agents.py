@@ -9,7 +9,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from nvmeof_csi.agent.api import snapshot_msg, volume_msg
+from nvmeof_csi.agent.api import snapshot_msg, volume_msg, volume_with_health
 from nvmeof_csi.agent.configfs import Nvmet
 from nvmeof_csi.agent.portals import PortSpec
 from nvmeof_csi.agent.state import StateStore
@@ -94,7 +94,7 @@ class LocalAgent:
         return volume_msg(self.agent.resize_volume(vol_uuid, capacity_bytes))
 
     def get_volume(self, vol_uuid: str = "", name: str = "") -> pb.Volume:
-        return volume_msg(self.agent.get_volume(vol_uuid, name))
+        return volume_with_health(self.agent, self.agent.get_volume(vol_uuid, name))
 
     def list_volumes(self) -> list[pb.Volume]:
         return [volume_msg(v) for v in self.agent.list_volumes()]

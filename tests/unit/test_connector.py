@@ -11,7 +11,9 @@ from typing import Any
 
 import pytest
 
+from nvmeof_csi.csi.volume_health import volume_health
 from nvmeof_csi.errors import CommandError, DeadlineExceeded, FailedPrecondition, InvalidArgument, Unavailable
+from nvmeof_csi.gen import csi_pb2
 from nvmeof_csi.host.executor import Result
 from nvmeof_csi.initiator.connector import NvmeofConnector
 from nvmeof_csi.initiator.identity import HostIdentity
@@ -125,6 +127,14 @@ def test_a_dead_portal_degrades_but_a_dead_fabric_fails(tmp_path: Path) -> None:
     assert conn.connect(VOL, ctx(VOL), 30) == "/dev/nvme0n1"
     cond = conn.condition(VOL, ctx(VOL))
     assert cond.abnormal and cond.message == "1 of 2 paths live: tcp:127.0.0.2:4421 not connected"
+    assert [(p.status, p.reason) for p in cond.issues()] == [("degraded", "PathsDown")]
+    health = volume_health("v", cond)  # the CSI 1.13 message NodeGetVolumeHealth answers
+    assert [(e.status, e.reason) for e in health.health_statuses] == [(csi_pb2.DEGRADED, "PathsDown")]
+    assert "tcp:127.0.0.2:4421" in health.health_statuses[0].message
+    assert [p.reason for p in conn.condition(OTHER, ctx(OTHER)).issues()] == ["NotConnected"]
+    for state in (tmp_path / "class" / "nvme").glob("nvme*/state"):  # the last live path goes too
+        state.write_text("connecting\n")
+    assert [(p.status, p.reason) for p in conn.condition(VOL, ctx(VOL)).issues()] == [("inaccessible", "NoLivePath")]
     fake.refuse = {"127.0.0.1:4420", "127.0.0.2:4421"}
     with pytest.raises(Unavailable, match="no path could be connected"):
         conn.connect(OTHER, ctx(OTHER), 30)

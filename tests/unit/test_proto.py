@@ -1,4 +1,4 @@
-"""The generated module must carry every service and RPC of CSI spec v1.12."""
+"""The generated module must carry every service and RPC of CSI spec v1.13."""
 
 from nvmeof_csi.gen import csi_pb2, csi_pb2_grpc, nvmeof_agent_pb2
 
@@ -8,7 +8,7 @@ EXPECTED = {
         "CreateVolume", "DeleteVolume", "ControllerPublishVolume", "ControllerUnpublishVolume",
         "ValidateVolumeCapabilities", "ListVolumes", "GetCapacity", "ControllerGetCapabilities",
         "CreateSnapshot", "DeleteSnapshot", "ListSnapshots", "GetSnapshot", "ControllerExpandVolume",
-        "ControllerGetVolume", "ControllerModifyVolume",
+        "ControllerGetVolume", "ControllerModifyVolume", "ControllerGetVolumeHealth", "ControllerListVolumeHealth",
     },
     "GroupController": {
         "GroupControllerGetCapabilities", "CreateVolumeGroupSnapshot", "DeleteVolumeGroupSnapshot",
@@ -17,7 +17,8 @@ EXPECTED = {
     "SnapshotMetadata": {"GetMetadataAllocated", "GetMetadataDelta"},
     "Node": {
         "NodeStageVolume", "NodeUnstageVolume", "NodePublishVolume", "NodeUnpublishVolume",
-        "NodeGetVolumeStats", "NodeExpandVolume", "NodeGetCapabilities", "NodeGetInfo",
+        "NodeGetVolumeStats", "NodeExpandVolume", "NodeGetCapabilities", "NodeGetInfo", "NodeGetVolumeHealth",
+        "NodeGetStorageHealth",
     },
 }
 

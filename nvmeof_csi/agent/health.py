@@ -1,0 +1,45 @@
+"""What is wrong with one volume on this target, read from the kernel and the pool (no writes).
+
+Contract: :func:`volume_health` returns ``(status, reason, message)`` triples (status ``degraded``,
+``inaccessible`` or ``data-loss``; reason CamelCase, unique per status), empty when nothing is known to be
+wrong: the volume not ready (being filled or deleted), its backing file missing (data loss), its subsystem or
+namespace missing or disabled, ports it should be linked to but is not (some: degraded, all: inaccessible), and
+a pool below :data:`POOL_LOW` free (thin volumes may fail writes).
+"""
+
+from __future__ import annotations
+
+from nvmeof_csi.agent.parts import NSID, AgentParts
+from nvmeof_csi.agent.state import READY, VolumeRecord
+from nvmeof_csi.nvmeof.nqn import volume_nqn
+
+DEGRADED, INACCESSIBLE, DATA_LOSS = "degraded", "inaccessible", "data-loss"
+POOL_LOW = 0.05
+Issue = tuple[str, str, str]
+
+
+def volume_health(parts: AgentParts, rec: VolumeRecord) -> list[Issue]:
+    if rec.status != READY:
+        return [(DEGRADED, "VolumeNotReady", f"volume is {rec.status} on agent {parts.name}")]
+    issues: list[Issue] = []
+    path = parts.store.volume_path(rec.uuid)
+    if not path.is_file():
+        issues.append((DATA_LOSS, "BackingFileMissing", f"backing file {path} is missing on agent {parts.name}"))
+    nqn = volume_nqn(rec.uuid)
+    nvmet = parts.nvmet
+    if nqn not in nvmet.subsystems():
+        issues.append((INACCESSIBLE, "SubsystemMissing", f"subsystem {nqn} is missing from configfs"))
+        return issues
+    if NSID not in nvmet.namespaces(nqn) or not nvmet.namespace_enabled(nqn, NSID):
+        issues.append((INACCESSIBLE, "NamespaceDisabled", f"namespace {NSID} of {nqn} is missing or disabled"))
+    unlinked = [p for p in parts.portals if nqn not in nvmet.linked(p.port_id)]
+    if unlinked and len(unlinked) == len(parts.portals):
+        issues.append((INACCESSIBLE, "NoPortLinked", f"{nqn} is linked to none of the agent's ports"))
+    elif unlinked:
+        names = ", ".join(f"{p.trtype}:{p.traddr}:{p.trsvcid}" for p in unlinked)
+        issues.append((DEGRADED, "PortUnlinked", f"{nqn} is not linked to port(s) {names}"))
+    pool = parts.store.usage()
+    if pool.total_bytes and pool.free_bytes < POOL_LOW * pool.total_bytes:
+        issues.append((DEGRADED, "PoolNearlyFull", f"pool of agent {parts.name} has {pool.free_bytes} of "
+                                                   f"{pool.total_bytes} bytes free: thin volumes may fail writes"))
+    return issues
