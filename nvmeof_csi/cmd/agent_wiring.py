@@ -12,11 +12,13 @@ from __future__ import annotations
 import logging
 import threading
 
-from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client import CollectorRegistry
 
+from nvmeof_csi import DRIVER_NAME
 from nvmeof_csi.agent.api import AGENT_LOCK_TABLE, AgentServicer
 from nvmeof_csi.agent.authz import Authorizer, load_policy
 from nvmeof_csi.agent.configfs import Nvmet
+from nvmeof_csi.agent.metrics import AgentCollector
 from nvmeof_csi.agent.state import StateStore
 from nvmeof_csi.agent.store import FileStore
 from nvmeof_csi.agent.target_agent import TargetAgent
@@ -27,6 +29,7 @@ from nvmeof_csi.cmd.settings import AgentSettings
 from nvmeof_csi.errors import FailedPrecondition
 from nvmeof_csi.gen import nvmeof_agent_pb2_grpc as pb_grpc
 from nvmeof_csi.host.executor import SubprocessExecutor
+from nvmeof_csi.rpc.metrics import RpcMetrics, serve_metrics
 from nvmeof_csi.rpc.server import bind, bind_mtls, new_server, run_until_stopped
 
 log = logging.getLogger(__name__)
@@ -61,8 +64,7 @@ async def serve_agent(settings: AgentSettings, plain_tree: bool = False) -> None
     registry = CollectorRegistry()
     agent = build_agent(settings, plain_tree, registry)
     if settings.metrics_listen:
-        host, _, metrics_port = settings.metrics_listen.rpartition(":")
-        start_http_server(int(metrics_port), addr=host or "127.0.0.1", registry=registry)
+        serve_metrics(settings.metrics_listen, registry)
         log.info("metrics on http://%s/metrics", settings.metrics_listen)
     if not agent.nvmet.available():
         raise FailedPrecondition(
@@ -78,7 +80,8 @@ async def serve_agent(settings: AgentSettings, plain_tree: bool = False) -> None
     for line in report.problems:
         log.error("converge problem: %s", line)
     policy = load_policy(settings.authz_file) if settings.authz_file is not None else {}
-    server = new_server(AGENT_LOCK_TABLE, Authorizer(policy))
+    registry.register(AgentCollector(agent, lambda: len(report.unknown)))
+    server = new_server(AGENT_LOCK_TABLE, Authorizer(policy), RpcMetrics(registry, DRIVER_NAME).observe)
     pb_grpc.add_AgentServicer_to_server(AgentServicer(agent, report.unknown), server)
     sockets = []
     if settings.unix_endpoint is not None:

@@ -16,6 +16,7 @@ from nvmeof_csi.csi.registration import KubeletRegistration
 from nvmeof_csi.csi.server import serve as serve_grpc
 from nvmeof_csi.rpc import logctx
 from nvmeof_csi.rpc.endpoints import Endpoint
+from nvmeof_csi.rpc.metrics import serve_metrics
 
 log = logging.getLogger("nvmeof_csi")
 
@@ -72,6 +73,10 @@ def serve_command(
         str, typer.Option(envvar=env_var("HEALTH_LISTEN"), help="HOST:PORT for GET /healthz (the Probe checks) "
                           "where the livenessprobe sidecar cannot run ('' = off).")
     ] = "",
+    metrics_listen: Annotated[
+        str, typer.Option(envvar=env_var("METRICS_LISTEN"), help="HOST:PORT for Prometheus /metrics: RPC durations "
+                          "(csi_plugin_operations_seconds) and, on nodes, per-volume paths and I/O ('' = off).")
+    ] = "",
 ) -> None:
     """Run the CSI gRPC server (controller, node or both) until SIGTERM."""
     settings = settings_or_exit("nvmeof-csi", lambda: Settings(
@@ -93,6 +98,7 @@ def serve_command(
             registration_dir=registration_dir,
             registration_endpoint=registration_endpoint,
             health_listen=health_listen,
+            metrics_listen=metrics_listen,
     ))
     logctx.install(settings.log_level)
     if settings.backend is Backend.LOOP:
@@ -100,7 +106,12 @@ def serve_command(
     registration = None
     if settings.registration_dir is not None:
         registration = KubeletRegistration(settings.registration_dir, DRIVER_NAME, settings.registration_endpoint)
-    run_or_exit("nvmeof-csi", lambda: serve_grpc(
-        build_services(settings), settings.endpoint, settings.grace_seconds,
-        registration=registration, health_listen=settings.health_listen,
-    ))
+    run_or_exit("nvmeof-csi", lambda: _serve(settings, registration))
+
+
+async def _serve(settings: Settings, registration: KubeletRegistration | None) -> None:
+    services = build_services(settings)
+    if settings.metrics_listen:
+        serve_metrics(settings.metrics_listen, services.registry)
+    await serve_grpc(services, settings.endpoint, settings.grace_seconds,
+                     registration=registration, health_listen=settings.health_listen)

@@ -14,9 +14,8 @@ from enum import StrEnum
 from pathlib import Path
 
 from nvmeof_csi.agent.portals import PortSpec
-from nvmeof_csi.csi.health import parse_listen
 from nvmeof_csi.errors import ConfigError
-from nvmeof_csi.rpc.endpoints import Endpoint, TlsFiles, is_loopback
+from nvmeof_csi.rpc.endpoints import Endpoint, TlsFiles, is_loopback, parse_listen
 from nvmeof_csi.service.ports import valid_location
 
 ENV_PREFIX = "NVMEOF_CSI_"
@@ -68,6 +67,7 @@ class Settings:
     registration_dir: Path | None = None
     registration_endpoint: str = ""
     health_listen: str = ""
+    metrics_listen: str = ""
 
     def __post_init__(self) -> None:
         self._check_kubelet_side()
@@ -95,8 +95,8 @@ class Settings:
             raise ConfigError(f"state-dir {self.state_dir} must be an absolute path")
 
     def _check_kubelet_side(self) -> None:
-        if self.health_listen:
-            parse_listen(self.health_listen)
+        for listen in filter(None, (self.health_listen, self.metrics_listen)):
+            parse_listen(listen)
         if self.registration_dir is None:
             return
         if not self.mode.node:

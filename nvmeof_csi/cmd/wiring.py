@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 
-from nvmeof_csi import TOPOLOGY_FABRIC, TOPOLOGY_RDMA
+from nvmeof_csi import DRIVER_NAME, TOPOLOGY_FABRIC, TOPOLOGY_RDMA
 from nvmeof_csi.backends.agent import AgentBackend
 from nvmeof_csi.backends.agent_api import HostNqnNodes
 from nvmeof_csi.backends.loop import LoopConnector, LoopTargetBackend
@@ -22,9 +22,11 @@ from nvmeof_csi.host.filesystems import Filesystems
 from nvmeof_csi.host.mounter import Mounter
 from nvmeof_csi.initiator.connector import NvmeofConnector, rdma_capable
 from nvmeof_csi.initiator.identity import ensure_identity
+from nvmeof_csi.initiator.metrics import NodeVolumeCollector
 from nvmeof_csi.initiator.sysfs import NvmeSysfs
 from nvmeof_csi.initiator.uevents import open_block_events
 from nvmeof_csi.nvmeof.nqn import node_id_for
+from nvmeof_csi.rpc.metrics import RpcMetrics
 from nvmeof_csi.service.ports import Connector, NodeDirectory, StaticNodes, TargetBackend
 from nvmeof_csi.service.records import StagingStore
 from nvmeof_csi.service.staging import StagingService
@@ -43,6 +45,7 @@ def build_services(settings: Settings, executor: Executor | None = None) -> CsiS
     services = CsiServices(
         topology=topology, node_id=settings.node_id, max_volumes_per_node=settings.max_volumes_per_node
     )
+    services.observe = RpcMetrics(services.registry, DRIVER_NAME).observe
     if settings.mode.controller:
         backend: TargetBackend
         nodes: NodeDirectory
@@ -71,9 +74,11 @@ def build_services(settings: Settings, executor: Executor | None = None) -> CsiS
             )
         else:
             connector = LoopConnector(executor)
+        store = StagingStore(settings.state_dir / "staging")
         services.staging = StagingService(
-            connector, Mounter(executor), Filesystems(executor), StagingStore(settings.state_dir / "staging"),
-            root=settings.kubelet_root,
+            connector, Mounter(executor), Filesystems(executor), store, root=settings.kubelet_root,
         )
+        if settings.backend is Backend.NVMEOF:
+            services.registry.register(NodeVolumeCollector(store.all, NvmeSysfs()))
         services.checks.append(connector.health)
     return services

@@ -13,20 +13,11 @@ import contextlib
 import logging
 from collections.abc import Callable, Sequence
 
-from nvmeof_csi.errors import ConfigError
+from nvmeof_csi.rpc.endpoints import parse_listen
 from nvmeof_csi.service.ports import Health
 
 log = logging.getLogger(__name__)
 READ_TIMEOUT = 5.0
-
-
-def parse_listen(text: str) -> tuple[str, int]:
-    """``HOST:PORT`` (IPv6 hosts in brackets) -> (host, port); ``ConfigError`` otherwise."""
-    host, sep, port = text.rpartition(":")
-    host = host.strip("[]")
-    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise ConfigError(f"health listen address {text!r} must be HOST:PORT")
-    return host, int(port)
 
 
 def _status(checks: Sequence[Callable[[], Health]]) -> tuple[int, str]:

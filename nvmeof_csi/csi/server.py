@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import grpc
+from prometheus_client import CollectorRegistry
 
 from nvmeof_csi.csi.controller import ControllerServicer
 from nvmeof_csi.csi.health import serve_health
@@ -22,6 +23,7 @@ from nvmeof_csi.csi.locks import CSI_LOCK_TABLE
 from nvmeof_csi.csi.node import NodeServicer
 from nvmeof_csi.csi.registration import KubeletRegistration
 from nvmeof_csi.gen import csi_pb2_grpc
+from nvmeof_csi.rpc.edge import Observe
 from nvmeof_csi.rpc.endpoints import Endpoint
 from nvmeof_csi.rpc.server import bind, new_server, run_until_stopped
 from nvmeof_csi.service.ports import Health
@@ -42,11 +44,13 @@ class CsiServices:
     node_id: str = ""
     max_volumes_per_node: int = 0
     checks: list[Callable[[], Health]] = field(default_factory=list)
+    registry: CollectorRegistry = field(default_factory=CollectorRegistry)  # what --metrics-listen exposes
+    observe: Observe | None = None  # every RPC's method, code and duration (csi_plugin_operations_seconds)
 
 
 def build_server(services: CsiServices) -> grpc.aio.Server:
     """Identity always; Controller when ``services.volumes`` is set; Node when ``services.staging`` is."""
-    server = new_server(CSI_LOCK_TABLE)
+    server = new_server(CSI_LOCK_TABLE, observe=services.observe)
     csi_pb2_grpc.add_IdentityServicer_to_server(
         IdentityServicer(controller=services.volumes is not None, checks=services.checks), server
     )

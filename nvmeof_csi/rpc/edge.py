@@ -28,6 +28,8 @@ log = logging.getLogger("nvmeof_csi.rpc")
 Handler = Callable[[Any, grpc.aio.ServicerContext[Any, Any]], Awaitable[Any]]
 #: Called with the full method name and the call's context before the call runs; raises ``PermissionDenied``.
 Authorize = Callable[[str, grpc.aio.ServicerContext[Any, Any]], None]
+#: Called once per finished call with the full method name, its status code and its duration in seconds.
+Observe = Callable[[str, grpc.StatusCode, float], None]
 
 
 def _request_id(context: grpc.aio.ServicerContext[Any, Any]) -> str:
@@ -67,10 +69,14 @@ def _finished_late(task: asyncio.Future[Any], release: Callable[[], None], short
 class EdgeInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[type-arg]
     """Wraps every unary-unary handler; see the module docstring."""
 
-    def __init__(self, locks: KeyedLocks, lock_table: LockTable, authorize: Authorize | None = None) -> None:
+    def __init__(
+        self, locks: KeyedLocks, lock_table: LockTable, authorize: Authorize | None = None,
+        observe: Observe | None = None,
+    ) -> None:
         self._locks = locks
         self._table = lock_table
         self._authorize = authorize
+        self._observe = observe
 
     async def intercept_service(
         self,
@@ -115,7 +121,12 @@ class EdgeInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[type-arg]
                     log.exception("< %s %s %.3fs unexpected error", short, code.name, time.monotonic() - start)
                 await context.abort(code, message)
                 raise  # abort() raises; keeps type checkers sure this path never returns
+            except asyncio.CancelledError:
+                code = grpc.StatusCode.CANCELLED
+                raise
             finally:
+                if self._observe is not None:
+                    self._observe(method, code, time.monotonic() - start)
                 logctx.volume_id.reset(vol)
                 logctx.request_id.reset(rid)
 

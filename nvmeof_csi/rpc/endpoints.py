@@ -83,3 +83,12 @@ class TlsFiles:
             path = getattr(self, name)
             if not path.is_file():
                 raise ConfigError(f"tls-{name} {path} is not a readable file")
+
+
+def parse_listen(text: str) -> tuple[str, int]:
+    """``HOST:PORT`` -> (host, port); ``ConfigError`` otherwise."""
+    host, sep, port = text.rpartition(":")
+    host = host.strip("[]")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ConfigError(f"listen address {text!r} must be HOST:PORT")
+    return host, int(port)

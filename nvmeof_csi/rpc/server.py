@@ -22,17 +22,19 @@ from pathlib import Path
 import grpc
 
 from nvmeof_csi.errors import FailedPrecondition
-from nvmeof_csi.rpc.edge import Authorize, EdgeInterceptor
+from nvmeof_csi.rpc.edge import Authorize, EdgeInterceptor, Observe
 from nvmeof_csi.rpc.endpoints import Endpoint, TlsFiles
 from nvmeof_csi.rpc.locks import KeyedLocks, LockTable
 
 log = logging.getLogger(__name__)
 
 
-def new_server(lock_table: LockTable, authorize: Authorize | None = None) -> grpc.aio.Server:
+def new_server(
+    lock_table: LockTable, authorize: Authorize | None = None, observe: Observe | None = None
+) -> grpc.aio.Server:
     """An asyncio gRPC server whose every unary call crosses the shared edge with ``lock_table`` (and
-    ``authorize``, when the service authorizes its callers)."""
-    return grpc.aio.server(interceptors=[EdgeInterceptor(KeyedLocks(), lock_table, authorize)])
+    ``authorize``, when the service authorizes its callers; ``observe`` gets every call's code and duration)."""
+    return grpc.aio.server(interceptors=[EdgeInterceptor(KeyedLocks(), lock_table, authorize, observe)])
 
 
 class SocketInUse(FailedPrecondition):

@@ -1,0 +1,64 @@
+"""The target agent's own metrics, read at scrape time from its state, the pool and configfs:
+
+| metric | labels | meaning |
+|---|---|---|
+| ``nvmeof_csi_agent_pool_bytes`` | agent | size of the pool's filesystem |
+| ``nvmeof_csi_agent_pool_free_bytes`` | agent | free bytes in it |
+| ``nvmeof_csi_agent_provisioned_bytes`` | agent | sum of the volumes' sizes (thin) |
+| ``nvmeof_csi_agent_capacity_bytes`` | agent | what may be provisioned (the limit, or the pool) |
+| ``nvmeof_csi_agent_volumes`` | agent, status | volumes by status (creating, ready, deleting) |
+| ``nvmeof_csi_agent_subsystems`` | agent | subsystems in configfs |
+| ``nvmeof_csi_agent_volume_allowed_hosts`` | agent, volume_uuid | hosts allowed on each volume |
+| ``nvmeof_csi_agent_drift_objects`` | agent | configfs objects and pool files the agent's state does not know |
+
+Label sets are bounded by this agent's volumes. Contract: collecting never raises.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterator
+
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from nvmeof_csi.agent.target_agent import TargetAgent
+
+log = logging.getLogger(__name__)
+
+
+class AgentCollector(Collector):
+    def __init__(self, agent: TargetAgent, drift: Callable[[], int]) -> None:
+        self._agent = agent
+        self._drift = drift
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        name = self._agent.name
+        families = []
+        try:
+            usage = self._agent.store.usage()
+            for metric, help_, value in (
+                ("pool_bytes", "Size of the pool filesystem.", usage.total_bytes),
+                ("pool_free_bytes", "Free bytes in the pool filesystem.", usage.free_bytes),
+                ("provisioned_bytes", "Sum of the volumes' sizes (thin provisioning).",
+                 self._agent.provisioned_bytes()),
+                ("capacity_bytes", "Bytes that may be provisioned in all.", self._agent.capacity_bytes()),
+                ("subsystems", "NVMe-oF subsystems in configfs.", len(self._agent.nvmet.subsystems())),
+                ("drift_objects", "Objects in configfs or the pool the agent's state does not know.", self._drift()),
+            ):
+                family = GaugeMetricFamily(f"nvmeof_csi_agent_{metric}", help_, labels=["agent"])
+                family.add_metric([name], value)
+                families.append(family)
+            by_status = GaugeMetricFamily("nvmeof_csi_agent_volumes", "Volumes by status.", labels=["agent", "status"])
+            hosts = GaugeMetricFamily("nvmeof_csi_agent_volume_allowed_hosts", "Hosts allowed on each volume.",
+                                      labels=["agent", "volume_uuid"])
+            counts: dict[str, int] = {}
+            for view in self._agent.list_volumes():
+                counts[view.record.status] = counts.get(view.record.status, 0) + 1
+                hosts.add_metric([name, view.record.uuid], len(view.record.hosts))
+            for status, count in sorted(counts.items()):
+                by_status.add_metric([name, status], count)
+            families += [by_status, hosts]
+        except Exception:
+            log.exception("metrics: agent state could not be read")
+        yield from families

@@ -1,0 +1,100 @@
+"""Per-volume metrics of the volumes staged on this node, read from sysfs at scrape time (nothing is kept):
+
+| metric | labels | meaning |
+|---|---|---|
+| ``nvmeof_csi_volume_paths`` | volume_id, state | paths (controllers) of the volume by state (live, connecting) |
+| ``nvmeof_csi_volume_paths_expected`` | volume_id | portals the volume has |
+| ``nvmeof_csi_volume_path_ana_state`` | volume_id, path, ana_state | 1 for each path's current ANA state |
+| ``nvmeof_csi_volume_{reads,writes}_total`` | volume_id | I/Os completed on the native-multipath head disk |
+| ``nvmeof_csi_volume_{read,written}_bytes_total`` | volume_id | bytes moved |
+| ``nvmeof_csi_volume_{read,write}_seconds_total`` | volume_id | time spent on them (latency = seconds / I/Os) |
+
+Label sets are bounded by the volumes staged here times their paths. Contract: collecting never raises (a
+volume whose sysfs entries vanish mid-scrape is skipped).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from nvmeof_csi.initiator.sysfs import NvmeSysfs
+from nvmeof_csi.nvmeof.context import VolumeContext
+from nvmeof_csi.service.records import StagingRecord
+
+log = logging.getLogger(__name__)
+SECTOR = 512
+
+
+def disk_stat(sys_root: Path, disk: str) -> list[int] | None:
+    """The fields of ``/sys/block/<disk>/stat`` (reads, read merges, sectors read, ms reading, writes, ...)."""
+    try:
+        return [int(x) for x in (sys_root / "block" / disk / "stat").read_text().split()]
+    except (OSError, ValueError):
+        return None
+
+
+class NodeVolumeCollector(Collector):
+    def __init__(self, records: Callable[[], Sequence[StagingRecord]], sysfs: NvmeSysfs) -> None:
+        self._records = records
+        self._sysfs = sysfs
+
+    def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
+        paths = GaugeMetricFamily("nvmeof_csi_volume_paths", "Paths of a staged volume by controller state.",
+                                  labels=["volume_id", "state"])
+        expected = GaugeMetricFamily("nvmeof_csi_volume_paths_expected", "Portals of a staged volume.",
+                                     labels=["volume_id"])
+        ana = GaugeMetricFamily("nvmeof_csi_volume_path_ana_state", "1 for the current ANA state of each path.",
+                                labels=["volume_id", "path", "ana_state"])
+        counters = {name: CounterMetricFamily(f"nvmeof_csi_volume_{name}", help_, labels=["volume_id"])
+                    for name, help_ in (("reads", "Reads completed on the volume's head disk."),
+                                        ("writes", "Writes completed on the volume's head disk."),
+                                        ("read_bytes", "Bytes read from the volume's head disk."),
+                                        ("written_bytes", "Bytes written to the volume's head disk."),
+                                        ("read_seconds", "Time spent reading (head disk)."),
+                                        ("write_seconds", "Time spent writing (head disk)."))}
+        try:
+            records = list(self._records())
+        except Exception:
+            log.exception("metrics: cannot read staging records")
+            records = []
+        for record in records:
+            try:
+                self._one(record, paths, expected, ana, counters)
+            except Exception:
+                log.debug("metrics: volume %s skipped", record.volume_id, exc_info=True)
+        yield paths
+        yield expected
+        yield ana
+        yield from counters.values()
+
+    def _one(self, record: StagingRecord, paths: GaugeMetricFamily, expected: GaugeMetricFamily,
+             ana: GaugeMetricFamily, counters: dict[str, CounterMetricFamily]) -> None:
+        vid = record.volume_id
+        ctx = VolumeContext.from_dict(record.context)
+        expected.add_metric([vid], len(ctx.portals))
+        sub = self._sysfs.subsystem(ctx.nqn)
+        if sub is None:
+            return
+        states: dict[str, int] = {}
+        for ctrl in sub.controllers:
+            states[ctrl.state] = states.get(ctrl.state, 0) + 1
+        for state, count in sorted(states.items()):
+            paths.add_metric([vid, state], count)
+        portal_of = {c.name: c.portal for c in sub.controllers}
+        ns = next((n for n in sub.namespaces if n.uuid.lower() == ctx.namespace_uuid.lower()), None)
+        if ns is None:
+            return
+        for path in ns.paths:
+            ana.add_metric([vid, portal_of.get(path.controller, path.controller), path.ana_state], 1)
+        stat = disk_stat(self._sysfs.root, ns.name)
+        if stat is None or len(stat) < 8:
+            return
+        values = {"reads": stat[0], "read_bytes": stat[2] * SECTOR, "read_seconds": stat[3] / 1000,
+                  "writes": stat[4], "written_bytes": stat[6] * SECTOR, "write_seconds": stat[7] / 1000}
+        for name, value in values.items():
+            counters[name].add_metric([vid], value)
