@@ -161,6 +161,9 @@ class AlluxioRest:
     def create_directory(self, path: str) -> None:
         self._path_op(path, "create-directory", {"recursive": True, "allowExists": True})
 
+    def delete(self, path: str, recursive: bool = False) -> None:
+        self._path_op(path, "delete", {"recursive": recursive})
+
     def exists(self, path: str) -> bool:
         return bool(self._path_op(path, "exists"))
 

@@ -8,8 +8,9 @@ under-store prefix the operator allowed, none by default; ``dataset.path`` under
 record with it (``dataset.*``: files, bytes, cache vs. under-store bytes, hit ratio, worker hosts); while it
 runs, :meth:`progress` returns a one-line progress text for that volume. Work folders live under
 ``work_root/<volume uuid>`` and are removed by :meth:`discard`. :meth:`release` unpins and frees a
-data set when no other volume references its Alluxio path; a cache that cannot be reached then is logged,
-never raised (deleting a volume must not fail because the cache is down; the TTL, if any, frees it later).
+data set when no other volume references its Alluxio path, on this agent or on any other (``holders``:
+``cache/holders.py``); a cache that cannot be reached then is logged, never raised (deleting a volume must
+not fail because the cache is down; the TTL, if any, frees it later).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import threading
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
+from nvmeof_csi.cache.holders import DatasetHolders
 from nvmeof_csi.cache.hydrate import Hydrator, Progress
 from nvmeof_csi.errors import DriverError, InvalidArgument, PermissionDenied
 from nvmeof_csi.host.paths import child
@@ -38,9 +40,11 @@ def ufs_allowed(uri: str, prefixes: Sequence[str]) -> bool:
 
 class DatasetVolumes:
     def __init__(
-        self, hydrator: Hydrator, work_root: Path, allowed_ufs: Sequence[str] = (), root: str = "/datasets"
+        self, hydrator: Hydrator, work_root: Path, allowed_ufs: Sequence[str] = (), root: str = "/datasets",
+        holders: DatasetHolders | None = None,
     ) -> None:
         self.hydrator = hydrator
+        self.holders = holders
         self.work_root = work_root
         self.allowed_ufs = tuple(allowed_ufs)
         self.root = root
@@ -72,6 +76,8 @@ class DatasetVolumes:
         if spec is None:
             raise InvalidArgument(f"volume {vol_uuid}: no dataset.* parameters to fill it from")
         self._check_source(spec)
+        if self.holders is not None:
+            self.holders.hold(spec)  # before the fill: another agent's release must see this agent
         work = child(self.work_root, check_uuid(vol_uuid, "volume UUID"), "volume UUID")
         work.mkdir(parents=True, exist_ok=True)
         try:
@@ -98,6 +104,10 @@ class DatasetVolumes:
             if other is not None and other.path == spec.path:
                 return
         try:
+            holding = self.holders.drop(spec) if self.holders is not None else []
+            if holding:
+                log.info("data set %s is still used by agent(s) %s; kept pinned", spec.path, ", ".join(holding))
+                return
             self.hydrator.release(spec)
         except DriverError as err:
             log.warning("data set %s could not be released (%s); its TTL, if any, frees it", spec.path, err)

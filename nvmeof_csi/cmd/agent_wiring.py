@@ -23,6 +23,7 @@ from nvmeof_csi.agent.state import StateStore
 from nvmeof_csi.agent.store import FileStore
 from nvmeof_csi.agent.target_agent import TargetAgent
 from nvmeof_csi.cache.client import AlluxioRest, JobServiceLoader
+from nvmeof_csi.cache.holders import DatasetHolders
 from nvmeof_csi.cache.hydrate import DatasetMetrics, Hydrator
 from nvmeof_csi.cache.volumes import DatasetVolumes
 from nvmeof_csi.cmd.settings import AgentSettings
@@ -41,7 +42,8 @@ def build_datasets(settings: AgentSettings, registry: CollectorRegistry) -> Data
         return None
     rest = AlluxioRest(settings.alluxio_proxy, settings.alluxio_job)
     hydrator = Hydrator(rest, JobServiceLoader(rest), SubprocessExecutor(), DatasetMetrics(registry))
-    return DatasetVolumes(hydrator, settings.pool_dir / ".hydrate", settings.dataset_ufs_allow, settings.dataset_root)
+    return DatasetVolumes(hydrator, settings.pool_dir / ".hydrate", settings.dataset_ufs_allow, settings.dataset_root,
+                          holders=DatasetHolders(rest, settings.name))
 
 
 def build_agent(

@@ -28,6 +28,7 @@ from nvmeof_csi.agent.target_agent import TargetAgent
 from nvmeof_csi.backends.agent import AgentBackend
 from nvmeof_csi.backends.agent_api import HostNqnNodes
 from nvmeof_csi.cache.client import AlluxioRest, CacheNotFound, CacheUnavailable, JobServiceLoader
+from nvmeof_csi.cache.holders import DatasetHolders
 from nvmeof_csi.cache.hydrate import DatasetMetrics, Hydrator
 from nvmeof_csi.cache.locality import CacheLocality, bytes_by_host
 from nvmeof_csi.cache.volumes import DatasetVolumes
@@ -38,6 +39,7 @@ from nvmeof_csi.gen import csi_pb2, csi_pb2_grpc
 from nvmeof_csi.host.executor import SubprocessExecutor
 from nvmeof_csi.rpc.endpoints import Endpoint
 from nvmeof_csi.rpc.server import bind
+from nvmeof_csi.service.datasets import DatasetSpec
 from nvmeof_csi.service.volumes import VolumeService
 from nvmeof_csi.topology.fabric_map import AgentEntry, FabricMap
 from nvmeof_csi.topology.placement import Candidate, place
@@ -53,6 +55,7 @@ FABRIC = FabricMap((AgentEntry("store-a", Endpoint.parse("unix:///a"), "f1", "z1
 class Stack:
     agent: TargetAgent
     registry: CollectorRegistry
+    hydrator: Hydrator
     stub: csi_pb2_grpc.ControllerStub
     pool: Path
 
@@ -79,7 +82,8 @@ async def stack(tmp_path: Path, alluxio: Alluxio) -> AsyncIterator[Stack]:
         name="store-a", nvmet=Nvmet(plain_configfs(tmp_path / "nvmet"), plain_tree=True),
         store=FileStore(tmp_path / "pool"), state=StateStore(tmp_path / "state" / "agent-state.json"),
         portals=PORTALS,
-        filler=DatasetVolumes(hydrator, tmp_path / "pool" / ".hydrate", (str(alluxio.dataset.root.parent), str(tmp_path))),
+        filler=DatasetVolumes(hydrator, tmp_path / "pool" / ".hydrate", (str(alluxio.dataset.root.parent), str(tmp_path)),
+                              holders=DatasetHolders(rest, "store-a")),
     )
     agent.converge()  # as the agent process does at start (prepares the pool)
     backend = AgentBackend(FABRIC, client=lambda _: LocalAgent(agent))
@@ -88,7 +92,7 @@ async def stack(tmp_path: Path, alluxio: Alluxio) -> AsyncIterator[Stack]:
     bind(server, Endpoint.parse(f"unix://{sock}"))
     await server.start()
     channel = grpc.aio.insecure_channel(f"unix://{sock}")
-    yield Stack(agent, registry, csi_pb2_grpc.ControllerStub(channel), tmp_path / "pool")
+    yield Stack(agent, registry, hydrator, csi_pb2_grpc.ControllerStub(channel), tmp_path / "pool")
     await channel.close()
     await server.stop(1)
 
@@ -235,8 +239,17 @@ async def test_cold_then_warm_hydration_pin_and_release(
     await stack.delete(vol_a.volume_id)
     assert alluxio.rest.get_status(sample).pinned, "B still references the data set: it must stay pinned"
     assert alluxio.rest.get_status(sample).in_alluxio_percentage == 100
+    # another agent (store-b) holds a volume of the same data set: store-a's last delete must not release it
+    store_b = DatasetVolumes(stack.hydrator, tmp_path / "b-work", holders=DatasetHolders(alluxio.rest, "store-b"))
+    assert store_b.holders is not None
+    spec = DatasetSpec.from_parameters(params)
+    assert spec is not None
+    store_b.holders.hold(spec)
     await stack.delete(vol_b.volume_id)
+    assert alluxio.rest.get_status(sample).pinned, "store-b still holds the data set: it must stay pinned"
+    store_b.release(params, [])  # store-b's last volume of it goes: now nobody holds it
     assert not alluxio.rest.get_status(sample).pinned
+    assert not alluxio.rest.exists(DatasetHolders.folder(spec)), "the holders' folder outlived the last holder"
     assert wait_for(lambda: alluxio.rest.get_status(sample).in_alluxio_percentage == 0, 60), "not freed"
     assert stack.agent.list_volumes() == []
     assert list((stack.pool / "volumes").iterdir()) == []

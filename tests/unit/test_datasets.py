@@ -132,6 +132,48 @@ def test_release_only_after_the_last_volume(tmp_path: Path) -> None:
     assert cache.freed and ("/ds", {"pinned": False}) in cache.attrs
 
 
+class FakeFolders:
+    """Alluxio's namespace calls the holders use, over a set of folder paths."""
+
+    def __init__(self) -> None:
+        self.folders: set[str] = set()
+
+    def create_directory(self, path: str) -> None:
+        self.folders.add(path)
+
+    def delete(self, path: str, recursive: bool = False) -> None:
+        from nvmeof_csi.cache.client import CacheNotFound
+
+        if path not in self.folders:
+            raise CacheNotFound(path)
+        self.folders = {f for f in self.folders if f != path and not (recursive and f.startswith(path + "/"))}
+
+    def list_status(self, path: str) -> list[SimpleNamespace]:
+        from nvmeof_csi.cache.client import CacheNotFound
+
+        children = [f for f in self.folders if f.startswith(path + "/") and "/" not in f[len(path) + 1:]]
+        if not children and path not in self.folders:
+            raise CacheNotFound(path)
+        return [SimpleNamespace(path=f) for f in children]
+
+
+def test_a_data_set_is_released_only_when_no_agent_holds_it(tmp_path: Path) -> None:
+    from nvmeof_csi.cache.holders import DatasetHolders
+
+    cache, folders = FakeCache({}), FakeFolders()
+    a = DatasetVolumes(hydrator(cache, FakeMkfs()), tmp_path, holders=DatasetHolders(folders, "store-a"))  # type: ignore[arg-type]
+    b = DatasetVolumes(hydrator(cache, FakeMkfs()), tmp_path, holders=DatasetHolders(folders, "store-b"))  # type: ignore[arg-type]
+    spec = DatasetSpec("/ds")
+    for agent in (a, b):
+        assert agent.holders is not None
+        agent.holders.hold(spec)
+    a.release({"dataset.path": "/ds"}, [])  # store-a's last volume of /ds goes; store-b still has one
+    assert not cache.freed
+    b.release({"dataset.path": "/ds"}, [])
+    assert cache.freed and ("/ds", {"pinned": False}) in cache.attrs
+    assert folders.folders == set()  # nothing left of the holders' records
+
+
 def test_nvmeofctl_datasets_summary() -> None:
     def vol(name: str, status: str = "ready", **labels: str) -> SimpleNamespace:
         return SimpleNamespace(name=name, status=status, parameters={"dataset.path": "/ds/a"}, labels=labels)
