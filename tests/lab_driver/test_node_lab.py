@@ -28,6 +28,15 @@ def live_paths(fabric: Fabric, nqn: str) -> int:
     return sum(p.state == "live" for p in fabric.paths(nqn))
 
 
+def health(stack: GuestDriver, name: str) -> dict[str, list[list[str]]]:
+    """Node and controller volume health of ``name``: {"node": [[status, reason, message], ...], "controller": ...}."""
+    step = stack.one("health", name)
+    return {"node": step["node"], "controller": step["controller"]}
+
+
+HEALTHY: dict[str, list[list[str]]] = {"node": [], "controller": []}
+
+
 def nvme_controllers(vm: LabVM) -> list[str]:
     return vm.listdir("/sys/class/nvme") if vm.exists("/sys/class/nvme") else []
 
@@ -81,14 +90,14 @@ def test_failover_suite_on_a_published_volume(
     # 2. Portal removal: the subsystem leaves port 1; the volume's condition names the lost path.
     result = _under_probe(stack, path, 9, lambda: fabric.unlink(P1.port_id, nqn))
     check("portal 127.0.0.1:4420 removed", result)
-    health = stack.one("health", "fo")  # CSI 1.13 volume health from both sides while the portal is gone
-    report("volume health with one portal gone", f"node {health['node']}; controller {health['controller']}")
-    assert [e[:2] for e in health["node"]] == [["DEGRADED", "PathsDown"]], health
-    assert health["node"][0][2].startswith("1 of 2 paths live") and "127.0.0.1:4420" in health["node"][0][2]
-    assert [e[:2] for e in health["controller"]] == [["DEGRADED", "PortUnlinked"]], health
+    now = health(stack, "fo")  # CSI 1.13 volume health from both sides while the portal is gone
+    report("volume health with one portal gone", f"node {now['node']}; controller {now['controller']}")
+    assert [e[:2] for e in now["node"]] == [["DEGRADED", "PathsDown"]], now
+    assert now["node"][0][2].startswith("1 of 2 paths live") and "127.0.0.1:4420" in now["node"][0][2]
+    assert [e[:2] for e in now["controller"]] == [["DEGRADED", "PortUnlinked"]], now
     fabric.link(P1.port_id, nqn)
     fabric.wait_paths(nqn, live=2, timeout=60)
-    assert wait_until(lambda: stack.one("health", "fo") == {"node": [], "controller": []}, 30), "not healthy after"
+    assert wait_until(lambda: health(stack, "fo") == HEALTHY, 30), "not healthy after"
 
     # 3. A black-holed path (packets silently dropped): keep-alive (5 s) notices, I/O moves to the other path.
     result = _under_probe(stack, path, 26, lambda: fabric.blackhole(P1.trsvcid, on=True))
@@ -104,8 +113,8 @@ def test_failover_suite_on_a_published_volume(
     assert result.max_gap_s >= 8.0, "I/O never stalled: the outage did not take the paths down"
     fabric.wait_paths(nqn, live=2, timeout=60)
 
-    after = stack.one("health", "fo")
-    assert after == {"node": [], "controller": []}, after
+    after = health(stack, "fo")
+    assert after == HEALTHY, after
     report("longest stall per scenario", ", ".join(f"{k}: {v:.3f}s" for k, v in longest.items()))
 
 
@@ -133,7 +142,7 @@ def test_node_plugin_sigkilled_between_stage_and_publish_and_after_publish(
     verify, stats = steps[0], steps[1]
     assert verify["mismatched"] == 0 and verify["bytes_verified"] == written, verify
     assert stats["usage"]["BYTES"]["used"] > 0, stats
-    assert stack.one("health", "k") == {"node": [], "controller": []}
+    assert health(stack, "k") == HEALTHY
     assert len([m for m in stack.mounts() if m.endswith("/k/mount")]) == 1, stack.mounts()
 
     stack.csi({"op": "down", "name": "k"})
@@ -159,7 +168,7 @@ def test_unstaging_one_volume_never_disconnects_another(stack: GuestDriver, repo
     assert result.errors == 0 and result.ios_after_last_stall > 0, result.errlog
     assert fabric.paths(nqn_one) == []
     assert live_paths(fabric, nqn_two) == 2
-    assert wait_until(lambda: stack.one("health", "two")["node"] == [], 30)
+    assert wait_until(lambda: health(stack, "two")["node"] == [], 30)
     stack.csi({"op": "down", "name": "two"})
     assert_all_released(stack, nqn_two)
 
