@@ -22,9 +22,9 @@ from collections.abc import Callable, Mapping
 from functools import partial
 
 from nvmeof_csi.backends.agent_api import AgentApi, default_client, transport_of
+from nvmeof_csi.backends.agent_msgs import snapshot_of, volume_of
 from nvmeof_csi.errors import Aborted, DeadlineExceeded, DriverError, NotFound, ResourceExhausted, Unavailable
-from nvmeof_csi.gen import nvmeof_agent_pb2 as pb
-from nvmeof_csi.nvmeof.context import Portal, VolumeContext, check_auth, tunables_from
+from nvmeof_csi.nvmeof.context import check_auth
 from nvmeof_csi.nvmeof.dhchap import HostKeys, host_keys
 from nvmeof_csi.nvmeof.nqn import host_nqn_of
 from nvmeof_csi.service.datasets import DatasetSpec
@@ -41,7 +41,7 @@ from nvmeof_csi.service.ports import (
     VolumeRef,
 )
 from nvmeof_csi.topology.fabric_map import AgentEntry, FabricMap
-from nvmeof_csi.topology.placement import Candidate, capacity_in, place, reachable, volume_segment
+from nvmeof_csi.topology.placement import Candidate, capacity_in, place, reachable
 
 log = logging.getLogger(__name__)
 
@@ -75,34 +75,6 @@ class AgentBackend:
 
     def _entry(self, location: str) -> AgentEntry | None:
         return self.fabric.agent(location)
-
-    # -- translation -------------------------------------------------------------------------------------
-    def _volume(self, entry: AgentEntry, vol: pb.Volume) -> Volume:
-        transport = transport_of(vol.parameters)
-        context = VolumeContext(
-            nqn=vol.nqn, namespace_uuid=vol.namespace_uuid, transport=transport,
-            portals=tuple(Portal(p.trtype, p.traddr, str(p.trsvcid)) for p in vol.portals if p.trtype == transport),
-            tunables=tunables_from(vol.parameters), agent=entry.name,
-            auth=check_auth(vol.parameters.get("auth", "none")),
-        ).to_dict()
-        source = None
-        if vol.source_snapshot_uuid:
-            source = ContentSource("snapshot", VolumeRef(entry.name, vol.source_snapshot_uuid))
-        elif vol.source_volume_uuid:
-            source = ContentSource("volume", VolumeRef(entry.name, vol.source_volume_uuid))
-        return Volume(
-            ref=VolumeRef(entry.name, vol.uuid), name=vol.name, capacity_bytes=vol.capacity_bytes,
-            parameters=dict(vol.parameters), context=context,
-            accessible_topology=(volume_segment(entry, transport),),
-            published_nodes=tuple(sorted(vol.allowed_hosts)), source=source, ready=vol.status != "creating",
-        )
-
-    @staticmethod
-    def _snapshot(entry: AgentEntry, snap: pb.Snapshot) -> Snapshot:
-        return Snapshot(
-            ref=VolumeRef(entry.name, snap.uuid), name=snap.name, source=VolumeRef(entry.name, snap.source_volume_uuid),
-            size_bytes=snap.size_bytes, created_at=float(snap.created_at_unix), ready=snap.ready,
-        )
 
     # -- health and capacity -----------------------------------------------------------------------------
     def health(self) -> Health:
@@ -157,7 +129,7 @@ class AgentBackend:
                 log.warning("agent %s skipped in the lookup of %s (%s): this request could not place it there",
                             entry.name, name, err)
                 continue
-            found.append(((vol.created_at, entry.name, vol.uuid), self._volume(entry, vol)))
+            found.append(((vol.created_at, entry.name, vol.uuid), volume_of(entry, vol)))
         return [v for _, v in sorted(found, key=lambda pair: pair[0])]
 
     def create_volume(
@@ -195,7 +167,7 @@ class AgentBackend:
                 raise
             raise Aborted(f"volume {name!r} is still being filled on agent {entry.name}; the fill goes on "
                           "and a retry returns the volume once it is ready") from None
-        mine = self._volume(entry, created)
+        mine = volume_of(entry, created)
         winner = self._all_named(name, could_hold)[0]
         if winner.ref != mine.ref:
             log.info("volume %s: another controller created it first on %s; removing ours", name, winner.ref.location)
@@ -214,7 +186,7 @@ class AgentBackend:
         while True:
             vol = self._client(entry).get_volume(volume.ref.uuid)
             if vol.status != "creating":
-                return self._volume(entry, vol)
+                return volume_of(entry, vol)
             if self._clock() >= deadline:
                 progress = vol.labels.get("dataset.progress", "")
                 raise Aborted(f"volume {volume.name!r} is still being filled on agent {entry.name}"
@@ -265,12 +237,12 @@ class AgentBackend:
         if entry is None:
             return None
         try:
-            return self._volume(entry, self._client(entry).get_volume(ref.uuid))
+            return volume_of(entry, self._client(entry).get_volume(ref.uuid))
         except NotFound:
             return None
 
     def list_volumes(self) -> list[Volume]:
-        volumes = [self._volume(e, v) for e in self.fabric.agents for v in self._client(e).list_volumes()]
+        volumes = [volume_of(e, v) for e in self.fabric.agents for v in self._client(e).list_volumes()]
         return sorted(volumes, key=lambda v: v.ref.uuid)
 
     def delete_volume(self, ref: VolumeRef) -> None:
@@ -333,7 +305,7 @@ class AgentBackend:
     # -- snapshots -----------------------------------------------------------------------------------------
     def create_snapshot(self, name: str, source: VolumeRef) -> Snapshot:
         entry = self._require(source)
-        return self._snapshot(entry, self._client(entry).create_snapshot(name, source.uuid))
+        return snapshot_of(entry, self._client(entry).create_snapshot(name, source.uuid))
 
     def find_snapshot_by_name(self, name: str) -> Snapshot | None:
         return next((s for s in self.list_snapshots() if s.name == name), None)
@@ -343,7 +315,7 @@ class AgentBackend:
         if entry is None:
             return None
         snaps = self._client(entry).list_snapshots(snapshot_uuid=ref.uuid)
-        return self._snapshot(entry, snaps[0]) if snaps else None
+        return snapshot_of(entry, snaps[0]) if snaps else None
 
     def delete_snapshot(self, ref: VolumeRef) -> None:
         entry = self._entry(ref.location)
@@ -351,5 +323,5 @@ class AgentBackend:
             self._client(entry).delete_snapshot(ref.uuid)
 
     def list_snapshots(self) -> list[Snapshot]:
-        snaps = [self._snapshot(e, s) for e in self.fabric.agents for s in self._client(e).list_snapshots()]
+        snaps = [snapshot_of(e, s) for e in self.fabric.agents for s in self._client(e).list_snapshots()]
         return sorted(snaps, key=lambda s: s.ref.uuid)

@@ -1,0 +1,40 @@
+"""The agent's messages as the service layer's types (no I/O): a volume with the volume context a node needs
+(NQN, namespace UUID, transport, the portals of that transport, the StorageClass tunables and auth mode), its
+accessible topology and content source; a snapshot."""
+
+from __future__ import annotations
+
+from nvmeof_csi.backends.agent_api import transport_of
+from nvmeof_csi.gen import nvmeof_agent_pb2 as pb
+from nvmeof_csi.nvmeof.context import Portal, VolumeContext, check_auth, tunables_from
+from nvmeof_csi.service.ports import ContentSource, Snapshot, Volume, VolumeRef
+from nvmeof_csi.topology.fabric_map import AgentEntry
+from nvmeof_csi.topology.placement import volume_segment
+
+
+def volume_of(entry: AgentEntry, vol: pb.Volume) -> Volume:
+    transport = transport_of(vol.parameters)
+    context = VolumeContext(
+        nqn=vol.nqn, namespace_uuid=vol.namespace_uuid, transport=transport,
+        portals=tuple(Portal(p.trtype, p.traddr, str(p.trsvcid)) for p in vol.portals if p.trtype == transport),
+        tunables=tunables_from(vol.parameters), agent=entry.name,
+        auth=check_auth(vol.parameters.get("auth", "none")),
+    ).to_dict()
+    source = None
+    if vol.source_snapshot_uuid:
+        source = ContentSource("snapshot", VolumeRef(entry.name, vol.source_snapshot_uuid))
+    elif vol.source_volume_uuid:
+        source = ContentSource("volume", VolumeRef(entry.name, vol.source_volume_uuid))
+    return Volume(
+        ref=VolumeRef(entry.name, vol.uuid), name=vol.name, capacity_bytes=vol.capacity_bytes,
+        parameters=dict(vol.parameters), context=context,
+        accessible_topology=(volume_segment(entry, transport),),
+        published_nodes=tuple(sorted(vol.allowed_hosts)), source=source, ready=vol.status != "creating",
+    )
+
+
+def snapshot_of(entry: AgentEntry, snap: pb.Snapshot) -> Snapshot:
+    return Snapshot(
+        ref=VolumeRef(entry.name, snap.uuid), name=snap.name, source=VolumeRef(entry.name, snap.source_volume_uuid),
+        size_bytes=snap.size_bytes, created_at=float(snap.created_at_unix), ready=snap.ready,
+    )
