@@ -1,12 +1,13 @@
 """The agent's messages as the service layer's types (no I/O): a volume with the volume context a node needs
-(NQN, namespace UUID, transport, the portals of that transport, the StorageClass tunables and auth mode), its
-accessible topology and content source; a snapshot."""
+(NQN, namespace UUID, transport, the portals of that transport, the StorageClass tunables, auth mode and I/O
+limits), its accessible topology and content source; a snapshot."""
 
 from __future__ import annotations
 
 from nvmeof_csi.backends.agent_api import transport_of
 from nvmeof_csi.gen import nvmeof_agent_pb2 as pb
 from nvmeof_csi.nvmeof.context import Portal, VolumeContext, check_auth, tunables_from
+from nvmeof_csi.nvmeof.qos import limits_from
 from nvmeof_csi.service.ports import ContentSource, Snapshot, Volume, VolumeRef
 from nvmeof_csi.topology.fabric_map import AgentEntry
 from nvmeof_csi.topology.placement import volume_segment
@@ -18,7 +19,7 @@ def volume_of(entry: AgentEntry, vol: pb.Volume) -> Volume:
         nqn=vol.nqn, namespace_uuid=vol.namespace_uuid, transport=transport,
         portals=tuple(Portal(p.trtype, p.traddr, str(p.trsvcid)) for p in vol.portals if p.trtype == transport),
         tunables=tunables_from(vol.parameters), agent=entry.name,
-        auth=check_auth(vol.parameters.get("auth", "none")),
+        auth=check_auth(vol.parameters.get("auth", "none")), qos=limits_from(vol.parameters),
     ).to_dict()
     source = None
     if vol.source_snapshot_uuid:

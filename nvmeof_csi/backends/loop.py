@@ -29,6 +29,7 @@ from nvmeof_csi.errors import (
 from nvmeof_csi.host.atomic import read_json, remove_durably, write_json_atomic
 from nvmeof_csi.host.executor import Executor
 from nvmeof_csi.host.filesystems import device_size
+from nvmeof_csi.nvmeof.qos import limits_from
 from nvmeof_csi.service.datasets import DatasetSpec
 from nvmeof_csi.service.ports import (
     NO_SECRETS,
@@ -80,7 +81,8 @@ class LoopTargetBackend:
             name=str(doc["name"]),
             capacity_bytes=int(doc["capacity_bytes"]),
             parameters=dict(doc.get("parameters", {})),
-            context={CTX_BACKEND: LOCATION, CTX_PATH: str(self._image_path(vol_uuid))},
+            context={CTX_BACKEND: LOCATION, CTX_PATH: str(self._image_path(vol_uuid)),
+                     **limits_from(doc.get("parameters", {})).to_context()},
             accessible_topology=(dict(self._topology),) if self._topology else (),
             published_nodes=tuple(sorted(doc.get("published", {}))),
         )

@@ -77,6 +77,13 @@ def serve_command(
         str, typer.Option(envvar=env_var("METRICS_LISTEN"), help="HOST:PORT for Prometheus /metrics: RPC durations "
                           "(csi_plugin_operations_seconds) and, on nodes, per-volume paths and I/O ('' = off).")
     ] = "",
+    qos_period: Annotated[
+        float, typer.Option(envvar=env_var("QOS_PERIOD"), help="Seconds between the node's passes that bring every "
+                            "published pod's io.max to its volume's current limits.")
+    ] = 5.0,
+    cgroup_root: Annotated[
+        Path, typer.Option(envvar=env_var("CGROUP_ROOT"), help="The cgroup v2 mount holding kubelet's pod cgroups.")
+    ] = Path("/sys/fs/cgroup"),
 ) -> None:
     """Run the CSI gRPC server (controller, node or both) until SIGTERM."""
     settings = settings_or_exit("nvmeof-csi", lambda: Settings(
@@ -99,6 +106,8 @@ def serve_command(
             registration_endpoint=registration_endpoint,
             health_listen=health_listen,
             metrics_listen=metrics_listen,
+            qos_period=qos_period,
+            cgroup_root=cgroup_root,
     ))
     logctx.install(settings.log_level)
     if settings.backend is Backend.LOOP:

@@ -68,9 +68,13 @@ class Settings:
     registration_endpoint: str = ""
     health_listen: str = ""
     metrics_listen: str = ""
+    qos_period: float = 5.0
+    cgroup_root: Path = Path("/sys/fs/cgroup")
 
     def __post_init__(self) -> None:
         self._check_kubelet_side()
+        if not 0.2 <= self.qos_period <= 300:
+            raise ConfigError("qos-period must be within 0.2..300 seconds")
         if not self.kubelet_root.is_absolute() or self.kubelet_root == Path("/"):
             raise ConfigError(f"kubelet-root {self.kubelet_root} must be an absolute path other than /")
         if self.alluxio_proxy and not self.alluxio_proxy.startswith(("http://", "https://")):

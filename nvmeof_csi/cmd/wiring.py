@@ -17,6 +17,7 @@ from nvmeof_csi.cache.client import AlluxioRest
 from nvmeof_csi.cache.locality import CacheLocality
 from nvmeof_csi.cmd.settings import Backend, Settings
 from nvmeof_csi.csi.server import CsiServices
+from nvmeof_csi.host.cgroups import PodCgroups
 from nvmeof_csi.host.executor import Executor, SubprocessExecutor
 from nvmeof_csi.host.filesystems import Filesystems
 from nvmeof_csi.host.mounter import Mounter
@@ -28,6 +29,7 @@ from nvmeof_csi.initiator.uevents import open_block_events
 from nvmeof_csi.nvmeof.nqn import node_id_for
 from nvmeof_csi.rpc.metrics import RpcMetrics
 from nvmeof_csi.service.ports import Connector, NodeDirectory, StaticNodes, TargetBackend
+from nvmeof_csi.service.qos import QosEnforcer
 from nvmeof_csi.service.records import StagingStore
 from nvmeof_csi.service.staging import StagingService
 from nvmeof_csi.service.volumes import VolumeService
@@ -75,10 +77,12 @@ def build_services(settings: Settings, executor: Executor | None = None) -> CsiS
         else:
             connector = LoopConnector(executor)
         store = StagingStore(settings.state_dir / "staging")
+        qos = QosEnforcer(PodCgroups(settings.cgroup_root))
         services.staging = StagingService(
-            connector, Mounter(executor), Filesystems(executor), store, root=settings.kubelet_root,
+            connector, Mounter(executor), Filesystems(executor), store, root=settings.kubelet_root, qos=qos,
         )
+        services.qos_period = settings.qos_period
         if settings.backend is Backend.NVMEOF:
-            services.registry.register(NodeVolumeCollector(store.all, NvmeSysfs()))
+            services.registry.register(NodeVolumeCollector(store.all, NvmeSysfs(), qos.status))
         services.checks.append(connector.health)
     return services

@@ -18,6 +18,7 @@ from nvmeof_csi.csi.volume_health import volume_health
 from nvmeof_csi.errors import InvalidArgument
 from nvmeof_csi.gen import csi_pb2, csi_pb2_grpc
 from nvmeof_csi.rpc.calls import blocking, remaining, require
+from nvmeof_csi.service.qos import pod_uid_of
 from nvmeof_csi.service.staging import StagingService
 
 Ctx = grpc.aio.ServicerContext[Any, Any]
@@ -81,7 +82,8 @@ class NodeServicer(csi_pb2_grpc.NodeServicer):
         ref = volume_id.decode(request.volume_id)
         readonly = request.readonly or capabilities.is_readonly_mode(request.volume_capability)
         await blocking(
-            self._staging.publish, ref, request.staging_target_path, request.target_path, access, readonly
+            self._staging.publish, ref, request.staging_target_path, request.target_path, access, readonly,
+            pod_uid_of(request.volume_context),
         )
         return csi_pb2.NodePublishVolumeResponse()
 

@@ -2,7 +2,8 @@
 
 Keys prefixed ``csi.storage.k8s.io/`` are added by the Kubernetes sidecars (PV/PVC names, secret
 references); they are accepted and not stored with the volume. Every other key must be ``transport``,
-``auth`` (DH-HMAC-CHAP: ``none``, ``dhchap``, ``dhchap-bidirectional``), one of the connection tunables
+``auth`` (DH-HMAC-CHAP: ``none``, ``dhchap``, ``dhchap-bidirectional``), a per-pod I/O limit
+(``nvmeof_csi.nvmeof.qos``), one of the connection tunables
 (``nvmeof_csi.nvmeof.context.TUNABLES``, range-checked there) or a ``dataset.*`` key.
 """
 
@@ -13,11 +14,12 @@ from dataclasses import dataclass
 
 from nvmeof_csi.errors import InvalidArgument
 from nvmeof_csi.nvmeof.context import TUNABLE_KEYS, check_auth, check_transport, tunables_from
+from nvmeof_csi.nvmeof.qos import QOS_KEY_NAMES, limits_from
 from nvmeof_csi.service.datasets import KEYS as DATASET_KEYS
 from nvmeof_csi.service.datasets import DatasetSpec
 
 SIDECAR_PREFIX = "csi.storage.k8s.io/"
-KNOWN = frozenset({"transport", "auth", *TUNABLE_KEYS, *DATASET_KEYS})
+KNOWN = frozenset({"transport", "auth", *TUNABLE_KEYS, *QOS_KEY_NAMES, *DATASET_KEYS})
 
 
 @dataclass(frozen=True)
@@ -45,6 +47,7 @@ def parse(params: Mapping[str, str]) -> VolumeOptions:
             f"unknown StorageClass parameter {unknown[0]!r} (known: {', '.join(sorted(KNOWN))})"
         )
     DatasetSpec.from_parameters(own)  # validates the dataset.* keys of a dataset volume
+    limits_from(own)  # validates the per-pod I/O limits
     return VolumeOptions(
         check_transport(own.get("transport", "tcp")), tunables_from(own), check_auth(own.get("auth", "none"))
     )

@@ -46,6 +46,7 @@ class CsiServices:
     checks: list[Callable[[], Health]] = field(default_factory=list)
     registry: CollectorRegistry = field(default_factory=CollectorRegistry)  # what --metrics-listen exposes
     observe: Observe | None = None  # every RPC's method, code and duration (csi_plugin_operations_seconds)
+    qos_period: float = 5.0  # seconds between the node's passes over published pods' io.max
 
 
 def build_server(services: CsiServices) -> grpc.aio.Server:
@@ -81,6 +82,8 @@ async def serve(
     helpers = []
     if health_listen:
         helpers.append(asyncio.ensure_future(serve_health(health_listen, services.checks, stop)))
+    if services.staging is not None:
+        helpers.append(asyncio.ensure_future(_limits_loop(services.staging, services.qos_period, stop)))
     started = asyncio.Event()
     if registration is not None:
         helpers.append(asyncio.ensure_future(_register_when_serving(registration, started, stop)))
@@ -89,6 +92,22 @@ async def serve(
     finally:
         stop.set()
         await asyncio.gather(*helpers, return_exceptions=True)
+
+
+async def _limits_loop(staging: StagingService, period: float, stop: asyncio.Event) -> None:
+    """Every ``period`` s: bring each published pod's io.max to its volume's current limits (finishes what a
+    publish could not do, applies live changes). A failed pass is logged and retried next period."""
+    while not stop.is_set():
+        try:
+            await asyncio.wait_for(stop.wait(), period)
+            return
+        except TimeoutError:
+            pass
+        try:
+            for action in await asyncio.to_thread(staging.reconcile_limits):
+                log.info("limits: %s", action)
+        except Exception:
+            log.exception("limits reconcile pass failed")
 
 
 async def _register_when_serving(

@@ -8,8 +8,11 @@
 | ``nvmeof_csi_volume_{reads,writes}_total`` | volume_id | I/Os completed on the native-multipath head disk |
 | ``nvmeof_csi_volume_{read,written}_bytes_total`` | volume_id | bytes moved |
 | ``nvmeof_csi_volume_{read,write}_seconds_total`` | volume_id | time spent on them (latency = seconds / I/Os) |
+| ``nvmeof_csi_volume_qos_limit`` | volume_id, kind | per-pod limit (read_iops, write_iops, read_bps, write_bps) |
+| ``nvmeof_csi_volume_qos_enforced`` | volume_id, pod_uid | 1 when the pod's io.max holds the limits, else 0 |
 
-Label sets are bounded by the volumes staged here times their paths. Contract: collecting never raises (a
+``nvmeof_csi_volume_paths{state="live"}`` is always present (0 when no path is live). Label sets are bounded by
+the volumes staged here times their paths (or published pods). Contract: collecting never raises (a
 volume whose sysfs entries vanish mid-scrape is skipped).
 """
 
@@ -24,6 +27,8 @@ from prometheus_client.registry import Collector
 
 from nvmeof_csi.initiator.sysfs import NvmeSysfs
 from nvmeof_csi.nvmeof.context import VolumeContext
+from nvmeof_csi.nvmeof.qos import QOS_KEYS
+from nvmeof_csi.service.qos import PodLimit, wanted_limits
 from nvmeof_csi.service.records import StagingRecord
 
 log = logging.getLogger(__name__)
@@ -39,9 +44,13 @@ def disk_stat(sys_root: Path, disk: str) -> list[int] | None:
 
 
 class NodeVolumeCollector(Collector):
-    def __init__(self, records: Callable[[], Sequence[StagingRecord]], sysfs: NvmeSysfs) -> None:
+    def __init__(
+        self, records: Callable[[], Sequence[StagingRecord]], sysfs: NvmeSysfs,
+        limits: Callable[[StagingRecord], Sequence[PodLimit]] | None = None,
+    ) -> None:
         self._records = records
         self._sysfs = sysfs
+        self._limits = limits
 
     def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
         paths = GaugeMetricFamily("nvmeof_csi_volume_paths", "Paths of a staged volume by controller state.",
@@ -57,6 +66,10 @@ class NodeVolumeCollector(Collector):
                                         ("written_bytes", "Bytes written to the volume's head disk."),
                                         ("read_seconds", "Time spent reading (head disk)."),
                                         ("write_seconds", "Time spent writing (head disk)."))}
+        limit = GaugeMetricFamily("nvmeof_csi_volume_qos_limit", "Per-pod I/O limit of a staged volume.",
+                                  labels=["volume_id", "kind"])
+        enforced = GaugeMetricFamily("nvmeof_csi_volume_qos_enforced", "1 when the pod's io.max holds the volume's "
+                                     "limits.", labels=["volume_id", "pod_uid"])
         try:
             records = list(self._records())
         except Exception:
@@ -65,8 +78,11 @@ class NodeVolumeCollector(Collector):
         for record in records:
             try:
                 self._one(record, paths, expected, ana, counters)
+                self._qos(record, limit, enforced)
             except Exception:
                 log.debug("metrics: volume %s skipped", record.volume_id, exc_info=True)
+        yield limit
+        yield enforced
         yield paths
         yield expected
         yield ana
@@ -79,8 +95,9 @@ class NodeVolumeCollector(Collector):
         expected.add_metric([vid], len(ctx.portals))
         sub = self._sysfs.subsystem(ctx.nqn)
         if sub is None:
+            paths.add_metric([vid, "live"], 0)
             return
-        states: dict[str, int] = {}
+        states: dict[str, int] = {"live": 0}
         for ctrl in sub.controllers:
             states[ctrl.state] = states.get(ctrl.state, 0) + 1
         for state, count in sorted(states.items()):
@@ -98,3 +115,13 @@ class NodeVolumeCollector(Collector):
                   "writes": stat[4], "written_bytes": stat[6] * SECTOR, "write_seconds": stat[7] / 1000}
         for name, value in values.items():
             counters[name].add_metric([vid], value)
+
+    def _qos(self, record: StagingRecord, limit: GaugeMetricFamily, enforced: GaugeMetricFamily) -> None:
+        wanted = wanted_limits(record)
+        for key in QOS_KEYS:
+            value = wanted.get(key.key)
+            if value is not None:
+                limit.add_metric([record.volume_id, key.kind], value)
+        if self._limits is not None and wanted.limited:
+            for pod in self._limits(record):
+                enforced.add_metric([record.volume_id, pod.pod_uid], 1 if pod.enforced else 0)

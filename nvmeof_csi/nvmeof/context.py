@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from nvmeof_csi.errors import InvalidArgument
+from nvmeof_csi.nvmeof.qos import UNLIMITED, QosLimits, limits_from
 
 TRANSPORTS = ("tcp", "rdma")
 
@@ -143,6 +144,7 @@ class VolumeContext:
     tunables: tuple[tuple[str, int], ...] = ()
     agent: str = ""  # the target agent that holds the volume (informational)
     auth: str = "none"  # DH-HMAC-CHAP mode (AUTH_MODES); the keys come from the node-stage secret
+    qos: QosLimits = UNLIMITED  # per-pod I/O limits at creation (a live change reaches the node another way)
 
     def tunable(self, key: str) -> int | None:
         """The StorageClass value of ``key``, or ``None`` when the StorageClass left it to the default."""
@@ -156,6 +158,7 @@ class VolumeContext:
         if self.auth != "none":
             doc["auth"] = self.auth
         doc.update({key: str(value) for key, value in self.tunables})
+        doc.update(self.qos.to_context())
         return doc
 
     @classmethod
@@ -169,4 +172,5 @@ class VolumeContext:
             tunables=tunables_from(context),
             agent=context.get("agent", ""),
             auth=check_auth(context.get("auth", "none")),
+            qos=limits_from(context),
         )

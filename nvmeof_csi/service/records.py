@@ -47,15 +47,22 @@ class StagingRecord:
     context: Mapping[str, str]
     device: str = ""
     targets: Mapping[str, bool] = field(default_factory=dict)  # target path -> readonly
+    pods: Mapping[str, str] = field(default_factory=dict)  # target path -> UID of the pod it was published for
+    qos: Mapping[str, str] | None = None  # limits changed live (ControllerModifyVolume); None: the context's
 
     def with_device(self, device: str) -> StagingRecord:
         return replace(self, device=device)
 
-    def with_target(self, target: str, readonly: bool) -> StagingRecord:
-        return replace(self, targets={**self.targets, target: readonly})
+    def with_target(self, target: str, readonly: bool, pod_uid: str = "") -> StagingRecord:
+        pods = {**self.pods, target: pod_uid} if pod_uid else {k: v for k, v in self.pods.items() if k != target}
+        return replace(self, targets={**self.targets, target: readonly}, pods=pods)
 
     def without_target(self, target: str) -> StagingRecord:
-        return replace(self, targets={k: v for k, v in self.targets.items() if k != target})
+        return replace(self, targets={k: v for k, v in self.targets.items() if k != target},
+                       pods={k: v for k, v in self.pods.items() if k != target})
+
+    def with_qos(self, qos: Mapping[str, str] | None) -> StagingRecord:
+        return replace(self, qos=None if qos is None else dict(qos))
 
     def to_json(self) -> dict[str, Any]:
         doc = asdict(self)
@@ -74,6 +81,8 @@ class StagingRecord:
             context={str(k): str(v) for k, v in doc["context"].items()},
             device=str(doc.get("device", "")),
             targets={str(k): bool(v) for k, v in doc.get("targets", {}).items()},
+            pods={str(k): str(v) for k, v in doc.get("pods", {}).items()},
+            qos=None if doc.get("qos") is None else {str(k): str(v) for k, v in doc["qos"].items()},
         )
 
 

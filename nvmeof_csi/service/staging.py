@@ -20,10 +20,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from nvmeof_csi.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound
+from nvmeof_csi.host.cgroups import check_pod_uid
 from nvmeof_csi.host.filesystems import Filesystems, Usage, device_size, usage
 from nvmeof_csi.host.mounter import Mounter
 from nvmeof_csi.host.paths import confined
-from nvmeof_csi.service.ports import NO_SECRETS, Condition, Connector, Health, VolumeRef
+from nvmeof_csi.service.ports import NO_SECRETS, Condition, Connector, Health, Problem, VolumeRef
+from nvmeof_csi.service.qos import QosEnforcer
 from nvmeof_csi.service.records import AccessSpec, StagingRecord, StagingStore
 
 log = logging.getLogger(__name__)
@@ -66,7 +68,9 @@ class StagingService:
         store: StagingStore,
         size_of: Callable[[str], int] = device_size,
         root: Path = DEFAULT_ROOT,
+        qos: QosEnforcer | None = None,
     ) -> None:
+        self._qos = qos
         self._connector = connector
         self._mounter = mounter
         self._fs = filesystems
@@ -179,9 +183,15 @@ class StagingService:
         self._store.remove(ref)
 
     # -- publish -------------------------------------------------------------------------------------
-    def publish(self, ref: VolumeRef, staging_path: str, target: str, access: AccessSpec, readonly: bool) -> None:
+    def publish(
+        self, ref: VolumeRef, staging_path: str, target: str, access: AccessSpec, readonly: bool, pod_uid: str = ""
+    ) -> None:
+        """Bind-mount the staged volume at ``target``; with ``pod_uid`` (kubelet's podInfoOnMount) the volume's
+        per-pod limits are applied to that pod's cgroup (see :class:`QosEnforcer`: never fails the publish)."""
         staging_path = self._path(staging_path, "staging_target_path")
         target = self._path(target, "target_path")
+        if pod_uid:
+            check_pod_uid(pod_uid)
         record = self._store.load(ref)
         if record is None or record.staging_path != staging_path:
             raise FailedPrecondition(f"volume {ref.uuid} is not staged at {staging_path}")
@@ -191,6 +201,7 @@ class StagingService:
         current = self._mounter.mount_at(target)
         if current is not None:
             if target in record.targets and record.targets[target] == readonly:
+                self._limit(record, pod_uid)
                 return
             raise AlreadyExists(f"target path {target} is already in use with other options")
         busy = [t for t in record.targets if t != target and self._mounter.mount_at(t) is not None]
@@ -201,7 +212,7 @@ class StagingService:
         for other, ro in record.targets.items():
             if other != target and ro != readonly and self._mounter.mount_at(other) is not None:
                 log.info("volume %s also published at %s (readonly=%s)", ref.uuid, other, ro)
-        record = record.with_target(target, readonly)
+        record = record.with_target(target, readonly, pod_uid)
         self._store.save(record)  # save before acting
         if access.block:
             Path(target).parent.mkdir(parents=True, exist_ok=True)
@@ -211,6 +222,15 @@ class StagingService:
         else:
             os.makedirs(target, exist_ok=True)
             self._mounter.bind(staging_path, target, readonly, access.mount_flags)
+        self._limit(record, pod_uid)
+
+    def _limit(self, record: StagingRecord, pod_uid: str) -> None:
+        if self._qos is None or not pod_uid or not record.device:
+            return
+        why = self._qos.apply(record, pod_uid, record.device)
+        if why:
+            log.warning("volume %s published for pod %s, but its limits are not in force yet: %s",
+                        record.volume_id, pod_uid, why)
 
     def unpublish(self, ref: VolumeRef, target: str) -> None:
         target = self._path(target, "target_path")
@@ -218,6 +238,11 @@ class StagingService:
         if record is None or target not in record.targets:
             return  # never published there by us: nothing to unmount or remove
         self._mounter.unmount(target)
+        pod_uid = record.pods.get(target, "")
+        if self._qos is not None and pod_uid and record.device:
+            others = [t for t, p in record.pods.items() if p == pod_uid and t != target]
+            if not others:  # the pod's last publish of this volume: its line goes
+                self._qos.remove(record.volume_id, pod_uid, record.device)
         path = Path(target)
         if path.is_dir() and not path.is_symlink():
             path.rmdir()
@@ -250,7 +275,27 @@ class StagingService:
         record = self._store.load(ref)
         if record is None:
             raise NotFound(f"volume {ref.uuid} is not staged on this node")
-        return self._connector.condition(ref, record.context)
+        return self._with_limits(record, self._connector.condition(ref, record.context))
+
+    def _with_limits(self, record: StagingRecord, condition: Condition) -> Condition:
+        """Adds DEGRADED ``LimitNotEnforced`` when a published pod's I/O limits are not in force."""
+        if self._qos is None:
+            return condition
+        missing = [p for p in self._qos.status(record) if not p.enforced]
+        if not missing:
+            return condition
+        message = "; ".join(f"pod {p.pod_uid}: {p.reason}" for p in missing)
+        problem = Problem("degraded", "LimitNotEnforced", f"I/O limits not in force: {message}")
+        return Condition(True, condition.message if condition.abnormal else problem.message,
+                         (*condition.issues(), problem))
+
+    def qos_records(self) -> list[StagingRecord]:
+        """The staging records (for the limits reconcile loop and the metrics)."""
+        return self._store.all()
+
+    def reconcile_limits(self) -> list[str]:
+        """Re-apply every published pod's limits that are not in force (the node's QoS loop)."""
+        return self._qos.reconcile(self._store.all()) if self._qos is not None else []
 
     def storage_health(self) -> Health:
         """The node's initiator: fabrics modules, native multipath."""

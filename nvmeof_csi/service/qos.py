@@ -1,0 +1,141 @@
+"""Per-pod I/O limits of published volumes, enforced through the pods' cgroup v2 ``io.max``.
+
+A volume's limits come from its volume context (StorageClass keys, ``nvmeof_csi.nvmeof.qos``) unless a newer
+set was recorded with the staging record (a live change: ControllerModifyVolume, read back by the node's
+reconcile loop). Each published target path remembers the pod that asked for it
+(``csi.storage.k8s.io/pod.uid``); the line is written for the volume's native-multipath head disk, never a
+hidden per-path device.
+
+Contract:
+- :meth:`QosEnforcer.apply` waits up to ``wait`` seconds for the pod's cgroup (kubelet normally creates it
+  before mounting, but not provably) and writes the line; it never fails a publish: what could not be done
+  is returned as the reason, and :meth:`QosEnforcer.reconcile` finishes it later.
+- :meth:`QosEnforcer.status` tells, per published pod, whether the limits in force equal the wanted ones.
+- :meth:`QosEnforcer.remove` removes the pod's line for the device (a vanished pod cgroup is fine).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from nvmeof_csi.errors import DriverError
+from nvmeof_csi.host.cgroups import PodCgroups
+from nvmeof_csi.nvmeof.qos import QosLimits, limits_from
+from nvmeof_csi.service.records import StagingRecord
+
+log = logging.getLogger(__name__)
+
+
+def major_minor(device: str) -> str:
+    """``/dev/nvme0n1`` -> ``259:0`` (the device number the kernel's io.max lines use)."""
+    rdev = os.stat(device).st_rdev
+    return f"{os.major(rdev)}:{os.minor(rdev)}"
+
+
+def wanted_limits(record: StagingRecord) -> QosLimits:
+    """The limits of a staged volume: the live-changed set recorded with it, else its volume context's."""
+    if record.qos is not None:
+        return limits_from(record.qos)
+    return limits_from(record.context)
+
+
+@dataclass(frozen=True)
+class PodLimit:
+    """One published pod of a volume: whether its ``io.max`` line holds the wanted limits, and why not."""
+
+    volume_id: str
+    pod_uid: str
+    enforced: bool
+    reason: str = ""
+
+
+class QosEnforcer:
+    def __init__(
+        self, cgroups: PodCgroups, device_number: Callable[[str], str] = major_minor, wait: float = 2.0,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self._cgroups = cgroups
+        self._number = device_number
+        self._wait = wait
+        self._sleep = sleep
+
+    def apply(self, record: StagingRecord, pod_uid: str, device: str, wait: bool = True) -> str:
+        """Write the pod's line for ``device``; returns '' when in force, else why not (never raises)."""
+        limits = wanted_limits(record)
+        try:
+            available, why = self._cgroups.io_controller()
+            if not available:
+                return why if limits.limited else ""
+            cgroup = self._cgroups.find(pod_uid)
+            deadline = time.monotonic() + (self._wait if wait else 0)
+            while cgroup is None and time.monotonic() < deadline:
+                self._sleep(0.1)
+                cgroup = self._cgroups.find(pod_uid)
+            if cgroup is None:
+                return f"the cgroup of pod {pod_uid} does not exist (yet)" if limits.limited else ""
+            number = self._number(device)
+            if self._line_matches(cgroup, number, limits):
+                return ""
+            self._cgroups.set_io_max(cgroup, limits.io_max_line(number))
+            log.info("volume %s: io.max of pod %s set to %s", record.volume_id, pod_uid, limits.io_max_line(number))
+            return ""
+        except (DriverError, OSError) as exc:
+            log.warning("volume %s: limits of pod %s not applied: %s", record.volume_id, pod_uid, exc)
+            return str(exc)
+
+    def _line_matches(self, cgroup: Path, number: str, limits: QosLimits) -> bool:
+        current = self._cgroups.io_max(cgroup).get(number)
+        if current is None:
+            return not limits.limited
+        return current == limits.io_max_fields()
+
+    def remove(self, volume_id: str, pod_uid: str, device: str) -> None:
+        try:
+            cgroup = self._cgroups.find(pod_uid)
+            if cgroup is not None and device:
+                self._cgroups.clear_io_max(cgroup, self._number(device))
+        except (DriverError, OSError) as exc:
+            log.warning("volume %s: io.max line of pod %s not removed: %s", volume_id, pod_uid, exc)
+
+    def status(self, record: StagingRecord) -> list[PodLimit]:
+        """Per published pod of ``record``: are the wanted limits in force?"""
+        limits = wanted_limits(record)
+        out = []
+        for pod_uid in sorted(set(record.pods.values())):
+            reason = ""
+            available, why = self._cgroups.io_controller()
+            if not available:
+                reason = why
+            else:
+                cgroup = self._cgroups.find(pod_uid)
+                try:
+                    if cgroup is None:
+                        reason = f"the cgroup of pod {pod_uid} does not exist"
+                    elif not record.device or not self._line_matches(cgroup, self._number(record.device), limits):
+                        reason = "io.max does not hold the volume's limits"
+                except OSError as exc:
+                    reason = str(exc)
+            out.append(PodLimit(record.volume_id, pod_uid, not reason or not limits.limited, reason))
+        return out
+
+    def reconcile(self, records: Iterable[StagingRecord]) -> list[str]:
+        """Rewrite every published pod's line whose limits are not in force; returns what was changed."""
+        actions = []
+        for record in records:
+            for pod in self.status(record):
+                if pod.enforced or not record.device:
+                    continue
+                why = self.apply(record, pod.pod_uid, record.device, wait=False)
+                if not why:
+                    actions.append(f"{record.volume_id}: limits of pod {pod.pod_uid} re-applied")
+        return actions
+
+
+def pod_uid_of(volume_context: Mapping[str, str]) -> str:
+    """The pod UID kubelet passes at NodePublishVolume (``podInfoOnMount``); '' when absent."""
+    return volume_context.get("csi.storage.k8s.io/pod.uid", "")
