@@ -48,6 +48,7 @@ MODULES = (
     "crc32c_generic", "crc32_generic", "crc32-pclmul", "crc32c-intel",
     "xfs", "ext4", "loop", "null_blk",
     "sch_prio", "sch_netem", "cls_u32", "act_gact",
+    "inet_diag", "tcp_diag",  # socket diagnostics: ss shows the ToS of the NVMe/TCP queues' sockets
 )
 BUSYBOX_APPLETS = (
     "sh", "mount", "umount", "mkdir", "modprobe", "insmod", "switch_root", "cat", "cut", "cp", "echo",

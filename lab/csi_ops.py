@@ -9,9 +9,11 @@ Ops (what the kubelet / external-provisioner / external-attacher would call, in 
   create  size, mode (mount|block), fs (ext4|xfs), params   CreateVolume, accessible from this node
   attach  [secrets]                                          ControllerPublishVolume to this node
   stage [secrets] / publish / unpublish / unstage            the Node RPCs on the paths in the ledger (publish and
-                                                             unpublish take another ``target`` path too); secrets
+                                                             unpublish take another ``target`` path too, publish
+                                                             and up a ``pod`` UID as kubelet sends it); secrets
                                                              are the CSI secrets of the call (never stored)
   access  mode                                               use this CSI access mode (e.g. MULTI_NODE_READER_ONLY)
+  modify  params                                             ControllerModifyVolume (mutable parameters: I/O limits)
   detach / delete                                            ControllerUnpublishVolume / DeleteVolume
   up / down                                                  create+attach+stage+publish / the reverse (up takes
                                                              ``secrets`` for attach and stage)
@@ -46,6 +48,7 @@ from nvmeof_csi.gen import csi_pb2, csi_pb2_grpc
 LEDGER = Path("/run/nvmeof-csi/lab/ledger.json")
 WORK = Path("/run/nvmeof-csi/lab/volumes")
 TIMEOUT = 300.0
+POD_UID = "csi.storage.k8s.io/pod.uid"
 Step = dict[str, Any]
 
 
@@ -115,13 +118,14 @@ class Csi:
             timeout=TIMEOUT)
         return {}
 
-    def publish(self, name: str, target: str = "") -> Step:
+    def publish(self, name: str, target: str = "", pod: str = "") -> Step:
         vol = self.ledger[name]
         path = target or vol["target"]
+        context = {**vol["context"], **({POD_UID: pod} if pod else {})}  # what kubelet adds (podInfoOnMount)
         self.node.NodePublishVolume(csi_pb2.NodePublishVolumeRequest(
             volume_id=vol["volume_id"], staging_target_path=vol["staging"], target_path=path,
             volume_capability=self.capability(vol), publish_context=vol.get("publish_context", {}),
-            volume_context=vol["context"]), timeout=TIMEOUT)
+            volume_context=context), timeout=TIMEOUT)
         return {"target": path}
 
     def unpublish(self, name: str, target: str = "") -> Step:
@@ -129,6 +133,13 @@ class Csi:
         self.node.NodeUnpublishVolume(csi_pb2.NodeUnpublishVolumeRequest(
             volume_id=vol["volume_id"], target_path=target or vol["target"]), timeout=TIMEOUT)
         return {}
+
+    def modify(self, name: str, params: dict[str, str]) -> Step:
+        """ControllerModifyVolume with ``params`` as the mutable parameters (a VolumeAttributesClass change)."""
+        vol = self.ledger[name]
+        self.controller.ControllerModifyVolume(csi_pb2.ControllerModifyVolumeRequest(
+            volume_id=vol["volume_id"], mutable_parameters=params), timeout=TIMEOUT)
+        return {"modified_at": time.time()}
 
     def access(self, name: str, mode: str) -> Step:
         """Use access mode ``mode`` (a CSI AccessMode name) in this volume's later calls."""
@@ -154,11 +165,11 @@ class Csi:
         self.save()
         return {}
 
-    def up(self, name: str, secrets: dict[str, str] | None = None, **create: Any) -> Step:
+    def up(self, name: str, secrets: dict[str, str] | None = None, pod: str = "", **create: Any) -> Step:
         result = self.create(name, **create)
         result.update(self.attach(name, secrets))
         result.update(self.stage(name, secrets))
-        result.update(self.publish(name))
+        result.update(self.publish(name, pod=pod))
         return result
 
     def down(self, name: str) -> Step:
@@ -254,7 +265,8 @@ def run(socket: str, steps: list[Step]) -> list[Step]:
     ops: dict[str, Callable[..., Step]] = {
         name.replace("_", "-"): getattr(csi, name) for name in (
             "create", "attach", "stage", "publish", "unpublish", "unstage", "detach", "delete", "up", "down",
-            "stats", "health", "expand", "probe_target", "write_dataset", "verify_dataset", "access")
+            "stats", "health", "expand", "probe_target", "write_dataset", "verify_dataset", "access",
+            "modify")
     }
     results = []
     for step in steps:

@@ -59,7 +59,7 @@ class Fabric:
     def load(self, rdma: bool = False) -> None:
         """Load host and target modules (native multipath on), and soft-RoCE + NVMe/RDMA with ``rdma``."""
         self.vm.check(["modprobe", "nvme-core", "multipath=Y"])
-        for mod in (*HOST_MODULES[1:], *TARGET_MODULES, *(RDMA_MODULES if rdma else ())):
+        for mod in (*HOST_MODULES[1:], *TARGET_MODULES, "tcp_diag", *(RDMA_MODULES if rdma else ())):
             self.vm.check(["modprobe", mod])
 
     def multipath_enabled(self) -> bool:

@@ -25,6 +25,8 @@ NODE_STATE = "/scratch/agent/node"
 #: kubelet's root stand-in: the CSI ops (csi_ops.WORK) and the csi-sanity runs keep their paths under it
 KUBELET_ROOT = "/run/nvmeof-csi/lab"
 WORK = "/run/nvmeof-csi/lab"
+QOS_PERIOD = 1.0  # the node's limits reconcile period in the lab (the default is 5 s)
+DRIVER_METRICS = "127.0.0.1:9810"  # /metrics of the driver (controller + node) and of the agent (lab.target)
 
 
 class GuestDriver:
@@ -34,7 +36,7 @@ class GuestDriver:
             vm.python, "-m", "nvmeof_csi", "serve", "--mode", "all", "--backend", "nvmeof",
             "--fabric-map", FABRIC_MAP, "--fabric", "lab", "--endpoint", f"unix://{DRIVER_SOCK}",
             "--state-dir", NODE_STATE, "--max-volumes-per-node", "8", "--log-level", log_level,
-            "--kubelet-root", KUBELET_ROOT,
+            "--kubelet-root", KUBELET_ROOT, "--metrics-listen", DRIVER_METRICS, "--qos-period", str(QOS_PERIOD),
         ], DRIVER_SOCK, DRIVER_LOG)
 
     def start(self) -> float:

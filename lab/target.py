@@ -22,6 +22,7 @@ AGENT_SOCK = "/run/nvmeof-csi/agent.sock"
 STATE_DIR = "/scratch/agent/state"
 POOL_DIR = "/scratch/agent/pool"
 LOG = "/scratch/agent/agent.log"
+AGENT_METRICS = "127.0.0.1:9811"
 
 
 class GuestProcess:
@@ -78,7 +79,8 @@ class GuestTargetAgent:
 
     def argv(self, prune: bool = False) -> list[str]:
         argv = [self.vm.python, "-m", "nvmeof_csi", "agent", "--name", self.name, "--state-dir", STATE_DIR,
-                "--pool-dir", POOL_DIR, "--listen-unix", f"unix://{AGENT_SOCK}", "--grace-seconds", "5"]
+                "--pool-dir", POOL_DIR, "--listen-unix", f"unix://{AGENT_SOCK}", "--grace-seconds", "5",
+                "--metrics-listen", AGENT_METRICS]
         for portal, group in zip(self.portals, self.groups, strict=True):
             argv += ["--portal", f"{portal.port_id}:{portal.trtype}:{portal.traddr}:{portal.trsvcid}:{group}"]
         return [*argv, *(["--prune"] if prune else [])]

@@ -27,6 +27,7 @@ from nvmeof_csi.errors import InvalidArgument, NotFound
 from nvmeof_csi.gen import nvmeof_agent_pb2 as pb
 from nvmeof_csi.gen import nvmeof_agent_pb2_grpc as pb_grpc
 from nvmeof_csi.nvmeof.nqn import check_host_nqn, check_uuid
+from nvmeof_csi.nvmeof.qos import mutable_only
 from nvmeof_csi.rpc.calls import blocking, require
 
 Ctx = grpc.aio.ServicerContext[Any, Any]
@@ -102,6 +103,7 @@ def volume_with_health(agent: TargetAgent, view: VolumeView) -> pb.Volume:
     msg = volume_msg(view)
     issues = agent.volume_health(view.record.uuid)
     msg.health.extend(pb.HealthIssue(status=s, reason=r, message=m) for s, r, m in issues)
+    msg.backing_file = str(agent.store.volume_path(view.record.uuid))
     return msg
 
 
@@ -146,6 +148,13 @@ class AgentServicer(pb_grpc.AgentServicer):
     async def ResizeVolume(self, request: pb.ResizeVolumeRequest, context: Ctx) -> pb.Volume:
         require(request.uuid, "uuid")
         view = await blocking(self._agent.resize_volume, _uuid(request.uuid, "uuid"), request.capacity_bytes)
+        return volume_msg(view)
+
+    async def ModifyVolume(self, request: pb.ModifyVolumeRequest, context: Ctx) -> pb.Volume:
+        require(request.uuid, "uuid")
+        changes = _map(request.parameters, "parameters")
+        mutable_only(changes)
+        view = await blocking(self._agent.modify_volume, _uuid(request.uuid, "uuid"), changes)
         return volume_msg(view)
 
     @staticmethod

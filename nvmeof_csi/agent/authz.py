@@ -13,7 +13,7 @@ identity (the certificate's common name, or one of its DNS/URI subject alternati
 |---|---|
 | ``reader`` | Health, GetVolume, ListVolumes, ListSnapshots, ListPortals, GetCapacity |
 | ``node`` | Health, and GetVolume / ListVolumes of the volumes that allow its own ``hostNqn`` only |
-| ``controller`` | what a reader may, plus volumes, snapshots, host grants (Create/Delete/Resize, Allow/DenyHost) |
+| ``controller`` | what a reader may, plus volumes, snapshots, host grants (Create/Delete/Resize/Modify, Allow/Deny) |
 | ``admin`` | everything, also SetAnaState |
 
 Contract: :meth:`Authorizer.authorize` raises ``PermissionDenied`` naming the role the call needs and the
@@ -39,7 +39,8 @@ from nvmeof_csi.nvmeof.nqn import valid_host_nqn
 READER, NODE, CONTROLLER, ADMIN = "reader", "node", "controller", "admin"
 ROLES = (READER, NODE, CONTROLLER, ADMIN)
 _READ = {"Health", "GetVolume", "ListVolumes", "ListSnapshots", "ListPortals", "GetCapacity"}
-_WRITE = {"CreateVolume", "DeleteVolume", "ResizeVolume", "CreateSnapshot", "DeleteSnapshot", "AllowHost", "DenyHost"}
+_WRITE = {"CreateVolume", "DeleteVolume", "ResizeVolume", "ModifyVolume", "CreateSnapshot", "DeleteSnapshot",
+          "AllowHost", "DenyHost"}
 ALLOWED: Mapping[str, frozenset[str]] = {
     READER: frozenset(_READ),
     NODE: frozenset({"Health", "GetVolume", "ListVolumes"}),

@@ -102,6 +102,9 @@ class AgentClient:
     def resize_volume(self, vol_uuid: str, capacity_bytes: int) -> pb.Volume:
         return self._call(self._stub.ResizeVolume, pb.ResizeVolumeRequest(uuid=vol_uuid, capacity_bytes=capacity_bytes))
 
+    def modify_volume(self, vol_uuid: str, parameters: Mapping[str, str]) -> pb.Volume:
+        return self._call(self._stub.ModifyVolume, pb.ModifyVolumeRequest(uuid=vol_uuid, parameters=dict(parameters)))
+
     def get_volume(self, vol_uuid: str = "", name: str = "") -> pb.Volume:
         request = pb.GetVolumeRequest(name=name) if name else pb.GetVolumeRequest(uuid=vol_uuid)
         return self._call(self._stub.GetVolume, request)

@@ -113,6 +113,9 @@ class TargetAgent:
     def resize_volume(self, vol_uuid: str, capacity_bytes: int) -> VolumeView:
         return self._volumes.resize_volume(vol_uuid, capacity_bytes)
 
+    def modify_volume(self, vol_uuid: str, changes: Mapping[str, str]) -> VolumeView:
+        return self._volumes.modify_volume(vol_uuid, changes)
+
     def allow_host(
         self, vol_uuid: str, host_nqn: str, secret: str = "", readonly: bool = False, ctrl_secret: str = ""
     ) -> VolumeView:

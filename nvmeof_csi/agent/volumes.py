@@ -211,6 +211,16 @@ class VolumeOps:
                 p.nvmet.revalidate(volume_nqn(vol_uuid), NSID)
             return p.view(rec)
 
+    def modify_volume(self, vol_uuid: str, changes: Mapping[str, str]) -> VolumeView:
+        """Record new values of mutable parameters with the volume (saved before it returns); idempotent."""
+        p = self._p
+        with p.keys.hold(vol_uuid):
+            rec = p.volume(vol_uuid)
+            merged = {**rec.parameters, **changes}
+            if merged != dict(rec.parameters):
+                rec = p.state.put_volume(rec.evolve(parameters=merged))
+            return p.view(rec)
+
     # -- fills a restart interrupted ---------------------------------------------------------------------
     def resume_fills(self) -> None:
         """Finish volumes whose fill a restart interrupted (the filler resumes, it does not restart); a fill

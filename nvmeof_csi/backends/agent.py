@@ -254,6 +254,9 @@ class AgentBackend:
         entry = self._require(ref)
         return int(self._client(entry).resize_volume(ref.uuid, capacity_bytes).capacity_bytes)
 
+    def modify_volume(self, ref: VolumeRef, changes: Mapping[str, str]) -> None:
+        self._client(self._require(ref)).modify_volume(ref.uuid, changes)
+
     def _require(self, ref: VolumeRef) -> AgentEntry:
         entry = self._entry(ref.location)
         if entry is None:

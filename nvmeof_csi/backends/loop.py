@@ -175,6 +175,13 @@ class LoopTargetBackend:
         self._image_path(ref.uuid).unlink(missing_ok=True)
         remove_durably(self._meta_path(ref.uuid))
 
+    def modify_volume(self, ref: VolumeRef, changes: Mapping[str, str]) -> None:
+        doc = self._require(ref)
+        merged = {**doc.get("parameters", {}), **changes}
+        if merged != doc.get("parameters", {}):
+            doc["parameters"] = merged
+            write_json_atomic(self._meta_path(ref.uuid), doc)
+
     def expand_volume(self, ref: VolumeRef, capacity_bytes: int) -> int:
         doc = self._require(ref)
         current = int(doc["capacity_bytes"])

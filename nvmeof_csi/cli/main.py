@@ -13,7 +13,7 @@ from typing import Annotated
 import typer
 
 from nvmeof_csi import DRIVER_NAME, __version__
-from nvmeof_csi.cli import datasets, driver, health, hosts, portals, snapshots, volumes
+from nvmeof_csi.cli import datasets, doctor, driver, health, hosts, portals, snapshots, trace, volumes
 from nvmeof_csi.cli.context import CliState, Output, load_targets
 from nvmeof_csi.errors import ConfigError, DriverError
 
@@ -31,6 +31,8 @@ app.add_typer(driver.app, name="driver")
 app.add_typer(datasets.app, name="datasets")
 app.command("targets")(health.targets)
 app.command("health")(health.health)
+app.command("doctor")(doctor.doctor)
+app.command("trace")(trace.trace)
 
 
 @app.callback()
@@ -47,7 +49,7 @@ def common(
 ) -> None:
     """Global options; the targets are loaded lazily by the commands that need them."""
     ctx.obj = CliState(output=output, timeout=timeout)
-    if ctx.invoked_subcommand not in ("version", "driver"):
+    if ctx.invoked_subcommand not in ("version", "driver", "doctor"):
         ctx.obj.targets = load_targets(targets, agent)
 
 

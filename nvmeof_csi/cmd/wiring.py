@@ -12,6 +12,7 @@ import logging
 from nvmeof_csi import DRIVER_NAME, TOPOLOGY_FABRIC, TOPOLOGY_RDMA
 from nvmeof_csi.backends.agent import AgentBackend
 from nvmeof_csi.backends.agent_api import HostNqnNodes
+from nvmeof_csi.backends.agent_limits import AgentLimits
 from nvmeof_csi.backends.loop import LoopConnector, LoopTargetBackend
 from nvmeof_csi.cache.client import AlluxioRest
 from nvmeof_csi.cache.locality import CacheLocality
@@ -29,7 +30,7 @@ from nvmeof_csi.initiator.uevents import open_block_events
 from nvmeof_csi.nvmeof.nqn import node_id_for
 from nvmeof_csi.rpc.metrics import RpcMetrics
 from nvmeof_csi.service.ports import Connector, NodeDirectory, StaticNodes, TargetBackend
-from nvmeof_csi.service.qos import QosEnforcer
+from nvmeof_csi.service.qos import LimitOverrides, QosEnforcer
 from nvmeof_csi.service.records import StagingStore
 from nvmeof_csi.service.staging import StagingService
 from nvmeof_csi.service.volumes import VolumeService
@@ -77,12 +78,18 @@ def build_services(settings: Settings, executor: Executor | None = None) -> CsiS
         else:
             connector = LoopConnector(executor)
         store = StagingStore(settings.state_dir / "staging")
-        qos = QosEnforcer(PodCgroups(settings.cgroup_root))
+        qos = QosEnforcer(PodCgroups(settings.cgroup_root), LimitOverrides(settings.state_dir / "qos"))
+        source = None
+        if settings.backend is Backend.NVMEOF and settings.fabric_map is not None:
+            source = AgentLimits(load_fabric_map(settings.fabric_map))
+        elif settings.backend is Backend.NVMEOF:
+            log.warning("no --fabric-map: live changes of I/O limits (ControllerModifyVolume) do not reach this node")
         services.staging = StagingService(
             connector, Mounter(executor), Filesystems(executor), store, root=settings.kubelet_root, qos=qos,
+            limits_source=source,
         )
         services.qos_period = settings.qos_period
         if settings.backend is Backend.NVMEOF:
-            services.registry.register(NodeVolumeCollector(store.all, NvmeSysfs(), qos.status))
+            services.registry.register(NodeVolumeCollector(store.all, NvmeSysfs(), qos))
         services.checks.append(connector.health)
     return services

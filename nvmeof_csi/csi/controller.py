@@ -2,9 +2,9 @@
 
 Capabilities offered: CREATE_DELETE_VOLUME, PUBLISH_UNPUBLISH_VOLUME, LIST_VOLUMES,
 LIST_VOLUMES_PUBLISHED_NODES, GET_CAPACITY, EXPAND_VOLUME, GET_VOLUME, GET_VOLUME_HEALTH, LIST_VOLUME_HEALTH
-(CSI 1.13 alpha: the agent's view of each volume), SINGLE_NODE_MULTI_WRITER, PUBLISH_READONLY; with a backend
-that has snapshots also CREATE_DELETE_SNAPSHOT, LIST_SNAPSHOTS, GET_SNAPSHOT and CLONE_VOLUME. ModifyVolume
-answers UNIMPLEMENTED.
+(CSI 1.13 alpha: the agent's view of each volume), SINGLE_NODE_MULTI_WRITER, PUBLISH_READONLY, MODIFY_VOLUME (the
+per-pod I/O limits are the mutable parameters: CreateVolume's ``mutable_parameters`` and ControllerModifyVolume);
+with a backend that has snapshots also CREATE_DELETE_SNAPSHOT, LIST_SNAPSHOTS, GET_SNAPSHOT and CLONE_VOLUME.
 """
 
 from __future__ import annotations
@@ -41,6 +41,7 @@ OFFERED = (
     RPC.LIST_VOLUME_HEALTH,
     RPC.SINGLE_NODE_MULTI_WRITER,
     RPC.PUBLISH_READONLY,
+    RPC.MODIFY_VOLUME,
 )
 
 
@@ -133,7 +134,7 @@ class ControllerServicer(csi_pb2_grpc.ControllerServicer):
         source = _source(request)
         if source is not None and not self._volumes.supports_snapshots:
             raise InvalidArgument("volume_content_source: snapshots and clones are not offered by this backend")
-        stored = params.stored_parameters(request.parameters)
+        stored = {**params.stored_parameters(request.parameters), **params.mutable(request.mutable_parameters)}
         volume = await blocking(  # a long fill holds this worker at most until the caller's deadline
             self._volumes.create, request.name, rng, stored, _requirement(request), source, context.time_remaining()
         )
@@ -315,5 +316,11 @@ class ControllerServicer(csi_pb2_grpc.ControllerServicer):
             raise NotFound(f"snapshot {request.snapshot_id} does not exist")
         return csi_pb2.GetSnapshotResponse(snapshot=_snapshot_msg(page.snapshots[0]))
 
-    async def ControllerModifyVolume(self, request: Any, context: Ctx) -> Any:
-        raise Unimplemented("ControllerModifyVolume is not offered yet")
+    async def ControllerModifyVolume(
+        self, request: csi_pb2.ControllerModifyVolumeRequest, context: Ctx
+    ) -> csi_pb2.ControllerModifyVolumeResponse:
+        require(request.volume_id, "volume_id")
+        changes = params.mutable(request.mutable_parameters)
+        ref = volume_id.decode(request.volume_id)
+        await blocking(self._volumes.modify, ref, changes)
+        return csi_pb2.ControllerModifyVolumeResponse()

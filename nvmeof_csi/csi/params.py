@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from nvmeof_csi.errors import InvalidArgument
 from nvmeof_csi.nvmeof.context import TUNABLE_KEYS, check_auth, check_transport, tunables_from
-from nvmeof_csi.nvmeof.qos import QOS_KEY_NAMES, limits_from
+from nvmeof_csi.nvmeof.qos import QOS_KEY_NAMES, limits_from, mutable_only
 from nvmeof_csi.service.datasets import KEYS as DATASET_KEYS
 from nvmeof_csi.service.datasets import DatasetSpec
 
@@ -37,6 +37,14 @@ class VolumeOptions:
 def stored_parameters(params: Mapping[str, str]) -> dict[str, str]:
     """The parameters recorded with a volume (sidecar-added keys dropped)."""
     return {k: v for k, v in params.items() if not k.startswith(SIDECAR_PREFIX)}
+
+
+def mutable(params: Mapping[str, str]) -> dict[str, str]:
+    """The mutable parameters of a VolumeAttributesClass (CreateVolume's ``mutable_parameters``, ModifyVolume's):
+    sidecar-added keys dropped, every other key a valid per-pod I/O limit (``InvalidArgument`` otherwise)."""
+    own = stored_parameters(params)
+    mutable_only(own)
+    return own
 
 
 def parse(params: Mapping[str, str]) -> VolumeOptions:

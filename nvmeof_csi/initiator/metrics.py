@@ -28,7 +28,7 @@ from prometheus_client.registry import Collector
 from nvmeof_csi.initiator.sysfs import NvmeSysfs
 from nvmeof_csi.nvmeof.context import VolumeContext
 from nvmeof_csi.nvmeof.qos import QOS_KEYS
-from nvmeof_csi.service.qos import PodLimit, wanted_limits
+from nvmeof_csi.service.qos import QosEnforcer
 from nvmeof_csi.service.records import StagingRecord
 
 log = logging.getLogger(__name__)
@@ -46,11 +46,11 @@ def disk_stat(sys_root: Path, disk: str) -> list[int] | None:
 class NodeVolumeCollector(Collector):
     def __init__(
         self, records: Callable[[], Sequence[StagingRecord]], sysfs: NvmeSysfs,
-        limits: Callable[[StagingRecord], Sequence[PodLimit]] | None = None,
+        qos: QosEnforcer | None = None,
     ) -> None:
         self._records = records
         self._sysfs = sysfs
-        self._limits = limits
+        self._enforcer = qos
 
     def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
         paths = GaugeMetricFamily("nvmeof_csi_volume_paths", "Paths of a staged volume by controller state.",
@@ -117,11 +117,13 @@ class NodeVolumeCollector(Collector):
             counters[name].add_metric([vid], value)
 
     def _qos(self, record: StagingRecord, limit: GaugeMetricFamily, enforced: GaugeMetricFamily) -> None:
-        wanted = wanted_limits(record)
+        if self._enforcer is None:
+            return
+        wanted = self._enforcer.wanted(record)
         for key in QOS_KEYS:
             value = wanted.get(key.key)
             if value is not None:
                 limit.add_metric([record.volume_id, key.kind], value)
-        if self._limits is not None and wanted.limited:
-            for pod in self._limits(record):
+        if wanted.limited:
+            for pod in self._enforcer.status(record):
                 enforced.add_metric([record.volume_id, pod.pod_uid], 1 if pod.enforced else 0)

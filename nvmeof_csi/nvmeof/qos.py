@@ -65,6 +65,20 @@ class QosLimits:
 UNLIMITED = QosLimits()
 
 
+def immutable(values: Mapping[str, str]) -> dict[str, str]:
+    """``values`` without the mutable keys (what must match for an idempotent CreateVolume)."""
+    return {k: v for k, v in values.items() if k not in QOS_KEY_NAMES}
+
+
+def mutable_only(values: Mapping[str, str]) -> QosLimits:
+    """Checks that every key of ``values`` is a mutable (QoS) key with a valid value: ``InvalidArgument``
+    naming the first other key. Returns the limits."""
+    other = sorted(set(values) - set(QOS_KEY_NAMES))
+    if other:
+        raise InvalidArgument(f"parameter {other[0][:80]!r} is not mutable (mutable: {', '.join(QOS_KEY_NAMES)})")
+    return limits_from(values)
+
+
 def limits_from(values: Mapping[str, str]) -> QosLimits:
     found = []
     for qos in QOS_KEYS:

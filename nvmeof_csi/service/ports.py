@@ -167,6 +167,11 @@ class TargetBackend(Protocol):
         """Grow to at least ``capacity_bytes``; returns the new size. Never shrinks."""
         ...
 
+    def modify_volume(self, ref: VolumeRef, changes: Mapping[str, str]) -> None:
+        """Record new values of the volume's mutable parameters (validated by the caller); idempotent;
+        ``NotFound`` for an unknown volume."""
+        ...
+
     def publish(
         self, ref: VolumeRef, node_id: str, readonly: bool, secrets: Mapping[str, str] = NO_SECRETS
     ) -> Mapping[str, str]:

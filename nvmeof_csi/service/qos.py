@@ -1,10 +1,11 @@
 """Per-pod I/O limits of published volumes, enforced through the pods' cgroup v2 ``io.max``.
 
 A volume's limits come from its volume context (StorageClass keys, ``nvmeof_csi.nvmeof.qos``) unless a newer
-set was recorded with the staging record (a live change: ControllerModifyVolume, read back by the node's
-reconcile loop). Each published target path remembers the pod that asked for it
-(``csi.storage.k8s.io/pod.uid``); the line is written for the volume's native-multipath head disk, never a
-hidden per-path device.
+set was read from the volume's agent (a live change through ControllerModifyVolume, fetched by the node's
+reconcile loop through a :data:`LimitsSource`) and saved in :class:`LimitOverrides` (one small file per
+volume next to, not inside, the staging records: the loop never rewrites a record an RPC may be saving).
+Each published target path remembers the pod that asked for it (``csi.storage.k8s.io/pod.uid``); the line is
+written for the volume's native-multipath head disk, never a hidden per-path device.
 
 Contract:
 - :meth:`QosEnforcer.apply` waits up to ``wait`` seconds for the pod's cgroup (kubelet normally creates it
@@ -12,6 +13,8 @@ Contract:
   is returned as the reason, and :meth:`QosEnforcer.reconcile` finishes it later.
 - :meth:`QosEnforcer.status` tells, per published pod, whether the limits in force equal the wanted ones.
 - :meth:`QosEnforcer.remove` removes the pod's line for the device (a vanished pod cgroup is fine).
+- :meth:`QosEnforcer.refresh` asks the source for a volume's current limits and saves a changed set; an
+  unreachable source changes nothing (the limits in force stay).
 """
 
 from __future__ import annotations
@@ -24,9 +27,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from nvmeof_csi.errors import DriverError
+from nvmeof_csi.host.atomic import read_json, remove_durably, write_json_atomic
 from nvmeof_csi.host.cgroups import PodCgroups
 from nvmeof_csi.nvmeof.qos import QosLimits, limits_from
+from nvmeof_csi.service.ports import VolumeRef
 from nvmeof_csi.service.records import StagingRecord
+
+#: a staged volume's current mutable parameters as its agent holds them; None when they cannot be read now
+LimitsSource = Callable[[StagingRecord], Mapping[str, str] | None]
 
 log = logging.getLogger(__name__)
 
@@ -37,11 +45,35 @@ def major_minor(device: str) -> str:
     return f"{os.major(rdev)}:{os.minor(rdev)}"
 
 
-def wanted_limits(record: StagingRecord) -> QosLimits:
-    """The limits of a staged volume: the live-changed set recorded with it, else its volume context's."""
-    if record.qos is not None:
-        return limits_from(record.qos)
-    return limits_from(record.context)
+class LimitOverrides:
+    """Live-changed limits per staged volume: ``<root>/<location>.<uuid>.json`` (atomic writes)."""
+
+    def __init__(self, root: Path) -> None:
+        self._root = root
+
+    def _path(self, ref: VolumeRef) -> Path:
+        return self._root / f"{ref.location}.{ref.uuid}.json"
+
+    def get(self, ref: VolumeRef) -> dict[str, str] | None:
+        try:
+            doc = read_json(self._path(ref))
+        except ValueError:
+            return None
+        if not isinstance(doc, dict) or not isinstance(doc.get("limits"), dict):
+            return None
+        return {str(k): str(v) for k, v in doc["limits"].items()}
+
+    def put(self, ref: VolumeRef, limits: Mapping[str, str]) -> None:
+        write_json_atomic(self._path(ref), {"limits": dict(limits)})
+
+    def remove(self, ref: VolumeRef) -> None:
+        remove_durably(self._path(ref))
+
+
+def wanted_limits(record: StagingRecord, overrides: LimitOverrides | None = None) -> QosLimits:
+    """The limits of a staged volume: the live-changed set saved for it, else its volume context's."""
+    changed = overrides.get(record.ref) if overrides is not None else None
+    return limits_from(changed if changed is not None else record.context)
 
 
 @dataclass(frozen=True)
@@ -56,17 +88,45 @@ class PodLimit:
 
 class QosEnforcer:
     def __init__(
-        self, cgroups: PodCgroups, device_number: Callable[[str], str] = major_minor, wait: float = 2.0,
+        self, cgroups: PodCgroups, overrides: LimitOverrides | None = None,
+        device_number: Callable[[str], str] = major_minor, wait: float = 2.0,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         self._cgroups = cgroups
+        self.overrides = overrides
         self._number = device_number
         self._wait = wait
         self._sleep = sleep
 
+    def wanted(self, record: StagingRecord) -> QosLimits:
+        return wanted_limits(record, self.overrides)
+
+    def refresh(self, record: StagingRecord, source: LimitsSource) -> list[str]:
+        """Fetch the volume's current limits; save them when they changed. Returns what changed."""
+        try:
+            fresh = source(record)
+        except (DriverError, OSError) as exc:
+            log.debug("volume %s: current limits not readable now: %s", record.volume_id, exc)
+            return []
+        if fresh is None or self.overrides is None:
+            return []
+        try:
+            changed = limits_from(fresh)
+        except DriverError as exc:
+            log.warning("volume %s: the agent holds invalid limits %s: %s", record.volume_id, dict(fresh), exc)
+            return []
+        if changed == self.wanted(record):
+            return []
+        self.overrides.put(record.ref, changed.to_context())
+        return [f"{record.volume_id}: limits changed to {changed.io_max_fields()}"]
+
+    def forget(self, ref: VolumeRef) -> None:
+        if self.overrides is not None:
+            self.overrides.remove(ref)
+
     def apply(self, record: StagingRecord, pod_uid: str, device: str, wait: bool = True) -> str:
         """Write the pod's line for ``device``; returns '' when in force, else why not (never raises)."""
-        limits = wanted_limits(record)
+        limits = self.wanted(record)
         try:
             available, why = self._cgroups.io_controller()
             if not available:
@@ -104,7 +164,7 @@ class QosEnforcer:
 
     def status(self, record: StagingRecord) -> list[PodLimit]:
         """Per published pod of ``record``: are the wanted limits in force?"""
-        limits = wanted_limits(record)
+        limits = self.wanted(record)
         out = []
         for pod_uid in sorted(set(record.pods.values())):
             reason = ""

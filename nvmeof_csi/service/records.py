@@ -48,7 +48,6 @@ class StagingRecord:
     device: str = ""
     targets: Mapping[str, bool] = field(default_factory=dict)  # target path -> readonly
     pods: Mapping[str, str] = field(default_factory=dict)  # target path -> UID of the pod it was published for
-    qos: Mapping[str, str] | None = None  # limits changed live (ControllerModifyVolume); None: the context's
 
     def with_device(self, device: str) -> StagingRecord:
         return replace(self, device=device)
@@ -60,9 +59,6 @@ class StagingRecord:
     def without_target(self, target: str) -> StagingRecord:
         return replace(self, targets={k: v for k, v in self.targets.items() if k != target},
                        pods={k: v for k, v in self.pods.items() if k != target})
-
-    def with_qos(self, qos: Mapping[str, str] | None) -> StagingRecord:
-        return replace(self, qos=None if qos is None else dict(qos))
 
     def to_json(self) -> dict[str, Any]:
         doc = asdict(self)
@@ -82,7 +78,6 @@ class StagingRecord:
             device=str(doc.get("device", "")),
             targets={str(k): bool(v) for k, v in doc.get("targets", {}).items()},
             pods={str(k): str(v) for k, v in doc.get("pods", {}).items()},
-            qos=None if doc.get("qos") is None else {str(k): str(v) for k, v in doc["qos"].items()},
         )
 
 

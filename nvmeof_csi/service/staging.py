@@ -25,7 +25,7 @@ from nvmeof_csi.host.filesystems import Filesystems, Usage, device_size, usage
 from nvmeof_csi.host.mounter import Mounter
 from nvmeof_csi.host.paths import confined
 from nvmeof_csi.service.ports import NO_SECRETS, Condition, Connector, Health, Problem, VolumeRef
-from nvmeof_csi.service.qos import QosEnforcer
+from nvmeof_csi.service.qos import LimitsSource, QosEnforcer
 from nvmeof_csi.service.records import AccessSpec, StagingRecord, StagingStore
 
 log = logging.getLogger(__name__)
@@ -69,8 +69,10 @@ class StagingService:
         size_of: Callable[[str], int] = device_size,
         root: Path = DEFAULT_ROOT,
         qos: QosEnforcer | None = None,
+        limits_source: LimitsSource | None = None,
     ) -> None:
         self._qos = qos
+        self._limits_source = limits_source
         self._connector = connector
         self._mounter = mounter
         self._fs = filesystems
@@ -181,6 +183,8 @@ class StagingService:
             self._fs.set_readonly(record.device, False)  # the next stage may be writable
         self._disconnect(record)
         self._store.remove(ref)
+        if self._qos is not None:
+            self._qos.forget(ref)
 
     # -- publish -------------------------------------------------------------------------------------
     def publish(
@@ -294,8 +298,17 @@ class StagingService:
         return self._store.all()
 
     def reconcile_limits(self) -> list[str]:
-        """Re-apply every published pod's limits that are not in force (the node's QoS loop)."""
-        return self._qos.reconcile(self._store.all()) if self._qos is not None else []
+        """The node's QoS loop: fetch the current limits of every published volume (live changes), then re-apply
+        every published pod's limits that are not in force."""
+        if self._qos is None:
+            return []
+        actions = []
+        records = self._store.all()
+        if self._limits_source is not None:
+            for record in records:
+                if record.pods:
+                    actions += self._qos.refresh(record, self._limits_source)
+        return actions + self._qos.reconcile(records)
 
     def storage_health(self) -> Health:
         """The node's initiator: fabrics modules, native multipath."""

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from nvmeof_csi.errors import Aborted, AlreadyExists, InvalidArgument, NotFound, OutOfRange, ResourceExhausted
+from nvmeof_csi.nvmeof.qos import immutable
 from nvmeof_csi.service.ports import (
     NO_SECRETS,
     Condition,
@@ -122,7 +123,7 @@ class VolumeService:
                 raise AlreadyExists(
                     f"volume {name!r} exists with {existing.capacity_bytes} bytes, outside the requested range"
                 )
-            if dict(existing.parameters) != dict(parameters):
+            if immutable(existing.parameters) != immutable(parameters):  # mutable ones may have changed since
                 raise AlreadyExists(f"volume {name!r} exists with different parameters")
             if existing.source != source:
                 raise AlreadyExists(f"volume {name!r} exists with a different content source")
@@ -189,6 +190,12 @@ class VolumeService:
             return volume.capacity_bytes  # already large enough; volumes never shrink
         size = choose_size(CapacityRange(max(cap.required, volume.capacity_bytes), cap.limit), self.max_volume_size())
         return self._backend.expand_volume(ref, size)
+
+    def modify(self, ref: VolumeRef, changes: Mapping[str, str]) -> None:
+        """ControllerModifyVolume: ``changes`` are validated mutable parameters; an empty map changes nothing."""
+        self.get(ref)
+        if changes:
+            self._backend.modify_volume(ref, changes)
 
     def condition(self, ref: VolumeRef) -> Condition:
         self.get(ref)

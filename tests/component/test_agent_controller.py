@@ -325,3 +325,46 @@ async def test_a_dead_agent_the_request_could_not_use_does_not_fail_create(tmp_p
             assert info.value.code() == grpc.StatusCode.UNAVAILABLE
     finally:
         await server.stop(0)
+
+
+async def test_modify_volume_records_mutable_limits_on_the_agent(ctl: Ctl) -> None:
+    """VolumeAttributesClass at creation, then live changes: recorded with the volume on its agent (which the
+    node reads back), idempotently; sidecar keys ignored; absent keys unchanged; anything else refused."""
+    req = create_req("qos", params={"readIops": "100"}, requisite=[{FAB: "f2"}])
+    req.mutable_parameters.update({"writeIops": "50", "csi.storage.k8s.io/pvc/name": "data"})
+    vol = (await ctl.stub.CreateVolume(req)).volume
+    assert dict(vol.volume_context)["readIops"] == "100" and dict(vol.volume_context)["writeIops"] == "50"
+    again = create_req("qos", params={"readIops": "100"}, requisite=[{FAB: "f2"}])
+    assert (await ctl.stub.CreateVolume(again)).volume.volume_id == vol.volume_id  # mutable keys never conflict
+    agent = ctl.agents["store-c"].agent
+    vol_uuid = vol.volume_id.split(".")[-1]
+
+    def held() -> dict[str, str]:
+        return {k: v for k, v in agent.get_volume(vol_uuid, "").record.parameters.items() if "Iops" in k or "Bps" in k}
+
+    modify = csi_pb2.ControllerModifyVolumeRequest(volume_id=vol.volume_id, mutable_parameters={
+        "readIops": "300", "readBps": "max", "csi.storage.k8s.io/pv/name": "pv-1"})
+    for _ in range(2):  # repeated: the same outcome
+        await ctl.stub.ControllerModifyVolume(modify)
+        assert held() == {"readIops": "300", "writeIops": "50", "readBps": "max"}
+    await ctl.stub.ControllerModifyVolume(csi_pb2.ControllerModifyVolumeRequest(volume_id=vol.volume_id))
+    assert held() == {"readIops": "300", "writeIops": "50", "readBps": "max"}
+    for bad, code in (({"queueSize": "64"}, grpc.StatusCode.INVALID_ARGUMENT),  # needs a reconnect: not mutable
+                      ({"XXX_FakeKey": "x"}, grpc.StatusCode.INVALID_ARGUMENT),
+                      ({"writeIops": "-5"}, grpc.StatusCode.INVALID_ARGUMENT)):
+        with pytest.raises(grpc.aio.AioRpcError) as info:
+            await ctl.stub.ControllerModifyVolume(csi_pb2.ControllerModifyVolumeRequest(
+                volume_id=vol.volume_id, mutable_parameters=bad))
+        assert info.value.code() == code, bad
+    assert held() == {"readIops": "300", "writeIops": "50", "readBps": "max"}
+    with pytest.raises(grpc.aio.AioRpcError) as info:
+        await ctl.stub.ControllerModifyVolume(csi_pb2.ControllerModifyVolumeRequest(
+            volume_id=f"nvmeof-v1.store-c.{uuid.uuid4()}", mutable_parameters={"readIops": "1"}))
+    assert info.value.code() == grpc.StatusCode.NOT_FOUND
+    bad_create = create_req("qos-bad")
+    bad_create.mutable_parameters["nrIoQueues"] = "4"
+    with pytest.raises(grpc.aio.AioRpcError) as info:
+        await ctl.stub.CreateVolume(bad_create)
+    assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    caps = await ctl.stub.ControllerGetCapabilities(csi_pb2.ControllerGetCapabilitiesRequest())
+    assert csi_pb2.ControllerServiceCapability.RPC.MODIFY_VOLUME in [c.rpc.type for c in caps.capabilities]

@@ -93,6 +93,9 @@ class LocalAgent:
     def resize_volume(self, vol_uuid: str, capacity_bytes: int) -> pb.Volume:
         return volume_msg(self.agent.resize_volume(vol_uuid, capacity_bytes))
 
+    def modify_volume(self, vol_uuid: str, parameters: Mapping[str, str]) -> pb.Volume:
+        return volume_msg(self.agent.modify_volume(vol_uuid, parameters))
+
     def get_volume(self, vol_uuid: str = "", name: str = "") -> pb.Volume:
         return volume_with_health(self.agent, self.agent.get_volume(vol_uuid, name))
 

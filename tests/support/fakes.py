@@ -82,6 +82,12 @@ class FakeBackend:
             raise FailedPrecondition("published")
         self.volumes.pop(ref.uuid, None)
 
+    def modify_volume(self, ref: VolumeRef, changes: Mapping[str, str]) -> None:
+        vol = self.volumes.get(ref.uuid)
+        if vol is None:
+            raise NotFound(f"volume {ref.uuid} does not exist")
+        self.volumes[ref.uuid] = replace(vol, parameters={**vol.parameters, **changes})
+
     def expand_volume(self, ref: VolumeRef, capacity_bytes: int) -> int:
         vol = self.volumes[ref.uuid]
         self.volumes[ref.uuid] = replace(vol, capacity_bytes=max(vol.capacity_bytes, capacity_bytes))

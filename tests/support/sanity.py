@@ -16,6 +16,8 @@ from lab import LabVM
 from lab.stack import KUBELET_ROOT
 from tests.support.env import RESULTS, ROOT, need
 
+MUTABLE = ROOT / "tests" / "support" / "sanity-mutable.yaml"  # VolumeAttributesClass parameters (ModifyVolume specs)
+
 
 def sanity_binary() -> str:
     path = os.environ.get("CSI_SANITY") or str(ROOT / "tools" / "bin" / "csi-sanity")
@@ -32,7 +34,8 @@ def sanity_argv(
     argv = [
         binary, f"--csi.endpoint={endpoint}", f"--csi.stagingdir={workdir}/staging", f"--csi.mountdir={workdir}/mount",
         f"--csi.testvolumeaccesstype={mode}", f"--csi.testvolumesize={size}", f"--csi.testvolumeexpandsize={2 * size}",
-        f"--ginkgo.junit-report={report}", "--ginkgo.no-color", "--ginkgo.timeout=20m", *extra,
+        f"--ginkgo.junit-report={report}", "--ginkgo.no-color", "--ginkgo.timeout=20m",
+        f"--csi.testvolumemutableparameters={MUTABLE}", *extra,
     ]
     if controller_endpoint:
         argv.append(f"--csi.controllerendpoint={controller_endpoint}")

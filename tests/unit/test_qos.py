@@ -21,7 +21,7 @@ from nvmeof_csi.host.mounter import Mounter
 from nvmeof_csi.nvmeof.context import VolumeContext
 from nvmeof_csi.nvmeof.qos import limits_from
 from nvmeof_csi.service.ports import VolumeRef
-from nvmeof_csi.service.qos import QosEnforcer
+from nvmeof_csi.service.qos import LimitOverrides, QosEnforcer
 from nvmeof_csi.service.records import AccessSpec, StagingStore
 from nvmeof_csi.service.staging import StagingService
 from tests.support.fakes import FakeConnector, FakeHost
@@ -110,10 +110,12 @@ class Node:
         self.tmp = tmp
         self.host = FakeHost(tmp / "mountinfo")
         self.tree = IoMaxTree(tmp / "cg", io=io)
-        self.qos = QosEnforcer(self.tree, device_number=lambda device: "259:7", wait=0.3)
+        self.qos = QosEnforcer(self.tree, LimitOverrides(tmp / "qos"), device_number=lambda device: "259:7", wait=0.3)
         self.store = StagingStore(tmp / "records")
+        self.agent_limits: dict[str, str] | None = None  # what the volume's agent holds now (None: unreachable)
         self.svc = StagingService(FakeConnector(tmp / "dev"), Mounter(self.host, tmp / "mountinfo"),
-                                  Filesystems(self.host), self.store, size_of=lambda d: 7, root=tmp, qos=self.qos)
+                                  Filesystems(self.host), self.store, size_of=lambda d: 7, root=tmp, qos=self.qos,
+                                  limits_source=lambda record: self.agent_limits)
         self.ref = VolumeRef("fake", str(uuid.uuid4()))
         self.vid = f"nvmeof-v1.fake.{self.ref.uuid}"
         context = {"readIops": "300", "writeBps": "4194304"} if limits is None else limits
@@ -165,15 +167,25 @@ def test_missing_pod_cgroup_is_reported_then_reconciled(tmp_path: Path) -> None:
     assert node.svc.health(node.ref).problems == ()
 
 
-def test_live_change_recorded_with_the_volume_is_applied_by_the_reconcile_pass(tmp_path: Path) -> None:
+def test_live_change_at_the_agent_is_fetched_saved_and_applied_by_the_reconcile_pass(tmp_path: Path) -> None:
     node = Node(tmp_path)
     pod = node.tree.make_pod(f"kubepods/pod{POD}")
     node.publish()
-    record = node.store.load(node.ref)
-    assert record is not None
-    node.store.save(record.with_qos({"readIops": "50", "writeIops": "80"}))
-    assert node.svc.reconcile_limits() == [f"{node.vid}: limits of pod {POD} re-applied"]
+    node.agent_limits = {"readIops": "300", "writeBps": "4194304"}  # unchanged: nothing to do
+    assert node.svc.reconcile_limits() == []
+    node.agent_limits = {"readIops": "50", "writeIops": "80", "writeBps": "max"}  # ControllerModifyVolume
+    actions = node.svc.reconcile_limits()
+    assert actions[0].startswith(f"{node.vid}: limits changed to") and actions[1].endswith("re-applied"), actions
     assert node.tree.io_max(pod) == {"259:7": {"rbps": "max", "wbps": "max", "riops": "50", "wiops": "80"}}
+    node.agent_limits = None  # the agent is unreachable: the limits in force stay
+    assert node.svc.reconcile_limits() == []
+    assert node.tree.io_max(pod)["259:7"]["riops"] == "50"
+    node.tree.set_io_max(pod, "259:7 riops=max wiops=max")  # someone rewrote the line: the loop restores it
+    assert node.svc.reconcile_limits() == [f"{node.vid}: limits of pod {POD} re-applied"]
+    assert node.tree.io_max(pod)["259:7"]["wiops"] == "80"
+    node.svc.unpublish(node.ref, str(tmp_path / "t1"))
+    node.svc.unstage(node.ref, str(tmp_path / "staging"))
+    assert list((tmp_path / "qos").iterdir()) == [], "unstage left the volume's saved limits"
 
 
 def test_no_io_controller_publish_works_and_health_says_so(tmp_path: Path) -> None:

@@ -1,0 +1,124 @@
+"""A real Prometheus inside the lab VM, scraping the driver and the agent there, evaluating our alert rules.
+
+Host side: :class:`GuestPrometheus` writes its configuration, starts the binary (built from its Go module by
+``./dev setup``, reached through the 9p root share) and answers queries by running this module in the guest
+(the VM has no network card, so the HTTP API is reachable only from inside).
+
+Guest side: ``python -m lab.prometheus URL REQUEST_JSON`` runs a batch of queries and prints one JSON line:
+``{"ready": bool, "instant": {expr: result}, "range": {expr: result}, "alerts": [...]}`` where a request is
+``{"instant": [expr...], "range": [expr...], "start": unix, "end": unix, "step": seconds}``.
+
+Contract: :meth:`GuestPrometheus.start` returns once ``/-/ready`` answers and every scrape target is up (or
+raises :class:`LabError` with the log); :meth:`GuestPrometheus.stop` ends the process.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import requests
+
+from lab.build import REPO
+from lab.vm import LabError, LabVM, Pending
+
+PORT = 9090
+URL = f"http://127.0.0.1:{PORT}"
+WORK = "/run/nvmeof-csi/prometheus"
+RULES = REPO / "deploy" / "prometheus" / "alerts.yaml"
+BINARY = REPO / "tools" / "bin" / "prometheus"
+
+
+def config(targets: dict[str, str], interval: str, rules: Path = RULES) -> str:
+    """A Prometheus configuration: one job per ``{job name: HOST:PORT}`` and our alert rules."""
+    jobs = "".join(
+        f"  - job_name: {job}\n    static_configs:\n      - targets: ['{target}']\n" for job, target in targets.items()
+    )
+    return (f"global:\n  scrape_interval: {interval}\n  evaluation_interval: {interval}\n"
+            f"rule_files:\n  - {rules}\nscrape_configs:\n{jobs}")
+
+
+class GuestPrometheus:
+    def __init__(self, vm: LabVM, targets: dict[str, str], interval: str = "2s") -> None:
+        self.vm, self.targets, self.interval = vm, dict(targets), interval
+        self._pending: Pending | None = None
+
+    def start(self, timeout: float = 180) -> float:
+        if not BINARY.exists():
+            raise LabError(f"{BINARY} is missing: run ./dev setup (it builds Prometheus from its Go module)")
+        self.vm.run(["rm", "-rf", WORK], 30)
+        self.vm.mkdir(f"{WORK}/data")
+        self.vm.write(f"{WORK}/prometheus.yml", config(self.targets, self.interval))
+        argv = [str(BINARY.resolve()), f"--config.file={WORK}/prometheus.yml", f"--storage.tsdb.path={WORK}/data",
+                f"--web.listen-address=127.0.0.1:{PORT}", "--log.level=warn"]
+        self._pending = self.vm.submit(
+            ["sh", "-c", f'echo $$ > {WORK}/pid; exec "$@" >{WORK}/log 2>&1', "prometheus", *argv], timeout=7200)
+        begin = time.monotonic()
+        while time.monotonic() - begin < timeout:
+            if self._pending.done():
+                break
+            doc = self.query(instant=["up"])
+            ups = {r["metric"].get("job"): r["value"][1] for r in doc.get("instant", {}).get("up", [])}
+            if doc.get("ready") and len(ups) == len(self.targets) and all(v == "1" for v in ups.values()):
+                return time.monotonic() - begin
+            time.sleep(2)
+        raise LabError(f"Prometheus did not become ready with every target up:\n{self.log_tail()}")
+
+    def log_tail(self) -> str:
+        return self.vm.run(["tail", "-n", "30", f"{WORK}/log"], 10).out
+
+    def query(self, instant: Sequence[str] = (), ranged: Sequence[str] = (), start: float = 0, end: float = 0,
+              step: float = 2) -> dict[str, Any]:
+        request = {"instant": list(instant), "range": list(ranged), "start": start, "end": end, "step": step}
+        out = self.vm.check([self.vm.python, "-m", "lab.prometheus", URL, json.dumps(request)], timeout=300,
+                            cwd=str(REPO))
+        result: dict[str, Any] = json.loads(out.strip().splitlines()[-1])
+        return result
+
+    def now(self) -> float:
+        """The guest's clock (Prometheus timestamps are the guest's)."""
+        return float(self.vm.check(["date", "+%s.%N"], timeout=30).strip())
+
+    def stop(self) -> None:
+        if self._pending is not None:
+            pid = self.vm.run(["cat", f"{WORK}/pid"], 10).out.strip()
+            if pid.isdigit():
+                self.vm.run(["kill", "-TERM", pid], 10)
+            self._pending.wait(timeout=60)
+            self._pending = None
+
+
+def _run(url: str, request: dict[str, Any]) -> dict[str, Any]:
+    def get(path: str, **params: Any) -> Any:
+        reply = requests.get(f"{url}{path}", params=params, timeout=60)
+        reply.raise_for_status()
+        return reply.json()["data"]
+
+    try:
+        ready = requests.get(f"{url}/-/ready", timeout=10).status_code == 200
+    except requests.RequestException:
+        return {"ready": False}
+    out: dict[str, Any] = {"ready": ready, "instant": {}, "range": {}}
+    for expr in request.get("instant", []):
+        out["instant"][expr] = get("/api/v1/query", query=expr)["result"]
+    for expr in request.get("range", []):
+        out["range"][expr] = get("/api/v1/query_range", query=expr, start=request["start"], end=request["end"],
+                                 step=request["step"])["result"]
+    out["alerts"] = get("/api/v1/alerts")["alerts"]
+    return out
+
+
+def main(argv: Sequence[str]) -> int:
+    if len(argv) != 2:
+        print(__doc__, file=sys.stderr)
+        return 2
+    print(json.dumps(_run(argv[0], json.loads(argv[1]))))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,41 @@
+"""``nvmeofctl doctor``: run on a GPU node; is it ready for NVMe-oF volumes? (``initiator/doctor.py``)"""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from nvmeof_csi.cli.context import state
+from nvmeof_csi.cli.output import render
+from nvmeof_csi.errors import ConfigError
+from nvmeof_csi.host.executor import SubprocessExecutor
+from nvmeof_csi.initiator.doctor import diagnose
+
+
+def doctor(
+    ctx: typer.Context,
+    peers: Annotated[Path | None, typer.Option(help="File with the host NQNs / host IDs of the other nodes (one per "
+                                                   "line): fail if this node shares one.")] = None,
+    require_rdma: Annotated[bool, typer.Option(help="Fail when the node has no RDMA device.")] = False,
+    sys_root: Annotated[Path, typer.Option(hidden=True)] = Path("/sys"),
+    etc_nvme: Annotated[Path, typer.Option(hidden=True)] = Path("/etc/nvme"),
+    cgroup_root: Annotated[Path, typer.Option(help="The cgroup v2 mount kubelet uses.")] = Path("/sys/fs/cgroup"),
+) -> None:
+    """Check this node: fabrics modules, native multipath, host NQN / host ID, nvme-cli, RDMA devices, cgroup v2 io
+    controller. Prints each check with the fix; exits 1 when any check fails."""
+    others: list[str] = []
+    if peers is not None:
+        try:
+            others = peers.read_text().split()
+        except OSError as exc:
+            raise ConfigError(f"cannot read --peers {peers}: {exc.strerror}") from exc
+    checks = diagnose(SubprocessExecutor(), sys_root, etc_nvme, cgroup_root, others, require_rdma)
+    rows = [{**asdict(c), "result": "pass" if c.ok else "FAIL"} for c in checks]
+    render(rows, ("name", "result", "detail", "fix"), state(ctx).output, title="nvmeofctl doctor")
+    failed = [c.name for c in checks if not c.ok]
+    if failed:
+        typer.echo(f"{len(failed)} check(s) failed: {', '.join(failed)}", err=True)
+        raise typer.Exit(1)
