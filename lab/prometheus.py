@@ -2,19 +2,22 @@
 
 Host side: :class:`GuestPrometheus` writes its configuration, starts the binary (built from its Go module by
 ``./dev setup``, reached through the 9p root share) and answers queries by running this module in the guest
-(the VM has no network card, so the HTTP API is reachable only from inside).
+(the VM has no network card, so the HTTP API is reachable only from inside). :class:`HostPrometheus` is the
+same on this host, on loopback, for the host tiers (the alluxio tier's dataset panels).
 
 Guest side: ``python -m lab.prometheus URL REQUEST_JSON`` runs a batch of queries and prints one JSON line:
 ``{"ready": bool, "instant": {expr: result}, "range": {expr: result}, "alerts": [...]}`` where a request is
 ``{"instant": [expr...], "range": [expr...], "start": unix, "end": unix, "step": seconds}``.
 
-Contract: :meth:`GuestPrometheus.start` returns once ``/-/ready`` answers and every scrape target is up (or
-raises :class:`LabError` with the log); :meth:`GuestPrometheus.stop` ends the process.
+Contract: :meth:`Prometheus.start` returns once ``/-/ready`` answers and every scrape target is up (or
+raises :class:`LabError` with the log); :meth:`Prometheus.stop` ends the process.
 """
 
 from __future__ import annotations
 
 import json
+import socket
+import subprocess
 import sys
 import time
 from collections.abc import Sequence
@@ -42,24 +45,27 @@ def config(targets: dict[str, str], interval: str, rules: Path = RULES) -> str:
             f"rule_files:\n  - {rules}\nscrape_configs:\n{jobs}")
 
 
-class GuestPrometheus:
-    def __init__(self, vm: LabVM, targets: dict[str, str], interval: str = "2s") -> None:
-        self.vm, self.targets, self.interval = vm, dict(targets), interval
-        self._pending: Pending | None = None
+class Prometheus:
+    """What both runs share: the configuration, waiting until every target is up, batched queries. Subclasses
+    say where the process runs (:class:`GuestPrometheus`, :class:`HostPrometheus`)."""
 
-    def start(self, timeout: float = 180) -> float:
+    url = URL
+
+    def __init__(self, targets: dict[str, str], interval: str) -> None:
+        self.targets, self.interval = dict(targets), interval
+
+    def argv(self, work: str, listen: str) -> list[str]:
         if not BINARY.exists():
             raise LabError(f"{BINARY} is missing: run ./dev setup (it builds Prometheus from its Go module)")
-        self.vm.run(["rm", "-rf", WORK], 30)
-        self.vm.mkdir(f"{WORK}/data")
-        self.vm.write(f"{WORK}/prometheus.yml", config(self.targets, self.interval))
-        argv = [str(BINARY.resolve()), f"--config.file={WORK}/prometheus.yml", f"--storage.tsdb.path={WORK}/data",
-                f"--web.listen-address=127.0.0.1:{PORT}", "--log.level=warn"]
-        self._pending = self.vm.submit(
-            ["sh", "-c", f'echo $$ > {WORK}/pid; exec "$@" >{WORK}/log 2>&1', "prometheus", *argv], timeout=7200)
+        return [str(BINARY.resolve()), f"--config.file={work}/prometheus.yml", f"--storage.tsdb.path={work}/data",
+                f"--web.listen-address={listen}", "--log.level=warn"]
+
+    def start(self, timeout: float = 180) -> float:
+        """Start; returns the seconds until Prometheus was ready with every target up."""
+        self._launch()
         begin = time.monotonic()
         while time.monotonic() - begin < timeout:
-            if self._pending.done():
+            if self._exited():
                 break
             doc = self.query(instant=["up"])
             ups = {r["metric"].get("job"): r["value"][1] for r in doc.get("instant", {}).get("up", [])}
@@ -68,19 +74,61 @@ class GuestPrometheus:
             time.sleep(2)
         raise LabError(f"Prometheus did not become ready with every target up:\n{self.log_tail()}")
 
+    def query(self, instant: Sequence[str] = (), ranged: Sequence[str] = (), start: float = 0, end: float = 0,
+              step: float = 2) -> dict[str, Any]:
+        """Instant and range queries in one batch, and the alerts (see the module docstring)."""
+        return self._query({"instant": list(instant), "range": list(ranged), "start": start, "end": end,
+                            "step": step})
+
+    def _launch(self) -> None:
+        raise NotImplementedError
+
+    def _exited(self) -> bool:
+        raise NotImplementedError
+
+    def _query(self, request: dict[str, Any]) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def log_tail(self) -> str:
+        raise NotImplementedError
+
+    def now(self) -> float:
+        """The clock Prometheus stamps its samples with."""
+        return time.time()
+
+    def stop(self) -> None:
+        raise NotImplementedError
+
+
+class GuestPrometheus(Prometheus):
+    """Prometheus inside the lab VM (queries run in the guest: the VM has no network card)."""
+
+    def __init__(self, vm: LabVM, targets: dict[str, str], interval: str = "2s") -> None:
+        super().__init__(targets, interval)
+        self.vm = vm
+        self._pending: Pending | None = None
+
+    def _launch(self) -> None:
+        argv = self.argv(WORK, f"127.0.0.1:{PORT}")
+        self.vm.run(["rm", "-rf", WORK], 30)
+        self.vm.mkdir(f"{WORK}/data")
+        self.vm.write(f"{WORK}/prometheus.yml", config(self.targets, self.interval))
+        self._pending = self.vm.submit(
+            ["sh", "-c", f'echo $$ > {WORK}/pid; exec "$@" >{WORK}/log 2>&1', "prometheus", *argv], timeout=7200)
+
+    def _exited(self) -> bool:
+        return self._pending is None or self._pending.done()
+
     def log_tail(self) -> str:
         return self.vm.run(["tail", "-n", "30", f"{WORK}/log"], 10).out
 
-    def query(self, instant: Sequence[str] = (), ranged: Sequence[str] = (), start: float = 0, end: float = 0,
-              step: float = 2) -> dict[str, Any]:
-        request = {"instant": list(instant), "range": list(ranged), "start": start, "end": end, "step": step}
-        out = self.vm.check([self.vm.python, "-m", "lab.prometheus", URL, json.dumps(request)], timeout=300,
+    def _query(self, request: dict[str, Any]) -> dict[str, Any]:
+        out = self.vm.check([self.vm.python, "-m", "lab.prometheus", self.url, json.dumps(request)], timeout=300,
                             cwd=str(REPO))
         result: dict[str, Any] = json.loads(out.strip().splitlines()[-1])
         return result
 
     def now(self) -> float:
-        """The guest's clock (Prometheus timestamps are the guest's)."""
         return float(self.vm.check(["date", "+%s.%N"], timeout=30).strip())
 
     def stop(self) -> None:
@@ -90,6 +138,44 @@ class GuestPrometheus:
                 self.vm.run(["kill", "-TERM", pid], 10)
             self._pending.wait(timeout=60)
             self._pending = None
+
+
+class HostPrometheus(Prometheus):
+    """Prometheus on this host, listening on loopback only (scrapes loopback targets of the host tiers)."""
+
+    def __init__(self, work: Path, targets: dict[str, str], interval: str = "1s") -> None:
+        super().__init__(targets, interval)
+        self.work = work
+        with socket.socket() as probe:  # a free loopback port
+            probe.bind(("127.0.0.1", 0))
+            self.url = f"http://127.0.0.1:{probe.getsockname()[1]}"
+        self._process: subprocess.Popen[bytes] | None = None
+
+    def _launch(self) -> None:
+        argv = self.argv(str(self.work), self.url.removeprefix("http://"))
+        (self.work / "data").mkdir(parents=True, exist_ok=True)
+        (self.work / "prometheus.yml").write_text(config(self.targets, self.interval))
+        with (self.work / "log").open("wb") as log:
+            self._process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
+
+    def _exited(self) -> bool:
+        return self._process is None or self._process.poll() is not None
+
+    def log_tail(self) -> str:
+        return "\n".join((self.work / "log").read_text(errors="replace").splitlines()[-30:])
+
+    def _query(self, request: dict[str, Any]) -> dict[str, Any]:
+        return _run(self.url, request)
+
+    def stop(self) -> None:
+        if self._process is not None:
+            self._process.terminate()
+            try:
+                self._process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self._process.kill()
+                self._process.wait(timeout=30)
+            self._process = None
 
 
 def _run(url: str, request: dict[str, Any]) -> dict[str, Any]:

@@ -74,8 +74,10 @@ class GuestDriver:
 
 
 @contextmanager
-def running_stack(vm: LabVM, log_level: str = "INFO") -> Iterator[GuestDriver]:
-    with running_agent(vm) as agent:
+def running_stack(vm: LabVM, log_level: str = "INFO", rdma: bool = False) -> Iterator[GuestDriver]:
+    """The agent (with ``rdma``: also two soft-RoCE portals, set up before the driver starts so that its node
+    reports ``transport-rdma``) and the driver."""
+    with running_agent(vm, rdma=rdma) as agent:
         driver = GuestDriver(vm, agent, log_level)
         driver.release()
         driver.start()

@@ -119,17 +119,33 @@ FABRIC_MAP = "/run/nvmeof-csi/fabric.yaml"
 TWO_PORTALS = (Portal(1, "tcp", "127.0.0.1", 4420), Portal(2, "tcp", "127.0.0.2", 4421))
 
 
+#: soft-RoCE portals, each on its own dummy netdev and rxe device (so a path can be black-holed by address)
+TWO_RDMA_PORTALS = (Portal(3, "rdma", "169.254.77.1", 4420), Portal(4, "rdma", "169.254.77.2", 4421))
+RXE_NETDEVS = ("rdum1", "rdum2")
+
+
+def setup_rdma_portals(vm: LabVM) -> None:
+    """The soft-RoCE devices behind :data:`TWO_RDMA_PORTALS` (inside the NIC-less VM); idempotent."""
+    for ifname, portal in zip(RXE_NETDEVS, TWO_RDMA_PORTALS, strict=True):
+        Fabric(vm).setup_rxe(ifname, (portal.traddr,))
+
+
 @contextmanager
-def running_agent(vm: LabVM, fabric: str = "lab") -> Iterator[GuestTargetAgent]:
-    """A fresh agent with two TCP portals (groups a and b) and a fabric map naming it at ``FABRIC_MAP``;
-    afterwards the agent is stopped and configfs, controllers and its state are wiped."""
+def running_agent(vm: LabVM, fabric: str = "lab", rdma: bool = False) -> Iterator[GuestTargetAgent]:
+    """A fresh agent with two TCP portals (groups a and b) -- with ``rdma`` also two soft-RoCE portals (groups a
+    and b) -- and a fabric map naming it at ``FABRIC_MAP``; afterwards the agent is stopped and configfs,
+    controllers and its state are wiped."""
     lab_fabric = Fabric(vm)
     lab_fabric.clear()
-    agent = GuestTargetAgent(vm, TWO_PORTALS, groups=["a", "b"])
+    portals = [*TWO_PORTALS, *(TWO_RDMA_PORTALS if rdma else ())]
+    if rdma:
+        setup_rdma_portals(vm)
+    agent = GuestTargetAgent(vm, portals, groups=["a", "b"] * (len(portals) // 2))
     agent.wipe()
     agent.start()
+    transports = "[tcp, rdma]" if rdma else "[tcp]"
     vm.write(FABRIC_MAP, f"agents:\n  - {{name: {agent.name}, endpoint: 'unix://{AGENT_SOCK}', fabric: {fabric}, "
-             "transports: [tcp]}\n")
+             f"transports: {transports}}}\n")
     try:
         yield agent
     finally:

@@ -93,8 +93,11 @@ def check_auth(mode: str) -> str:
 
 
 def check_transport(transport: str) -> str:
+    """One transport per volume: its paths are the agent's portals of that transport (mixing TCP and RDMA paths
+    in one multipath head would put both under one I/O policy and ANA group with very different latencies)."""
     if transport not in TRANSPORTS:
-        raise InvalidArgument(f"parameter 'transport' must be one of {', '.join(TRANSPORTS)}, not {transport!r}")
+        raise InvalidArgument(f"parameter 'transport' must be one of {', '.join(TRANSPORTS)} (one transport per "
+                              f"volume), not {transport[:40]!r}")
     return transport
 
 

@@ -163,25 +163,27 @@ class QosEnforcer:
             log.warning("volume %s: io.max line of pod %s not removed: %s", volume_id, pod_uid, exc)
 
     def status(self, record: StagingRecord) -> list[PodLimit]:
-        """Per published pod of ``record``: are the wanted limits in force?"""
+        """Per published pod of ``record``: are the wanted limits in force? (Unlimited: in force when the pod has
+        no line for the device, so a limit that was lifted is removed by the reconcile pass.)"""
         limits = self.wanted(record)
-        out = []
-        for pod_uid in sorted(set(record.pods.values())):
-            reason = ""
-            available, why = self._cgroups.io_controller()
-            if not available:
-                reason = why
-            else:
-                cgroup = self._cgroups.find(pod_uid)
-                try:
-                    if cgroup is None:
-                        reason = f"the cgroup of pod {pod_uid} does not exist"
-                    elif not record.device or not self._line_matches(cgroup, self._number(record.device), limits):
-                        reason = "io.max does not hold the volume's limits"
-                except OSError as exc:
-                    reason = str(exc)
-            out.append(PodLimit(record.volume_id, pod_uid, not reason or not limits.limited, reason))
-        return out
+        return [PodLimit(record.volume_id, pod, *self._check(record, pod, limits))
+                for pod in sorted(set(record.pods.values()))]
+
+    def _check(self, record: StagingRecord, pod_uid: str, limits: QosLimits) -> tuple[bool, str]:
+        available, why = self._cgroups.io_controller()
+        if not available:
+            return not limits.limited, why
+        cgroup = self._cgroups.find(pod_uid)
+        if cgroup is None:  # not there yet, or the pod is gone (and its limits with it)
+            return not limits.limited, f"the cgroup of pod {pod_uid} does not exist"
+        if not record.device:
+            return not limits.limited, "the volume's device is not known yet"
+        try:
+            if self._line_matches(cgroup, self._number(record.device), limits):
+                return True, ""
+        except OSError as exc:
+            return False, str(exc)
+        return False, "io.max does not hold the volume's limits"
 
     def reconcile(self, records: Iterable[StagingRecord]) -> list[str]:
         """Rewrite every published pod's line whose limits are not in force; returns what was changed."""

@@ -44,7 +44,9 @@ from nvmeof_csi.service.volumes import VolumeService
 from nvmeof_csi.topology.fabric_map import AgentEntry, FabricMap
 from nvmeof_csi.topology.placement import Candidate, place
 from tests.support.agents import PORTALS, LocalAgent, plain_configfs, start_agent
+from tests.support.dashboard import DATASET_PANELS, has_data, panel_queries, render, scraped, slug
 from tests.support.datasets import Alluxio, Dataset, make_dataset
+from tests.support.env import RESULTS
 from tests.support.requests import mount_cap
 
 MiB = 1 << 20
@@ -188,14 +190,25 @@ async def test_cold_then_warm_hydration_pin_and_release(
 ) -> None:
     ds = alluxio.dataset
     params = {"dataset.uri": str(ds.root), "dataset.path": "/datasets/train", "dataset.ttl": "86400"}
-    begin = time.monotonic()
-    vol_a = await stack.create("train-a", params)
-    cold_s = time.monotonic() - begin
-    ufs0, served0 = worker_bytes(alluxio)
-    begin = time.monotonic()
-    vol_b = await stack.create("train-b", params)
-    warm_s = time.monotonic() - begin
-    ufs1, served1 = worker_bytes(alluxio)
+    with scraped(stack.registry, tmp_path / "prometheus") as prom:  # the dashboard's dataset panels, for real
+        start = time.time()
+        begin = time.monotonic()
+        vol_a = await stack.create("train-a", params)
+        cold_s = time.monotonic() - begin
+        ufs0, served0 = worker_bytes(alluxio)
+        begin = time.monotonic()
+        vol_b = await stack.create("train-b", params)
+        warm_s = time.monotonic() - begin
+        ufs1, served1 = worker_bytes(alluxio)
+        await asyncio.sleep(3)  # a few scrapes after the warm hydration
+        queries = [q for q in panel_queries("5s") if q.panel in DATASET_PANELS]
+        doc = prom.query(ranged=[q.expr for q in queries], start=start, end=time.time(), step=1)
+    assert len(queries) == 2 and all(has_data(doc["range"][q.expr]) for q in queries), doc["range"]
+    ratios = doc["range"]["nvmeof_csi_dataset_cache_hit_ratio"][0]["values"]
+    assert float(ratios[-1][1]) >= 0.9, ratios[-5:]  # the warm hydration's ratio, as Prometheus has it
+    for title in DATASET_PANELS:
+        render(title, [q for q in queries if q.panel == title], doc["range"], start,
+               RESULTS / f"panel-{slug(title)}.png")
 
     from_ufs, served = ufs1 - ufs0, served1 - served0
     hit = 1 - from_ufs / ds.bytes  # every byte of B was read (checksums below); Alluxio says how many came from the UFS

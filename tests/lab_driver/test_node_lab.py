@@ -12,7 +12,7 @@ import pytest
 
 from lab import Fabric, IoProbe, LabVM
 from lab.csi_ops import WORK as WORK_PATH
-from lab.fabric import wait_until
+from lab.fabric import Portal, wait_until
 from lab.probe import ProbeResult
 from lab.stack import NODE_STATE, GuestDriver
 from lab.target import POOL_DIR, TWO_PORTALS
@@ -72,12 +72,24 @@ def _under_probe(stack: GuestDriver, path: str, seconds: float, fault: Callable[
 def test_failover_suite_on_a_published_volume(
     stack: GuestDriver, published: dict[str, str], report: Reporter
 ) -> None:
-    vm, nqn, path = stack.vm, published["nqn"], published["probe"]
+    fabric = Fabric(stack.vm)
+    failover_suite(stack, published["nqn"], published["probe"], (P1, P2),
+                   lambda on: fabric.blackhole(P1.trsvcid, on=on), report, "published volume", "fo")
+
+
+def failover_suite(
+    stack: GuestDriver, nqn: str, path: str, portals: tuple[Portal, Portal], blackhole: Callable[[bool], None],
+    report: Reporter, label: str, name: str,
+) -> None:
+    """ANA flip, portal removal (with the volume health it causes), a black-holed path and both paths down for
+    10 s, under a write+verify probe on ``path`` of volume ``name``: 0 errors, I/O resumes each time."""
+    vm, (first, second) = stack.vm, portals
     fabric = Fabric(vm)
     longest: dict[str, float] = {}
+    first_key = f"{first.traddr}:{first.trsvcid}"
 
     def check(name: str, result: ProbeResult) -> None:
-        report(f"published volume: {name}", result.line())
+        report(f"{label}: {name}", result.line())
         longest[name] = result.max_gap_s
         assert result.errors == 0, (name, result.errlog)
         assert result.ios > 0 and result.ios_after_last_stall > 0, (name, "I/O did not resume", result)
@@ -87,33 +99,33 @@ def test_failover_suite_on_a_published_volume(
     check("ANA group a optimized->inaccessible", result)
     stack.agent.ctl("ana", "set", "a", "optimized")
 
-    # 2. Portal removal: the subsystem leaves port 1; the volume's condition names the lost path.
-    result = _under_probe(stack, path, 9, lambda: fabric.unlink(P1.port_id, nqn))
-    check("portal 127.0.0.1:4420 removed", result)
-    now = health(stack, "fo")  # CSI 1.13 volume health from both sides while the portal is gone
-    report("volume health with one portal gone", f"node {now['node']}; controller {now['controller']}")
+    # 2. Portal removal: the subsystem leaves the first port; the volume's condition names the lost path.
+    result = _under_probe(stack, path, 9, lambda: fabric.unlink(first.port_id, nqn))
+    check(f"portal {first_key} removed", result)
+    now = health(stack, name)  # CSI 1.13 volume health from both sides while the portal is gone
+    report(f"{label}: volume health with one portal gone", f"node {now['node']}; controller {now['controller']}")
     assert [e[:2] for e in now["node"]] == [["DEGRADED", "PathsDown"]], now
-    assert now["node"][0][2].startswith("1 of 2 paths live") and "127.0.0.1:4420" in now["node"][0][2]
+    assert now["node"][0][2].startswith("1 of 2 paths live") and first_key in now["node"][0][2]
     assert [e[:2] for e in now["controller"]] == [["DEGRADED", "PortUnlinked"]], now
-    fabric.link(P1.port_id, nqn)
+    fabric.link(first.port_id, nqn)
     fabric.wait_paths(nqn, live=2, timeout=60)
-    assert wait_until(lambda: health(stack, "fo") == HEALTHY, 30), "not healthy after"
+    assert wait_until(lambda: health(stack, name) == HEALTHY, 30), "not healthy after"
 
     # 3. A black-holed path (packets silently dropped): keep-alive (5 s) notices, I/O moves to the other path.
-    result = _under_probe(stack, path, 26, lambda: fabric.blackhole(P1.trsvcid, on=True))
-    fabric.blackhole(P1.trsvcid, on=False)
-    check("path 127.0.0.1:4420 black-holed", result)
+    result = _under_probe(stack, path, 26, lambda: blackhole(True))
+    blackhole(False)
+    check(f"path {first_key} black-holed", result)
     fabric.wait_paths(nqn, live=2, timeout=60)
 
     # 4. Both paths down for 10 s, then restored: I/O queues (no error) and resumes.
-    outage = threading.Thread(target=fabric.all_paths_down, args=(nqn, [P1.port_id, P2.port_id], 10.0))
+    outage = threading.Thread(target=fabric.all_paths_down, args=(nqn, [first.port_id, second.port_id], 10.0))
     result = _under_probe(stack, path, 22, outage.start)
     outage.join()
     check("both paths down 10 s", result)
     assert result.max_gap_s >= 8.0, "I/O never stalled: the outage did not take the paths down"
     fabric.wait_paths(nqn, live=2, timeout=60)
 
-    after = health(stack, "fo")
+    after = health(stack, name)
     assert after == HEALTHY, after
     report("longest stall per scenario", ", ".join(f"{k}: {v:.3f}s" for k, v in longest.items()))
 

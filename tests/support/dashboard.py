@@ -7,9 +7,15 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from prometheus_client import CollectorRegistry, start_http_server
+
+from lab.prometheus import HostPrometheus
 
 REPO = Path(__file__).resolve().parents[2]
 DASHBOARD = REPO / "deploy" / "grafana" / "nvmeof-csi.json"
@@ -79,3 +85,17 @@ def render(title: str, queries: list[PanelQuery], results: dict[str, list[dict[s
 
 def slug(title: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", title.lower()).strip("-")
+
+
+@contextmanager
+def scraped(registry: CollectorRegistry, work: Path, job: str = "nvmeof-csi-agent") -> Iterator[HostPrometheus]:
+    """A real Prometheus on this host scraping ``registry`` (served on a loopback port) every second."""
+    httpd, _ = start_http_server(0, addr="127.0.0.1", registry=registry)
+    prom = HostPrometheus(work, {job: f"127.0.0.1:{httpd.server_port}"}, interval="1s")
+    try:
+        prom.start()
+        yield prom
+    finally:
+        prom.stop()
+        httpd.shutdown()
+        httpd.server_close()

@@ -23,6 +23,9 @@ def test_typed_values() -> None:
     [
         ({"colour": "blue"}, "'colour'"),
         ({"transport": "fc"}, "transport"),
+        ({"transport": "tcp,rdma"}, "one transport per volume"),
+        ({"readIops": "fast"}, "readIops"),
+        ({"writeBps": "-1"}, "writeBps"),
         ({"ctrlLossTmo": "-1"}, "ctrlLossTmo"),
         ({"ctrlLossTmo": "forever"}, "integer"),
         ({"queueSize": "4096"}, "queueSize"),

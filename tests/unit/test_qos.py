@@ -183,6 +183,10 @@ def test_live_change_at_the_agent_is_fetched_saved_and_applied_by_the_reconcile_
     node.tree.set_io_max(pod, "259:7 riops=max wiops=max")  # someone rewrote the line: the loop restores it
     assert node.svc.reconcile_limits() == [f"{node.vid}: limits of pod {POD} re-applied"]
     assert node.tree.io_max(pod)["259:7"]["wiops"] == "80"
+    node.agent_limits = {"readIops": "max", "writeIops": "0"}  # every limit lifted: the line goes
+    assert len(node.svc.reconcile_limits()) == 2
+    assert node.tree.io_max(pod) == {}
+    assert node.svc.reconcile_limits() == [] and node.svc.health(node.ref).problems == ()
     node.svc.unpublish(node.ref, str(tmp_path / "t1"))
     node.svc.unstage(node.ref, str(tmp_path / "staging"))
     assert list((tmp_path / "qos").iterdir()) == [], "unstage left the volume's saved limits"

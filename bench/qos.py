@@ -1,0 +1,178 @@
+"""Benchmark: per-pod I/O limits in the lab, side by side in one VM run. fio (4 KiB random, direct, one job)
+at queue depth 8 runs inside stand-in pod cgroups on volumes published through the driver:
+
+1. the raw IOPS of a volume with no limit (read and write), then achieved vs limit at three limits spread over
+   them (15%, 30%, 45% of the lowest raw run: TCG's capacity swings), each set live through
+   ControllerModifyVolume and each measured next to an unlimited run;
+2. the time from ControllerModifyVolume's reply to the new io.max line (the node's reconcile loop);
+3. a noisy neighbour: pod A's p99 read latency alone, next to an unlimited pod B, and next to pod B limited.
+
+Writes results/bench-qos.json. ``--quick`` (CI) runs fio for fewer seconds.
+
+usage: python -m bench.qos [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from typing import Any
+
+from bench.results import save
+from lab import Fabric, LabVM
+from lab.fabric import wait_until
+from lab.pods import in_pod, make_pod
+from lab.stack import QOS_PERIOD, GuestDriver, running_stack
+from lab.vm import Pending
+
+MiB = 1 << 20
+POD_A = "a0a0a0a0-1111-4222-8333-000000000001"
+POD_B = "b0b0b0b0-1111-4222-8333-000000000002"
+SHARES = (0.15, 0.3, 0.45)
+
+
+def fio_argv(device: str, rw: str, seconds: int) -> list[str]:
+    return ["fio", "--name=bench", f"--filename={device}", f"--rw={rw}", "--bs=4k", "--direct=1",
+            "--ioengine=libaio", "--iodepth=8", "--time_based", "--ramp_time=1", f"--runtime={seconds}",
+            "--size=48M", "--output-format=json"]
+
+
+def prefill(stack: GuestDriver, pod: str, device: str) -> None:
+    """Write the fio region once: reads of never-written (sparse) blocks are far faster than real ones."""
+    stack.vm.check(in_pod(pod, ["fio", "--name=fill", f"--filename={device}", "--rw=write", "--bs=1M", "--direct=1",
+                                "--size=48M", "--output-format=terse"]), timeout=600)
+
+
+def parse(out: str, rw: str) -> dict[str, float]:
+    job = json.loads(out[out.index("{"):])["jobs"][0]
+    side = job["read" if "read" in rw else "write"]
+    p99 = side["clat_ns"].get("percentile", {}).get("99.000000", 0) / 1e6
+    return {"iops": round(side["iops"], 1), "p99_ms": round(p99, 2), "errors": job["error"]}
+
+
+class Bench:
+    def __init__(self, stack: GuestDriver, seconds: int) -> None:
+        self.stack, self.vm, self.seconds = stack, stack.vm, seconds
+        self.errors = 0
+
+    def fio(self, pod: str, device: str, rw: str) -> dict[str, float]:
+        out = self.vm.check(in_pod(pod, fio_argv(device, rw, self.seconds)), timeout=self.seconds + 300)
+        result = parse(out, rw)
+        self.errors += int(result["errors"])
+        return result
+
+    def start_fio(self, pod: str, device: str, rw: str) -> Pending:
+        return self.vm.submit(in_pod(pod, fio_argv(device, rw, self.seconds + 4)), timeout=self.seconds + 300)
+
+    def lift(self, name: str, pod: str) -> None:
+        """Every limit of the volume back to unlimited (ControllerModifyVolume); waits until the line is gone."""
+        self.stack.one("modify", name, params={"readIops": "max", "writeIops": "max"})
+        if not wait_until(lambda: self.vm.read(f"{pod}/io.max").strip() == "", 30, interval=0.05):
+            raise RuntimeError(f"limits not lifted after 30 s: {self.vm.read(f'{pod}/io.max')!r}")
+
+    def modify(self, name: str, pod: str, limits: dict[str, int]) -> float:
+        """ControllerModifyVolume, then the seconds from its reply until the pod's io.max shows the limits."""
+        self.stack.one("modify", name, params={k: str(v) for k, v in limits.items()})
+        replied = time.monotonic()
+        fields = {"readIops": "riops", "writeIops": "wiops"}
+        wanted = [f"{fields[k]}={v}" for k, v in limits.items()]
+
+        def in_force() -> bool:
+            line = self.vm.read(f"{pod}/io.max")
+            return all(w in line.split() for w in wanted)
+
+        if not wait_until(in_force, 30, interval=0.05):
+            raise RuntimeError(f"limits {limits} not in force after 30 s: {self.vm.read(f'{pod}/io.max')!r}")
+        return round(time.monotonic() - replied, 3)
+
+
+def run(stack: GuestDriver, seconds: int) -> dict[str, Any]:
+    vm = stack.vm
+    bench = Bench(stack, seconds)
+    pod_a, pod_b = make_pod(vm, POD_A), make_pod(vm, POD_B, qos="besteffort")
+    vols = stack.csi({"op": "up", "name": "qa", "size": 64 * MiB, "mode": "block", "pod": POD_A},
+                     {"op": "up", "name": "qb", "size": 64 * MiB, "mode": "block", "pod": POD_B})
+    for vol in vols:
+        Fabric(vm).wait_paths(vol["nqn"], live=2)
+    dev_a, dev_b = vols[0]["target"], vols[1]["target"]
+    prefill(stack, pod_a, dev_a)
+    prefill(stack, pod_b, dev_b)
+    # TCG's raw IOPS swing by 2x within a minute: the limits are shares of the lowest of two raw runs, and
+    # each limited run is next to an unlimited run (the capacity at that moment, reported beside it)
+    raw_read = min(bench.fio(pod_a, dev_a, "randread")["iops"] for _ in range(2))
+    raw_write = min(bench.fio(pod_a, dev_a, "randwrite")["iops"] for _ in range(2))
+    limits, in_force = [], []
+    for share in SHARES:
+        read_limit, write_limit = max(1, int(raw_read * share)), max(1, int(raw_write * share))
+        in_force.append(bench.modify("qa", pod_a, {"readIops": read_limit, "writeIops": write_limit}))
+        read, write = bench.fio(pod_a, dev_a, "randread"), bench.fio(pod_a, dev_a, "randwrite")
+        bench.lift("qa", pod_a)
+        now_read, now_write = bench.fio(pod_a, dev_a, "randread"), bench.fio(pod_a, dev_a, "randwrite")
+        limits.append({
+            "share_of_raw": share, "read_limit": read_limit, "read_achieved": read["iops"],
+            "read_error_pct": round(100 * (read["iops"] - read_limit) / read_limit, 2),
+            "read_unlimited_next_to_it": now_read["iops"],
+            "write_limit": write_limit, "write_achieved": write["iops"],
+            "write_error_pct": round(100 * (write["iops"] - write_limit) / write_limit, 2),
+            "write_unlimited_next_to_it": now_write["iops"],
+        })
+
+    alone = bench.fio(pod_a, dev_a, "randread")
+    neighbour = bench.start_fio(pod_b, dev_b, "randwrite")
+    time.sleep(2)
+    with_unlimited = bench.fio(pod_a, dev_a, "randread")
+    noisy_unlimited = parse(neighbour.check(), "randwrite")
+    limit_b = max(1, int(raw_write * 0.1))
+    bench.modify("qb", pod_b, {"writeIops": limit_b})
+    neighbour = bench.start_fio(pod_b, dev_b, "randwrite")
+    time.sleep(2)
+    with_limited = bench.fio(pod_a, dev_a, "randread")
+    noisy_limited = parse(neighbour.check(), "randwrite")
+    bench.errors += int(noisy_unlimited["errors"]) + int(noisy_limited["errors"])
+    stack.csi({"op": "down", "name": "qa"}, {"op": "down", "name": "qb"})
+    for pod in (pod_a, pod_b):
+        vm.run(["rmdir", pod], 30)
+    worst = max(abs(x) for row in limits for x in (row["read_error_pct"], row["write_error_pct"]))
+    return {
+        "fio": "4k random, direct, libaio, queue depth 8, 1 job, in the pod's cgroup, region written first",
+        "seconds_per_run": seconds,
+        "raw_read_iops": raw_read, "raw_write_iops": raw_write, "limits": limits,
+        "worst_error_pct": worst, "goal_error_pct": 5.0,
+        "modify_to_in_force_s": in_force, "reconcile_period_s": QOS_PERIOD,
+        "goal_in_force_s": QOS_PERIOD + 1.0,
+        "noisy_neighbour": {
+            "a_alone_p99_ms": alone["p99_ms"], "a_alone_iops": alone["iops"],
+            "a_next_to_unlimited_b_p99_ms": with_unlimited["p99_ms"],
+            "a_next_to_unlimited_b_iops": with_unlimited["iops"],
+            "b_unlimited_write_iops": noisy_unlimited["iops"],
+            "a_next_to_limited_b_p99_ms": with_limited["p99_ms"], "a_next_to_limited_b_iops": with_limited["iops"],
+            "b_limit_write_iops": limit_b, "b_limited_write_iops": noisy_limited["iops"],
+        },
+        "io_errors": bench.errors,
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--quick", action="store_true", help="fio runs of 6 s instead of 15 s (CI)")
+    args = ap.parse_args()
+    started = time.monotonic()
+    with LabVM() as vm:
+        Fabric(vm).load()
+        with running_stack(vm, "WARNING") as stack:
+            result = run(stack, 6 if args.quick else 15)
+    result.update(kernel=vm.ready["kernel"], accel=vm.accel, wall_seconds=round(time.monotonic() - started, 1))
+    save("qos", result)
+    noisy = result["noisy_neighbour"]
+    print(f"bench qos: raw {result['raw_read_iops']} read / {result['raw_write_iops']} write IOPS; achieved vs limit "
+          f"worst {result['worst_error_pct']}% (goal 5%); ModifyVolume -> in force {result['modify_to_in_force_s']} s "
+          f"(goal {result['goal_in_force_s']} s); pod A p99 {noisy['a_alone_p99_ms']} ms alone, "
+          f"{noisy['a_next_to_unlimited_b_p99_ms']} ms next to unlimited B, {noisy['a_next_to_limited_b_p99_ms']} ms "
+          f"next to B limited; I/O errors {result['io_errors']}")
+    if result["io_errors"]:  # a ratio off its goal is reported; an I/O error is a defect
+        raise SystemExit("bench qos: I/O errors (see results/bench-qos.json)")
+
+
+if __name__ == "__main__":
+    main()
