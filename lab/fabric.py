@@ -219,17 +219,6 @@ class Fabric:
         else:
             self.vm.run(["tc", "qdisc", "del", "dev", "lo", "root"], 10)
 
-    def blackhole_address(self, addr: str, on: bool) -> None:
-        """Silently drop every packet to ``addr`` on lo (soft-RoCE traffic between local addresses goes there;
-        each RDMA portal has its own address, and a path's packets go to it in both directions)."""
-        if on:
-            if "prio" not in self.vm.check(["tc", "qdisc", "show", "dev", "lo"]):
-                self.vm.check(["tc", "qdisc", "add", "dev", "lo", "root", "handle", "1:", "prio"])
-            self.vm.check(["tc", "filter", "add", "dev", "lo", "parent", "1:", "protocol", "ip", "prio", "1", "u32",
-                           "match", "ip", "dst", f"{addr}/32", "action", "drop"])
-        else:
-            self.vm.run(["tc", "qdisc", "del", "dev", "lo", "root"], 10)
-
     def all_paths_down(self, nqn: str, port_ids: Sequence[int], seconds: float) -> None:
         """Take ``nqn`` off every port for ``seconds``, then bring every path back."""
         for port in port_ids:

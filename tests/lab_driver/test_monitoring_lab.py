@@ -62,10 +62,10 @@ def test_prometheus_panels_answer_and_the_path_alert_fires_and_resolves(
         time.sleep(20)
         lost = prom.now()
         fabric.unlink(P1.port_id, nqn)
-        fired = wait_until(lambda: polled(stack, prom, ALERT) == "firing", 150, interval=3)
+        fired = wait_until(lambda: polled(stack, prom, ALERT) == "firing", 240, interval=3)
         fired_at = prom.now()
         report("path alert", f"{ALERT} firing {fired_at - lost:.0f}s after the path was lost (for: 1m)")
-        assert fired, f"{ALERT} did not fire within 150 s of losing a path"
+        assert fired, f"{ALERT} did not fire within 240 s of losing a path"
         fabric.link(P1.port_id, nqn)
         fabric.wait_paths(nqn, live=2, timeout=60)
         back = prom.now()

@@ -1,6 +1,6 @@
 """The operator's tools on the real fabric: ``nvmeofctl trace`` follows a published, limited volume from the
 agent to the pod's mount; ``nvmeofctl doctor`` passes on the lab node, and fails with the fix when the node's
-identity is shared or native multipath is off (nvme_core reloaded with multipath=N, then restored)."""
+identity is shared with another node (multipath off: ``tests/lab/test_node_doctor.py``)."""
 
 from __future__ import annotations
 
@@ -37,7 +37,8 @@ def test_trace_follows_a_published_volume_from_agent_to_mount(stack: GuestDriver
         doc: dict[str, Any] = json.loads(nvmeofctl(stack, "-o", "json", "trace", up["volume_id"], "--node",
                                                    "--state-dir", NODE_STATE))[0]
         vol_uuid = up["volume_id"].rsplit(".", 1)[1]
-        assert doc["agent"] == "lab" and doc["nqn"] == up["nqn"] and doc["namespace_uuid"] == vol_uuid
+        assert doc["agent"] == "agent"  # the target's name as nvmeofctl knows it (--agent: "agent")
+        assert doc["nqn"] == up["nqn"] and doc["namespace_uuid"] == vol_uuid
         assert doc["backing_file"] == f"{POOL_DIR}/volumes/{vol_uuid}.img" and vm.exists(doc["backing_file"])
         assert sorted((p["trtype"], p["trsvcid"], p["ana_state"]) for p in doc["portals"]) == [
             ("rdma", 4420, "optimized"), ("rdma", 4421, "optimized"), ("tcp", 4420, "optimized"),
@@ -64,9 +65,9 @@ def checks(out: str) -> dict[str, str]:
     return {row["name"]: row["result"] for row in json.loads(out)}
 
 
-def test_doctor_passes_here_and_fails_on_a_shared_identity_or_multipath_off(
-    stack: GuestDriver, report: Reporter
-) -> None:
+def test_doctor_passes_on_this_node_and_fails_on_a_shared_identity(stack: GuestDriver, report: Reporter) -> None:
+    """(Native multipath off is proven in the lab tier, where no target holds nvme_core: nvmet's passthru
+    support depends on it, so it cannot be reloaded here with the agent running.)"""
     vm = stack.vm
     ready = checks(nvmeofctl(stack, "-o", "json", "doctor"))
     report("nvmeofctl doctor", str(ready))
@@ -75,20 +76,3 @@ def test_doctor_passes_here_and_fails_on_a_shared_identity_or_multipath_off(
     vm.write("/tmp/peers", f"nqn.2014-08.org.nvmexpress:uuid:00000000-1111-4222-8333-444444444444\n{hostnqn}\n")
     shared = checks(nvmeofctl(stack, "-o", "json", "doctor", "--peers", "/tmp/peers", rc=1))
     assert [k for k, v in shared.items() if v != "pass"] == ["identity unique"], shared
-    fabric = Fabric(vm)
-    assert Fabric(vm).paths("nqn.none") == [] and vm.listdir("/sys/class/nvme") == [], "a controller is connected"
-    unload = ["modprobe", "-r", "nvme_rdma", "nvme_tcp", "nvme_fabrics", "nvme_core"]
-    try:
-        vm.check(unload, timeout=60)
-        vm.check(["modprobe", "nvme_core", "multipath=N"], timeout=60)
-        vm.check(["modprobe", "nvme_tcp"], timeout=60)
-        vm.check(["modprobe", "nvme_rdma"], timeout=60)
-        off = json.loads(nvmeofctl(stack, "-o", "json", "doctor", rc=1))
-        bad = [row for row in off if row["result"] != "pass"]
-        report("nvmeofctl doctor, multipath off", str(bad))
-        assert [row["name"] for row in bad] == ["native multipath"] and "multipath=Y" in bad[0]["fix"], bad
-    finally:
-        vm.run(unload, 60)
-        fabric.load(rdma=True)
-    assert fabric.multipath_enabled()
-    assert set(checks(nvmeofctl(stack, "-o", "json", "doctor")).values()) == {"pass"}
