@@ -20,6 +20,7 @@ import socket
 import subprocess
 import sys
 import time
+from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -45,7 +46,7 @@ def config(targets: dict[str, str], interval: str, rules: Path = RULES) -> str:
             f"rule_files:\n  - {rules}\nscrape_configs:\n{jobs}")
 
 
-class Prometheus:
+class Prometheus(ABC):
     """What both runs share: the configuration, waiting until every target is up, batched queries. Subclasses
     say where the process runs (:class:`GuestPrometheus`, :class:`HostPrometheus`)."""
 
@@ -80,24 +81,24 @@ class Prometheus:
         return self._query({"instant": list(instant), "range": list(ranged), "start": start, "end": end,
                             "step": step})
 
-    def _launch(self) -> None:
-        raise NotImplementedError
+    @abstractmethod
+    def _launch(self) -> None: ...
 
-    def _exited(self) -> bool:
-        raise NotImplementedError
+    @abstractmethod
+    def _exited(self) -> bool: ...
 
-    def _query(self, request: dict[str, Any]) -> dict[str, Any]:
-        raise NotImplementedError
+    @abstractmethod
+    def _query(self, request: dict[str, Any]) -> dict[str, Any]: ...
 
-    def log_tail(self) -> str:
-        raise NotImplementedError
+    @abstractmethod
+    def log_tail(self) -> str: ...
 
     def now(self) -> float:
         """The clock Prometheus stamps its samples with."""
         return time.time()
 
-    def stop(self) -> None:
-        raise NotImplementedError
+    @abstractmethod
+    def stop(self) -> None: ...
 
 
 class GuestPrometheus(Prometheus):
