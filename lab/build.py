@@ -37,7 +37,7 @@ INIT_SCRIPT = LAB_DIR / "guest" / "init.sh"
 #: Host packages: QEMU, and the userland the guest uses through the 9p root share.
 PACKAGES = (
     "qemu-system-x86", "qemu-utils", "nvme-cli", "rdma-core", "ibverbs-utils", "fio", "busybox-static", "cpio",
-    "kmod", "iproute2", "xfsprogs", "e2fsprogs", "udev", "util-linux",
+    "kmod", "iproute2", "xfsprogs", "e2fsprogs", "udev", "util-linux", "socat",
 )
 
 #: Modules in the initramfs (with their dependencies). Everything the guest may load must be here.
@@ -49,6 +49,7 @@ MODULES = (
     "xfs", "ext4", "loop", "null_blk",
     "sch_prio", "sch_netem", "cls_u32", "act_gact",
     "inet_diag", "tcp_diag",  # socket diagnostics: ss shows the ToS of the NVMe/TCP queues' sockets
+    "virtio_net", "veth", "bridge",  # the Kubernetes tier: the API server's forward, the pods' CNI bridge
 )
 BUSYBOX_APPLETS = (
     "sh", "mount", "umount", "mkdir", "modprobe", "insmod", "switch_root", "cat", "cut", "cp", "echo",

@@ -96,9 +96,13 @@ class LabVM:
         scratch_gb: int = 8,
         boot_timeout: float | None = None,
         kernel: str | None = None,
+        nic: Sequence[str] = (),
     ) -> None:
+        """``nic``: QEMU arguments for a network card (the Kubernetes tier's restricted user network); the
+        default is none."""
         self.info = BuildInfo.load(kernel)
         self.mem_mb, self.cpus = mem_mb, cpus
+        self.nic = list(nic) or ["-nic", "none"]
         self.accel = os.environ.get("LAB_ACCEL") or ("kvm" if kvm_usable() else "tcg")
         self.boot_timeout = boot_timeout or (60.0 if self.accel == "kvm" else 300.0)
         self.rundir = Path(tempfile.mkdtemp(prefix="labvm-"))
@@ -126,7 +130,7 @@ class LabVM:
         return [
             "qemu-system-x86_64", "-name", VM_NAME, *accel, *(["-bios", str(qboot)] if qboot.exists() else []),
             "-M", "q35", "-m", str(self.mem_mb), "-smp", str(self.cpus),
-            "-nodefaults", "-no-user-config", "-nographic", "-no-reboot", "-nic", "none",
+            "-nodefaults", "-no-user-config", "-nographic", "-no-reboot", *self.nic,
             "-kernel", self.info.vmlinuz, "-initrd", self.info.initrd, "-append", append,
             "-serial", f"file:{self.console_log}",
             "-virtfs", "local,path=/,mount_tag=hostroot,security_model=none,readonly=on,multidevs=remap",

@@ -1,0 +1,165 @@
+"""One lab Kubernetes cluster: the control plane on this host (:mod:`lab.kube.control_plane`), the lab VM as
+its only node (:mod:`lab.kube.node`), and our driver deployed from ``deploy/overlays/lab`` exactly as an
+operator would (snapshot CRDs, secrets, ``kustomize build | kubectl apply``).
+
+Contract: :func:`running_cluster` yields a :class:`KubeCluster` whose driver pods are Ready; on exit the VM is
+powered off and every control-plane process stopped. Steps print their durations. ``python -m
+lab.kube.cluster`` brings one up for a person to look at (kubeconfig printed) until Ctrl-C.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import socket
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from image.build import current as current_image
+from lab.build import REPO
+from lab.kube.build import Go, versions
+from lab.kube.control_plane import ControlPlane
+from lab.kube.images import build_images
+from lab.kube.node import NODE_IP, KubeNode, qemu_netdev
+from lab.kube.pki import Pair, _signed
+from lab.vm import LabVM
+
+DRIVER = "csi.nvmeof.io"
+NAMESPACE = "nvmeof-csi"
+NODE = "lab"
+FABRIC = "lab"
+NODE_LABELS = {"csi.nvmeof.io/gpu-node": "true", "csi.nvmeof.io/storage-node": "true"}
+
+
+def say(msg: str) -> None:
+    print(f"kube: {msg}", flush=True)
+
+
+def timed(what: str, fn: Callable[[], Any]) -> Any:
+    t0 = time.monotonic()
+    out = fn()
+    say(f"{what}: {time.monotonic() - t0:.1f}s")
+    return out
+
+
+def kustomize() -> str:
+    pins = versions()
+    cache = Path(os.environ.get("NVMEOF_CSI_CACHE", "/var/cache/nvmeof-csi"))
+    return str(cache / "tools" / f"kustomize-{pins['KUSTOMIZE_VERSION']}" / "kustomize")
+
+
+def snapshot_crds() -> list[Path]:
+    """The VolumeSnapshot CRDs from the pinned external-snapshotter client module."""
+    snap = Go(Path(tempfile.gettempdir())).download("github.com/kubernetes-csi/external-snapshotter/client/v8",
+                                                    versions()["EXTERNAL_SNAPSHOTTER_VERSION"])
+    return sorted((snap / "config" / "crd").glob("snapshot.storage.k8s.io_*.yaml"))
+
+
+def tls_secret(name: str, pair: Pair, ca: Path) -> dict[str, Any]:
+    def b64(p: Path) -> str:
+        return base64.b64encode(p.read_bytes()).decode()
+    return {"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls",
+            "metadata": {"name": name, "namespace": NAMESPACE},
+            "data": {"tls.crt": b64(pair.crt), "tls.key": b64(pair.key), "ca.crt": b64(ca)}}
+
+
+class KubeCluster:
+    def __init__(self, cp: ControlPlane, vm: LabVM, node: KubeNode) -> None:
+        self.cp, self.vm, self.node = cp, vm, node
+
+    def kubectl(self, *args: str, stdin: str | None = None, timeout: float = 120, check: bool = True) -> str:
+        return self.cp.kubectl(*args, stdin=stdin, timeout=timeout, check=check)
+
+    def deploy(self) -> None:
+        """Snapshot CRDs, the agent's TLS secrets, then the lab overlay; waits for every driver pod Ready."""
+        for crd in snapshot_crds():
+            self.kubectl("apply", "--server-side", "-f", str(crd))
+        self.kubectl("wait", "--for=condition=Established", "crd", "--all", "--timeout=120s")
+        self.kubectl("create", "namespace", NAMESPACE, check=False)
+        pki = self.cp.rundir / "driver-pki"
+        pki.mkdir(exist_ok=True)
+        ca = self.cp.pki.ca
+        server = _signed(pki, ca, "agent-server", "/CN=lab", [f"IP:{NODE_IP}"], server=True)
+        client = _signed(pki, ca, "controller", "/CN=controller.nvmeof-csi")
+        node = _signed(pki, ca, "node", "/CN=lab-node.nvmeof-csi")
+        for name, pair in (("nvmeof-csi-agent-server", server), ("nvmeof-csi-agent-client", client),
+                           ("nvmeof-csi-node-client", node)):
+            self.cp.apply(tls_secret(name, pair, ca.crt))
+        manifests = subprocess.run([kustomize(), "build", str(REPO / "deploy/overlays/lab")], capture_output=True,
+                                   text=True, check=True).stdout
+        self.kubectl("apply", "-f", "-", stdin=manifests)
+        self.wait_driver_ready()
+
+    def wait_driver_ready(self, timeout: float = 900) -> None:
+        for kind, name in (("daemonset", "nvmeof-csi-agent"), ("daemonset", "nvmeof-csi-node"),
+                           ("deployment", "nvmeof-csi-controller"), ("deployment", "snapshot-controller")):
+            self.kubectl("-n", NAMESPACE, "rollout", "status", f"{kind}/{name}", f"--timeout={int(timeout)}s",
+                         timeout=timeout + 30)
+
+    def pods(self, namespace: str = NAMESPACE) -> list[dict[str, Any]]:
+        items: list[dict[str, Any]] = self.cp.get("pods", "-n", namespace)["items"]
+        return items
+
+    def driver_logs(self) -> str:
+        """Every container log of the driver's pods and the kubelet/containerd tails (read in the guest)."""
+        out = [self.node.logs(200)]
+        res = self.vm.sh("for f in /var/log/pods/*/*/*.log; do echo \"--- $f\"; tail -n 80 \"$f\"; done", 60)
+        out.append(res.out[-60000:])
+        for name in ("kube-controller-manager", "kube-scheduler", "kube-apiserver"):
+            out.append(f"--- {name}\n{self.cp.log_tail(name, 4000)}")
+        return "\n".join(out)
+
+
+@contextmanager
+def running_cluster(mem_mb: int = 6144) -> Iterator[KubeCluster]:
+    image = current_image()
+    images: Mapping[str, Path] = timed("local images", build_images)
+    tag = f"localhost/nvmeof-csi:{image['tag']}"
+    all_images = {**images, tag: Path(str(image["tar"]))}
+    rundir = Path(tempfile.mkdtemp(prefix="kube-lab-"))
+    cp = ControlPlane(rundir, NODE)
+    vm: LabVM | None = None
+    try:
+        timed("control plane (etcd, apiserver, controller-manager, scheduler)", cp.start)
+        vm = LabVM(mem_mb=mem_mb, cpus=2, scratch_gb=24, nic=qemu_netdev(cp.api_port))
+        timed("lab VM boot", vm.start)
+        node = KubeNode(vm, cp, all_images, NODE_LABELS, aliases={"localhost/nvmeof-csi:lab": tag})
+        timed("node Ready (containerd, images, kubelet)", node.start)
+        cluster = KubeCluster(cp, vm, node)
+        timed("driver deployed (deploy/overlays/lab) and Ready", cluster.deploy)
+        yield cluster
+    finally:
+        if vm is not None:
+            vm.close()
+        cp.stop()
+        say(f"control plane logs in {rundir}")
+
+
+def main() -> int:
+    with running_cluster() as cluster:
+        say(f"up: KUBECONFIG={cluster.cp.admin_config}; Ctrl-C stops")
+        ctl = cluster.cp.rundir / "guest.sock"
+        # a person's window into the guest: `echo 'cmd' | socat - UNIX-CONNECT:<rundir>/guest.sock`
+        srv = socket.socket(socket.AF_UNIX)
+        srv.bind(str(ctl))
+        srv.listen(1)
+        say(f"guest shell: echo CMD | socat - UNIX-CONNECT:{ctl}")
+        try:
+            while True:
+                conn, _ = srv.accept()
+                with conn:
+                    cmd = conn.makefile().readline().strip()
+                    res = cluster.vm.sh(cmd, 600)
+                    conn.sendall(json.dumps({"rc": res.rc}).encode() + b"\n" + res.out.encode() + res.err.encode())
+        except KeyboardInterrupt:
+            return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,183 @@
+"""The lab VM as a Kubernetes node: containerd (with the CNI bridge) and kubelet, joined to the host's control
+plane through QEMU user networking that only forwards the API server.
+
+Guest network (QEMU ``-netdev user,restrict=on``): the node is 10.0.2.15 on ``eth0``; 10.0.2.100:6443 is a
+``guestfwd`` to the API server's loopback port on the host; nothing else leaves the VM. There is no
+kube-proxy: the ``kubernetes`` Service's address (10.0.2.1, the first of the lab's service range) is put on the
+node's loopback and relayed to the API server by socat, which is all in-cluster clients need.
+
+Contract: :meth:`KubeNode.start` returns once the Node object is Ready (raises :class:`KubeError` with the
+kubelet/containerd log tails); every image the tier needs is imported into containerd's ``k8s.io`` namespace
+first (no registry is ever contacted: kubelet's pulls are ``IfNotPresent`` on present images).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Mapping
+from pathlib import Path
+
+from lab.kube.build import binary
+from lab.kube.control_plane import GUEST_API, GUEST_API_PORT, SERVICE_IP, ControlPlane, KubeError
+from lab.target import GuestProcess
+from lab.vm import LabVM
+
+NODE_IP = "10.0.2.15"
+POD_CIDR = "10.88.0.0/16"
+LOGS = "/scratch/kube"
+CONTAINERD_SOCK = "/run/containerd/containerd.sock"
+KUBELET_SOCK = "/var/lib/kubelet/pod-resources/kubelet.sock"
+MODULES = ("overlay", "veth", "bridge", "virtio_net")
+#: the node's NVMe host identity, as an operator would provision it; deploy/overlays/lab/agent-authz.yaml names it
+HOST_ID = "6c61622d-6e6f-4465-8000-000000000001"
+HOST_NQN = f"nqn.2014-08.org.nvmexpress:uuid:{HOST_ID}"
+
+
+def qemu_netdev(api_port: int) -> list[str]:
+    """QEMU arguments: a user-mode NIC that reaches nothing but the API server's host loopback port."""
+    return ["-netdev", f"user,id=kube,restrict=on,net=10.0.2.0/24,host=10.0.2.2,"
+                       f"guestfwd=tcp:{GUEST_API}:{GUEST_API_PORT}-tcp:127.0.0.1:{api_port}",
+            "-device", "virtio-net-pci,netdev=kube"]
+
+
+def containerd_config(cni_bin: str, pause_ref: str) -> str:
+    return f"""version = 3
+root = "/var/lib/containerd"
+state = "/run/containerd"
+[grpc]
+  address = "{CONTAINERD_SOCK}"
+[plugins."io.containerd.cri.v1.images"]
+  snapshotter = "overlayfs"
+  [plugins."io.containerd.cri.v1.images".pinned_images]
+    sandbox = "{pause_ref}"
+[plugins."io.containerd.cri.v1.runtime"]
+  enable_selinux = false
+  [plugins."io.containerd.cri.v1.runtime".cni]
+    bin_dirs = ["{cni_bin}"]
+    conf_dir = "/etc/cni/net.d"
+  [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc]
+    runtime_type = "io.containerd.runc.v2"
+    [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc.options]
+      BinaryName = "/usr/sbin/runc"
+      SystemdCgroup = false
+"""
+
+
+CNI_CONFIG = json.dumps({
+    "cniVersion": "1.0.0", "name": "lab", "plugins": [
+        {"type": "bridge", "bridge": "cni0", "isGateway": True, "ipMasq": False, "hairpinMode": True,
+         "ipam": {"type": "host-local", "ranges": [[{"subnet": POD_CIDR}]], "routes": [{"dst": "0.0.0.0/0"}]}},
+    ]}, indent=1)
+
+
+def kubelet_config(ca: str) -> str:
+    return f"""apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+authentication:
+  anonymous: {{enabled: false}}
+  webhook: {{enabled: false}}
+  x509: {{clientCAFile: "{ca}"}}
+authorization: {{mode: AlwaysAllow}}
+cgroupDriver: cgroupfs
+containerRuntimeEndpoint: unix://{CONTAINERD_SOCK}
+failSwapOn: false
+evictionHard: {{memory.available: "64Mi", nodefs.available: "1%", imagefs.available: "1%"}}
+imageGCHighThresholdPercent: 100
+imageGCLowThresholdPercent: 99
+serializeImagePulls: false
+resolvConf: ""
+syncFrequency: 10s
+fileCheckFrequency: 10s
+nodeStatusUpdateFrequency: 5s
+volumeStatsAggPeriod: 10s
+"""
+
+
+class KubeNode:
+    def __init__(self, vm: LabVM, cp: ControlPlane, images: Mapping[str, Path], labels: Mapping[str, str],
+                 aliases: Mapping[str, str] | None = None) -> None:
+        """``images``: reference -> OCI tar (its one tag is the reference's); ``aliases``: extra reference ->
+        imported reference (the driver image is built with its package version and deployed as ``:lab``)."""
+        self.vm, self.cp, self.images, self.labels = vm, cp, images, labels
+        self.aliases = dict(aliases or {})
+        self.containerd = GuestProcess(vm, "containerd", [], CONTAINERD_SOCK, f"{LOGS}/containerd.log")
+        self.kubelet = GuestProcess(vm, "kubelet", [], KUBELET_SOCK, f"{LOGS}/kubelet.log")
+
+    def _sh(self, cmd: str, timeout: float = 120) -> str:
+        res = self.vm.sh(cmd, timeout)
+        if res.rc:
+            raise KubeError(f"guest: {cmd}: rc={res.rc}\n{res.out[-1500:]}{res.err[-1500:]}")
+        return res.out
+
+    def prepare(self) -> None:
+        """Kernel modules, the network, mounts (shared propagation; containerd and the pool on the scratch
+        disk), cgroup controllers, and the config files."""
+        for m in MODULES:
+            self.vm.check(["modprobe", m])
+        self._sh(f"ip link set lo up && ip link set eth0 up && ip addr add {NODE_IP}/24 dev eth0 && "
+                 f"ip route add default via 10.0.2.2 && ip addr add {SERVICE_IP}/32 dev lo && "
+                 "sysctl -qw net.ipv4.ip_forward=1")
+        self._sh(f"mkdir -p {LOGS} /scratch/containerd /var/lib/containerd /var/lib/kubelet /srv/nvmeof-pool "
+                 "/scratch/nvmeof-pool /etc/cni/net.d /etc/containerd /etc/kubernetes /etc/nvmeof-csi && "
+                 "mount --bind /scratch/containerd /var/lib/containerd && "
+                 "mount --bind /scratch/nvmeof-pool /srv/nvmeof-pool && "
+                 "mount -t tmpfs kubelet /var/lib/kubelet && mount --make-rshared /")
+        self._sh("for c in $(cat /sys/fs/cgroup/cgroup.controllers); do "
+                 "echo +$c > /sys/fs/cgroup/cgroup.subtree_control || true; done")
+        cni_bin = str(binary("bridge").parent)
+        pause = next(ref for ref in self.images if ref.startswith("localhost/pause:"))
+        self.vm.write("/etc/containerd/config.toml", containerd_config(cni_bin, pause))
+        self.vm.write("/etc/cni/net.d/10-lab.conflist", CNI_CONFIG)
+        self.vm.write("/etc/kubernetes/kubelet.yaml", kubelet_config(str(self.cp.pki.ca.crt)))
+        self.vm.write("/etc/nvme/hostnqn", HOST_NQN + "\n")
+        self.vm.write("/etc/nvme/hostid", HOST_ID + "\n")
+        self.vm.write("/etc/nvmeof-csi/agent.env",
+                      'NVMEOF_CSI_AGENT_PORTALS="1:tcp:127.0.0.1:4420:a 2:tcp:127.0.0.2:4421:b"\n'
+                      "NVMEOF_CSI_AGENT_NAME=lab\n")
+
+    def start(self, timeout: float = 600) -> float:
+        """Bring the node up; returns the seconds from containerd's start to Node Ready."""
+        self.prepare()
+        t0 = time.monotonic()
+        # the kubernetes Service address, relayed to the API server (stands in for kube-proxy's one rule)
+        self.relay = self.vm.submit(["socat", f"TCP-LISTEN:443,bind={SERVICE_IP},fork,reuseaddr",
+                                     f"TCP:{GUEST_API}:{GUEST_API_PORT}"], timeout=6 * 3600)
+        ctrd = binary("containerd").parent
+        self.containerd.argv = ["env", f"PATH={ctrd}:/usr/sbin:/usr/bin:/sbin:/bin", str(ctrd / "containerd"),
+                                "--config", "/etc/containerd/config.toml"]
+        self.containerd.start(timeout=180)
+        self.import_images()
+        self.kubelet.argv = [str(binary("kubelet")), "--config=/etc/kubernetes/kubelet.yaml",
+                             f"--kubeconfig={self.cp.kubelet_config}", f"--hostname-override={self.cp.node}",
+                             f"--node-ip={NODE_IP}", "--v=2",
+                             "--node-labels=" + ",".join(f"{k}={v}" for k, v in self.labels.items())]
+        self.kubelet.start(timeout=300)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            nodes = self.cp.get("nodes").get("items", [])
+            for node in nodes:
+                conds = {c["type"]: c["status"] for c in node["status"].get("conditions", [])}
+                if conds.get("Ready") == "True":
+                    return time.monotonic() - t0
+            time.sleep(2)
+        raise KubeError(f"node not Ready in {timeout:.0f}s\n{self.logs()}")
+
+    def ctr(self, *args: str, timeout: float = 600) -> str:
+        return self.vm.check([str(binary("ctr")), "--address", CONTAINERD_SOCK, "-n", "k8s.io", *args],
+                             timeout=timeout)
+
+    def import_images(self) -> None:
+        for ref, tar in self.images.items():
+            name, _tag = ref.rsplit(":", 1)
+            self.ctr("images", "import", "--base-name", name, str(tar))
+            if not self.ctr("images", "ls", "-q", f"name=={ref}").strip():
+                raise KubeError(f"{ref}: not in containerd after importing {tar}")
+        for alias, ref in self.aliases.items():
+            self.ctr("images", "tag", "--force", ref, alias)
+
+    def logs(self, lines: int = 60) -> str:
+        out = []
+        for name in ("kubelet", "containerd"):
+            out.append(f"--- {name}\n" + self.vm.run(["tail", "-n", str(lines), f"{LOGS}/{name}.log"], 10).out)
+        return "\n".join(out)

@@ -1,0 +1,46 @@
+"""The Kubernetes tier: one cluster (host control plane + the lab VM as the node, driver from
+``deploy/overlays/lab``) for the whole session. A failing test gets kubelet, containerd, sidecar, driver and
+control-plane logs attached to its report. Under CI=true a cluster that cannot start fails the run."""
+
+from __future__ import annotations
+
+from collections.abc import Generator, Iterator
+
+import pytest
+
+from lab import BuildError, BuildInfo
+from lab.kube.build import KubeBuildError, binary
+from lab.kube.cluster import KubeCluster, running_cluster
+from tests.support.env import need
+from tests.support.lab import pytest_sessionfinish, report
+
+__all__ = ["kube", "pytest_sessionfinish", "report"]
+
+CLUSTER = pytest.StashKey[KubeCluster]()  # the session's cluster, for the failure hook (hooks get no fixtures)
+
+
+@pytest.fixture(scope="session")
+def kube(request: pytest.FixtureRequest) -> Iterator[KubeCluster]:
+    try:
+        BuildInfo.load()
+        binary("kubelet")
+    except (BuildError, KubeBuildError) as err:
+        need(False, str(err))
+    with running_cluster() as cluster:
+        request.config.stash[CLUSTER] = cluster
+        try:
+            yield cluster
+        finally:
+            del request.config.stash[CLUSTER]
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, object, object]:
+    rep = yield
+    cluster = item.config.stash.get(CLUSTER, None)
+    if isinstance(rep, pytest.TestReport) and rep.failed and cluster is not None:
+        try:
+            rep.sections.append(("cluster logs", cluster.driver_logs()))
+        except Exception as exc:  # a log collection failure must not hide the test's own failure
+            rep.sections.append(("cluster logs", f"could not collect: {exc}"))
+    return rep

@@ -1,0 +1,278 @@
+"""Kubernetes 1.37 drives the driver: the scheduler, kubelet and the real CSI sidecars are the clients, on the
+real kernel fabric in the lab VM. The scenarios run in order on one cluster (later ones use earlier volumes)
+and each prints its duration."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Iterator
+
+import pytest
+
+from lab.kube.cluster import DRIVER, FABRIC, NAMESPACE, NODE, KubeCluster
+from tests.support.kube import (
+    NS,
+    container_exec,
+    crictl,
+    gone,
+    job,
+    job_pod,
+    phase,
+    pod,
+    pvc,
+    storage_class,
+    termination_message,
+    wait_for,
+    wait_job,
+)
+
+pytestmark = pytest.mark.lab
+
+SC = "lab-tcp"
+TOPOLOGY_KEY = "topology.csi.nvmeof.io/fabric"
+WRITE = ("set -e; dd if=/dev/urandom of=/data/blob bs=1M count=32 2>/dev/null; sync; "
+         "sha256sum /data/blob | cut -d' ' -f1 > /dev/termination-log")
+SLOW, FAST = 40, 120  # read IOPS limits of the two VolumeAttributesClasses (the lab's raw 4k QD1 rate is higher)
+READ = "set -e; sha256sum /data/blob | cut -d' ' -f1 > /dev/termination-log"
+
+
+@pytest.fixture(autouse=True)
+def timed(report: Callable[[str, str], None], request: pytest.FixtureRequest) -> Iterator[None]:
+    t0 = time.monotonic()
+    yield
+    report(f"{request.node.name} duration", f"{time.monotonic() - t0:.1f}s")
+
+
+def test_1_driver_deployed(kube: KubeCluster) -> None:
+    pods = kube.pods()
+    names = sorted(p["metadata"]["name"].rsplit("-", 1)[0] for p in pods)
+    assert any(n.startswith("nvmeof-csi-controller") for n in names), names
+    for p in pods:
+        conds = {c["type"]: c["status"] for c in p["status"].get("conditions", [])}
+        assert conds.get("Ready") == "True", f"{p['metadata']['name']} not Ready: {p['status']}"
+    csinode = kube.cp.get("csinode", NODE)
+    drivers = {d["name"]: d for d in csinode["spec"]["drivers"] or []}
+    assert DRIVER in drivers, f"CSINode {NODE} lists {list(drivers)}"
+    assert TOPOLOGY_KEY in drivers[DRIVER]["topologyKeys"], drivers[DRIVER]
+    labels = kube.cp.get("node", NODE)["metadata"]["labels"]
+    assert labels.get(TOPOLOGY_KEY) == FABRIC, labels
+    kube.cp.apply(storage_class(SC, [FABRIC]))
+
+
+def test_2_training_job_writes_and_a_second_pod_reads(kube: KubeCluster) -> None:
+    kube.cp.apply(pvc("train-data", SC))
+    kube.cp.apply(job("writer", "train-data", WRITE + "; sleep 5"))
+    seen_attached: list[str] = []
+
+    def done() -> dict[str, object] | None:
+        for va in kube.cp.get("volumeattachments")["items"]:
+            if va.get("status", {}).get("attached"):
+                seen_attached.append(va["metadata"]["name"])
+        status = kube.cp.get("job", "-n", NS, "writer").get("status", {})
+        assert not status.get("failed"), job_pod(kube, "writer")["status"]
+        return job_pod(kube, "writer") if status.get("succeeded") else None
+
+    writer = wait_for("job writer succeeded", done, 900)
+    written = termination_message(writer)
+    assert len(written) == 64, f"writer's checksum: {written!r}"
+    pv_name = kube.cp.get("pvc", "-n", NS, "train-data")["spec"]["volumeName"]
+    pv = kube.cp.get("pv", pv_name)
+    assert pv["spec"]["csi"]["driver"] == DRIVER
+    terms = pv["spec"]["nodeAffinity"]["required"]["nodeSelectorTerms"]
+    exprs = [e for t in terms for e in t["matchExpressions"]]
+    assert {"key": TOPOLOGY_KEY, "operator": "In", "values": [FABRIC]} in exprs, exprs
+    assert seen_attached, "no VolumeAttachment was seen attached while the writer ran"
+    kube.cp.apply(job("reader", "train-data", READ))
+    assert termination_message(wait_job(kube, "reader")) == written
+
+
+def test_3_unreachable_fabric_stays_pending_with_a_reason(kube: KubeCluster) -> None:
+    kube.cp.apply(storage_class("lab-nowhere", ["rack-9"]))
+    kube.cp.apply(pvc("nowhere", "lab-nowhere"))
+    kube.cp.apply(pod("nowhere", "nowhere", "true"))
+
+    def reason() -> str | None:
+        p = kube.cp.get("pod", "-n", NS, "nowhere")
+        for cond in p["status"].get("conditions", []):
+            if cond["type"] == "PodScheduled" and cond["status"] == "False" and cond.get("message"):
+                return str(cond["message"])
+        return None
+
+    message = wait_for("the scheduler's reason", reason, 120)
+    assert "0/1 nodes are available" in message, message
+    time.sleep(10)  # still nothing: not bound, not scheduled, no volume created
+    assert phase(kube, "pod", "nowhere") == "Pending"
+    assert phase(kube, "pvc", "nowhere") == "Pending"
+    print(f"scheduler: {message}")
+    kube.kubectl("-n", NS, "delete", "pod/nowhere", "pvc/nowhere", "--wait=true", timeout=180)
+
+
+def test_4_online_expansion_grows_the_filesystem_in_the_running_pod(kube: KubeCluster) -> None:
+    kube.cp.apply(pvc("grow", SC, "1Gi"))
+    kube.cp.apply(pod("grower", "grow", "sleep 100000"))
+    wait_for("pod grower Running", lambda: phase(kube, "pod", "grower") == "Running", 900)
+
+    def size_kib() -> int:
+        out = container_exec(kube, "grower", ["df", "-k", "/data"]).splitlines()[-1].split()
+        return int(out[1])
+
+    before = size_kib()
+    assert before < 1100 * 1024, before
+    kube.kubectl("-n", NS, "patch", "pvc", "grow", "--type=merge", "-p",
+                 json.dumps({"spec": {"resources": {"requests": {"storage": "2Gi"}}}}))
+    wait_for("filesystem in the pod grown past 1.5 GiB", lambda: size_kib() > 1536 * 1024, 600, 3)
+    wait_for("PVC capacity 2Gi", lambda: kube.cp.get("pvc", "-n", NS, "grow")["status"].get(
+        "capacity", {}).get("storage") == "2Gi", 300)
+    print(f"df in the pod: {before} KiB -> {size_kib()} KiB")
+    kube.kubectl("-n", NS, "delete", "pod/grower", "--wait=true", timeout=300)
+
+
+def test_5_snapshot_then_a_volume_from_it(kube: KubeCluster) -> None:
+    kube.cp.apply({"apiVersion": "snapshot.storage.k8s.io/v1", "kind": "VolumeSnapshotClass",
+                   "metadata": {"name": "lab-snap"}, "driver": DRIVER, "deletionPolicy": "Delete"})
+    kube.cp.apply({"apiVersion": "snapshot.storage.k8s.io/v1", "kind": "VolumeSnapshot",
+                   "metadata": {"name": "train-snap", "namespace": NS},
+                   "spec": {"volumeSnapshotClassName": "lab-snap",
+                            "source": {"persistentVolumeClaimName": "train-data"}}})
+    wait_for("snapshot ready", lambda: kube.cp.get("volumesnapshot", "-n", NS, "train-snap").get(
+        "status", {}).get("readyToUse"), 600)
+    kube.cp.apply(pvc("restored", SC, source={"apiGroup": "snapshot.storage.k8s.io", "kind": "VolumeSnapshot",
+                                              "name": "train-snap"}))
+    kube.cp.apply(job("restored-reader", "restored", READ))
+    original = termination_message(job_pod(kube, "reader"))
+    assert termination_message(wait_job(kube, "restored-reader")) == original
+
+
+def test_6_block_volume_write_and_read_back(kube: KubeCluster) -> None:
+    kube.cp.apply(pvc("raw", SC, block=True))
+    script = ("set -e; dd if=/dev/urandom of=/tmp/in bs=1M count=8 2>/dev/null; "
+              "dd if=/tmp/in of=/dev/xvda bs=1M oflag=direct conv=fsync 2>/dev/null; "
+              "dd if=/dev/xvda of=/tmp/out bs=1M count=8 iflag=direct 2>/dev/null; "
+              "a=$(sha256sum /tmp/in | cut -d' ' -f1); b=$(sha256sum /tmp/out | cut -d' ' -f1); "
+              "echo \"$a $b\" > /dev/termination-log; test \"$a\" = \"$b\"")
+    kube.cp.apply({"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "raw-io", "namespace": NS},
+                   "spec": {"backoffLimit": 0, "template": {"spec": {
+                       **pod("x", "raw", script, block=True)["spec"]}}}})
+    a, b = termination_message(wait_job(kube, "raw-io")).split()
+    assert a == b and len(a) == 64
+
+
+def test_7_node_plugin_restart_under_io(kube: KubeCluster) -> None:
+    kube.cp.apply(pvc("steady", SC))
+    loop = ("i=0; e=0; while true; do i=$((i+1)); "
+            "if dd if=/dev/urandom of=/data/f.$((i % 4)) bs=64k count=4 conv=fsync 2>/dev/null; then :; "
+            "else e=$((e+1)); fi; echo \"$i $e\" > /data/progress; sleep 0.2; done")
+    kube.cp.apply(pod("steady-io", "steady", loop))
+    wait_for("pod steady-io Running", lambda: phase(kube, "pod", "steady-io") == "Running", 900)
+
+    def progress() -> tuple[int, int]:
+        i, e = container_exec(kube, "steady-io", ["cat", "/data/progress"]).split()
+        return int(i), int(e)
+
+    wait_for("I/O under way", lambda: progress()[0] > 5, 120)
+    old = kube.cp.get("pods", "-n", NAMESPACE, "-l", "app.kubernetes.io/name=nvmeof-csi-node")["items"]
+    assert len(old) == 1
+    old_name = old[0]["metadata"]["name"]
+    kube.kubectl("-n", NAMESPACE, "delete", "pod", old_name, "--wait=true", timeout=300)
+    at_delete = progress()
+
+    def new_ready() -> str | None:
+        for p in kube.cp.get("pods", "-n", NAMESPACE, "-l", "app.kubernetes.io/name=nvmeof-csi-node")["items"]:
+            conds = {c["type"]: c["status"] for c in p["status"].get("conditions", [])}
+            if p["metadata"]["name"] != old_name and conds.get("Ready") == "True":
+                return str(p["metadata"]["name"])
+        return None
+
+    new = wait_for("the DaemonSet's new node plugin Ready", new_ready, 600)
+    time.sleep(15)
+    after = progress()
+    print(f"node plugin {old_name} -> {new}; progress at delete {at_delete}, after {after}")
+    assert after[0] > at_delete[0] + 10, (at_delete, after)
+    assert after[1] == 0, f"{after[1]} failed writes in the workload"
+    kube.kubectl("-n", NS, "delete", "pod/steady-io", "--wait=true", timeout=300)
+    mounts = kube.vm.check(["cat", "/proc/mounts"], 10)
+    assert "steady" not in mounts and pv_of(kube, "steady") not in mounts
+
+
+def test_7b_attributes_class_change_moves_the_running_pods_iops(kube: KubeCluster) -> None:
+    """The QoS issue's Kubernetes scenario: a VolumeAttributesClass change on a bound PVC reaches
+    ControllerModifyVolume through the real external-resizer; the running pod's io.max and its measured read
+    IOPS (the kernel's own per-cgroup counters) move to the new limit without a restart."""
+    for name, riops in (("lab-slow", SLOW), ("lab-fast", FAST)):
+        kube.cp.apply({"apiVersion": "storage.k8s.io/v1", "kind": "VolumeAttributesClass",
+                       "metadata": {"name": name}, "driverName": DRIVER,
+                       "parameters": {"readIops": str(riops), "writeIops": "0"}})
+    claim = pvc("tuned", SC)
+    claim["spec"]["volumeAttributesClassName"] = "lab-slow"
+    kube.cp.apply(claim)
+    reads = ("dd if=/dev/urandom of=/data/f bs=1M count=16 2>/dev/null; sync; "
+             "while true; do dd if=/data/f of=/dev/null bs=4k iflag=direct 2>/dev/null; done")
+    kube.cp.apply(pod("tuned-io", "tuned", reads))
+    wait_for("pod tuned-io Running", lambda: phase(kube, "pod", "tuned-io") == "Running", 900)
+    uid = kube.cp.get("pod", "-n", NS, "tuned-io")["metadata"]["uid"]
+    cgroup = kube.vm.sh(f"ls -d /sys/fs/cgroup/kubepods/*/pod{uid} /sys/fs/cgroup/kubepods/pod{uid} 2>/dev/null",
+                        10).out.split()
+    assert len(cgroup) == 1, f"pod cgroup of {uid}: {cgroup}"
+
+    def io_max() -> str:
+        return kube.vm.check(["cat", f"{cgroup[0]}/io.max"], 10).strip()
+
+    def measured(seconds: float = 15.0) -> float:
+        device = io_max().split()[0]
+
+        def rios() -> int:
+            for line in kube.vm.check(["cat", f"{cgroup[0]}/io.stat"], 10).splitlines():
+                if line.startswith(device + " "):
+                    return int(dict(f.split("=") for f in line.split()[1:])["rios"])
+            return 0
+        a, t0 = rios(), time.monotonic()
+        time.sleep(seconds)
+        b, t1 = rios(), time.monotonic()
+        return (b - a) / (t1 - t0)
+
+    wait_for(f"io.max riops={SLOW}", lambda: f"riops={SLOW}" in io_max(), 120)
+    slow = measured()
+    container = crictl(kube, "ps", "-q", "--label", "io.kubernetes.pod.name=tuned-io").strip()
+    t0 = time.monotonic()
+    kube.kubectl("-n", NS, "patch", "pvc", "tuned", "--type=merge", "-p",
+                 json.dumps({"spec": {"volumeAttributesClassName": "lab-fast"}}))
+    wait_for("PVC's current class lab-fast", lambda: kube.cp.get("pvc", "-n", NS, "tuned")["status"].get(
+        "currentVolumeAttributesClassName") == "lab-fast", 300)
+    modified = time.monotonic() - t0
+    wait_for(f"io.max riops={FAST}", lambda: f"riops={FAST}" in io_max(), 60, 0.5)
+    in_force = time.monotonic() - t0
+    fast = measured()
+    print(f"io.max {io_max()!r}; read IOPS {slow:.1f} (limit {SLOW}) -> {fast:.1f} (limit {FAST}); "
+          f"ModifyVolume done {modified:.1f}s, io.max in force {in_force:.1f}s after the PVC edit")
+    assert SLOW * 0.8 <= slow <= SLOW * 1.1, slow
+    assert FAST * 0.8 <= fast <= FAST * 1.1, fast
+    assert crictl(kube, "ps", "-q", "--label", "io.kubernetes.pod.name=tuned-io").strip() == container
+    kube.kubectl("-n", NS, "delete", "pod/tuned-io", "--wait=true", timeout=300)
+
+
+def pv_of(kube: KubeCluster, claim: str) -> str:
+    return str(kube.cp.get("pvc", "-n", NS, claim)["spec"]["volumeName"])
+
+
+def test_8_everything_deleted_leaves_nothing(kube: KubeCluster) -> None:
+    kube.kubectl("-n", NS, "delete", "jobs", "--all", "--wait=true", timeout=300)
+    kube.kubectl("-n", NS, "delete", "pods", "--all", "--wait=true", timeout=300)
+    kube.kubectl("-n", NS, "delete", "volumesnapshots", "--all", "--wait=true", timeout=300)
+    kube.kubectl("-n", NS, "delete", "pvc", "--all", "--wait=true", timeout=600)
+    wait_for("no PersistentVolume", lambda: gone(kube, "pv"), 600)
+    wait_for("no VolumeAttachment", lambda: gone(kube, "volumeattachments"), 600)
+    wait_for("no VolumeSnapshotContent", lambda: gone(kube, "volumesnapshotcontents"), 300)
+    subsystems = kube.vm.check(["ls", "/sys/kernel/config/nvmet/subsystems"], 10).split()
+    assert not subsystems, f"subsystems left: {subsystems}"
+    controllers = kube.vm.run(["ls", "/sys/class/nvme"], 10).out.split()
+    assert not controllers, f"controllers left: {controllers}"
+    mounts = [ln for ln in kube.vm.check(["cat", "/proc/mounts"], 10).splitlines() if "kubernetes.io~csi" in ln
+              or "/plugins/kubernetes.io/csi" in ln]
+    assert not mounts, mounts
+    records = kube.vm.sh("ls /var/lib/nvmeof-csi/staging/ 2>/dev/null | grep '[.]json$'; true", 30).out.split()
+    assert not records, f"staging records left: {records}"
+    pool = kube.vm.sh("ls /srv/nvmeof-pool/volumes /srv/nvmeof-pool/snapshots 2>/dev/null | grep -v ':$'; true",
+                      30).out.split()
+    assert not pool, f"backing files left: {pool}"
+    assert crictl(kube, "ps", "-q", "--label", f"io.kubernetes.pod.namespace={NS}").strip() == ""
