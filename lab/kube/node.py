@@ -35,9 +35,10 @@ HOST_NQN = f"nqn.2014-08.org.nvmexpress:uuid:{HOST_ID}"
 
 
 def qemu_netdev(api_port: int) -> list[str]:
-    """QEMU arguments: a user-mode NIC that reaches nothing but the API server's host loopback port."""
+    """QEMU arguments: a user-mode NIC that reaches nothing but the API server's host loopback port (a
+    ``guestfwd`` to a command runs one socat per guest connection; a ``tcp:`` target would be one connection)."""
     return ["-netdev", f"user,id=kube,restrict=on,net=10.0.2.0/24,host=10.0.2.2,"
-                       f"guestfwd=tcp:{GUEST_API}:{GUEST_API_PORT}-tcp:127.0.0.1:{api_port}",
+                       f"guestfwd=tcp:{GUEST_API}:{GUEST_API_PORT}-cmd:socat - TCP:127.0.0.1:{api_port}",
             "-device", "virtio-net-pci,netdev=kube"]
 
 

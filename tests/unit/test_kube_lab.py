@@ -1,0 +1,64 @@
+"""The Kubernetes tier's own logic, without building or booting anything: pins, the VM's network isolation,
+the node's generated configuration files."""
+
+from __future__ import annotations
+
+import json
+import tomllib
+from pathlib import Path
+
+import yaml
+
+from lab.kube.build import components, versions
+from lab.kube.control_plane import GUEST_API, GUEST_API_PORT, SERVICE_IP, SERVICE_RANGE
+from lab.kube.node import CNI_CONFIG, NODE_IP, POD_CIDR, containerd_config, kubelet_config, qemu_netdev
+
+
+def test_every_component_is_pinned_in_versions_env(tmp_path: Path) -> None:
+    pins = versions()
+    names = [c.name for c in components(pins)]
+    assert len(names) == len(set(names))
+    assert all(c.version.startswith("v") for c in components(pins))
+    assert pins["KUBERNETES_BUILD_VERSION"].startswith("v1.37.")
+    env = tmp_path / "v.env"
+    env.write_text("A=1  # comment\n# B=2\nC=x\n")
+    assert versions(env) == {"A": "1", "C": "x"}
+
+
+def test_vm_network_reaches_only_the_api_server() -> None:
+    args = qemu_netdev(41234)
+    netdev = args[args.index("-netdev") + 1]
+    opts = netdev.split(",")
+    assert "restrict=on" in opts
+    forwards = [o for o in opts if o.startswith(("guestfwd=", "hostfwd="))]
+    assert forwards == [f"guestfwd=tcp:{GUEST_API}:{GUEST_API_PORT}-cmd:socat - TCP:127.0.0.1:41234"]
+
+
+def test_service_ip_is_the_first_of_the_range_and_not_the_node() -> None:
+    base = SERVICE_RANGE.split("/")[0].rsplit(".", 1)
+    assert f"{base[0]}.{int(base[1]) + 1}" == SERVICE_IP
+    assert NODE_IP != SERVICE_IP != GUEST_API
+
+
+def test_containerd_config_is_valid_toml_with_our_sandbox_and_cni() -> None:
+    doc = tomllib.loads(containerd_config("/opt/cni", "localhost/pause:3.10"))
+    images = doc["plugins"]["io.containerd.cri.v1.images"]
+    assert images["pinned_images"]["sandbox"] == "localhost/pause:3.10"
+    runtime = doc["plugins"]["io.containerd.cri.v1.runtime"]
+    assert runtime["cni"]["bin_dirs"] == ["/opt/cni"]
+    assert runtime["containerd"]["runtimes"]["runc"]["options"]["SystemdCgroup"] is False
+
+
+def test_cni_bridge_does_not_masquerade_and_uses_the_pod_range() -> None:
+    conf = json.loads(CNI_CONFIG)
+    bridge = conf["plugins"][0]
+    assert bridge["type"] == "bridge" and bridge["ipMasq"] is False
+    assert bridge["ipam"]["ranges"] == [[{"subnet": POD_CIDR}]]
+
+
+def test_kubelet_config_refuses_anonymous_and_uses_cgroupfs() -> None:
+    doc = yaml.safe_load(kubelet_config("/x/ca.crt"))
+    assert doc["kind"] == "KubeletConfiguration"
+    assert doc["authentication"]["anonymous"]["enabled"] is False
+    assert doc["authentication"]["x509"]["clientCAFile"] == "/x/ca.crt"
+    assert doc["cgroupDriver"] == "cgroupfs"
