@@ -24,7 +24,7 @@ from typing import Any
 from image.build import current as current_image
 from lab.build import REPO
 from lab.kube.build import Go, versions
-from lab.kube.control_plane import ControlPlane
+from lab.kube.control_plane import ControlPlane, KubeError
 from lab.kube.images import build_images
 from lab.kube.node import NODE_IP, KubeNode, qemu_netdev
 from lab.kube.pki import Pair, _signed
@@ -101,6 +101,13 @@ class KubeCluster:
                            ("deployment", "nvmeof-csi-controller"), ("deployment", "snapshot-controller")):
             self.kubectl("-n", NAMESPACE, "rollout", "status", f"{kind}/{name}", f"--timeout={int(timeout)}s",
                          timeout=timeout + 30)
+        deadline = time.monotonic() + timeout  # the node plugin registers with kubelet once it serves
+        while time.monotonic() < deadline:
+            drivers = self.cp.get("csinode", NODE).get("spec", {}).get("drivers") or []
+            if any(d.get("name") == DRIVER for d in drivers):
+                return
+            time.sleep(2)
+        raise KubeError(f"CSINode {NODE} never listed {DRIVER}\n{self.driver_logs()}")
 
     def pods(self, namespace: str = NAMESPACE) -> list[dict[str, Any]]:
         items: list[dict[str, Any]] = self.cp.get("pods", "-n", namespace)["items"]

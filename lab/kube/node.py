@@ -28,7 +28,8 @@ POD_CIDR = "10.88.0.0/16"
 LOGS = "/scratch/kube"
 CONTAINERD_SOCK = "/run/containerd/containerd.sock"
 KUBELET_SOCK = "/var/lib/kubelet/pod-resources/kubelet.sock"
-MODULES = ("overlay", "veth", "bridge", "virtio_net")
+MODULES = ("overlay", "veth", "bridge", "virtio_net", "loop",  # kubelet: CNI bridge; loop for block volumes
+           "nvmet", "nvmet-tcp", "nvme-tcp")  # the README's node set-up
 #: the node's NVMe host identity, as an operator would provision it; deploy/overlays/lab/agent-authz.yaml names it
 HOST_ID = "6c61622d-6e6f-4465-8000-000000000001"
 HOST_NQN = f"nqn.2014-08.org.nvmexpress:uuid:{HOST_ID}"
@@ -130,6 +131,8 @@ class KubeNode:
         pause = next(ref for ref in self.images if ref.startswith("localhost/pause:"))
         self.vm.write("/etc/containerd/config.toml", containerd_config(cni_bin, pause))
         self.vm.write("/etc/cni/net.d/10-lab.conflist", CNI_CONFIG)
+        self.vm.write("/etc/crictl.yaml", f"runtime-endpoint: unix://{CONTAINERD_SOCK}\n"
+                                          f"image-endpoint: unix://{CONTAINERD_SOCK}\ntimeout: 60\n")
         self.vm.write("/etc/kubernetes/kubelet.yaml", kubelet_config(str(self.cp.pki.ca.crt)))
         self.vm.write("/etc/nvme/hostnqn", HOST_NQN + "\n")
         self.vm.write("/etc/nvme/hostid", HOST_ID + "\n")
