@@ -4,6 +4,7 @@ control-plane logs attached to its report. Under CI=true a cluster that cannot s
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Generator, Iterator
 
 import pytest
@@ -26,7 +27,10 @@ def kube(request: pytest.FixtureRequest) -> Iterator[KubeCluster]:
         binary("kubelet")
     except (BuildError, KubeBuildError) as err:
         need(False, str(err))
-    with running_cluster() as cluster:
+    capture = request.config.pluginmanager.getplugin("capturemanager")
+    with contextlib.ExitStack() as stack:
+        with capture.global_and_fixture_disabled():  # the start-up steps print their durations
+            cluster = stack.enter_context(running_cluster())
         request.config.stash[CLUSTER] = cluster
         try:
             yield cluster
