@@ -1,0 +1,38 @@
+"""bench/report.py: each figure oriented the right way, missing or malformed runs shown as not measured."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from bench.report import FIGURES, load, main, measure
+
+
+def test_lower_and_higher_is_better_figures_hold_on_the_right_side() -> None:
+    provision = next(f for f in FIGURES if f.bench == "provision")
+    assert provision.holds(1.2) and not provision.holds(1.3)
+    assert provision.margin(2.5) == 0.5
+    dataset = next(f for f in FIGURES if f.name.startswith("dataset hydration"))
+    assert dataset.holds(3.1) and not dataset.holds(2.9)
+    assert dataset.margin(6.0) == 2.0
+
+
+def test_missing_and_malformed_runs_are_not_measured(tmp_path: Path) -> None:
+    (tmp_path / "bench-stage.json").write_text(json.dumps({"ratio_median": 1.1}))
+    (tmp_path / "bench-qos.json").write_text(json.dumps({"worst_error_pct": "n/a"}))
+    (tmp_path / "bench-dataset.json").write_text("{not json")
+    rows = dict((f.name, v) for f, v in measure(load(tmp_path)))
+    assert rows["NodeStage+NodePublish vs bare connect/mkfs/mount"] == 1.1
+    assert rows["QoS achieved IOPS vs limit, worst error"] is None
+    assert rows["dataset hydration, cold / warm"] is None
+    assert rows["provision create+delete, agent vs raw configfs script"] is None
+
+
+def test_report_lists_every_figure_and_writes_the_plot(tmp_path: Path) -> None:
+    (tmp_path / "bench-provision.json").write_text(json.dumps({"ratio_total": 7.4}))
+    assert main([str(tmp_path)]) == 0
+    text = (tmp_path / "bench-report.md").read_text()
+    assert "| provision create+delete, agent vs raw configfs script | 7.4x | <= 1.25x | **no** |" in text.replace(
+        "≤", "<=")
+    assert text.count("not measured") >= len(FIGURES) - 1
+    assert (tmp_path / "bench-goals.png").stat().st_size > 1000
