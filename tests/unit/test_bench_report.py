@@ -19,11 +19,13 @@ def test_lower_and_higher_is_better_figures_hold_on_the_right_side() -> None:
 
 def test_missing_and_malformed_runs_are_not_measured(tmp_path: Path) -> None:
     (tmp_path / "bench-stage.json").write_text(json.dumps({"ratio_median": 1.1}))
-    (tmp_path / "bench-qos.json").write_text(json.dumps({"worst_error_pct": "n/a"}))
+    (tmp_path / "bench-qos.json").write_text(json.dumps({"worst_error_pct": "n/a",
+                                                         "modify_to_in_force_s": [0.59, 0.07, 0.57]}))
     (tmp_path / "bench-dataset.json").write_text("{not json")
     rows = dict((f.name, v) for f, v in measure(load(tmp_path)))
     assert rows["NodeStage+NodePublish vs bare connect/mkfs/mount"] == 1.1
     assert rows["QoS achieved IOPS vs limit, worst error"] is None
+    assert rows["QoS ModifyVolume reply to io.max in force"] == 0.59  # per-run figures: the worst
     assert rows["dataset hydration, cold / warm"] is None
     assert rows["provision create+delete, agent vs raw configfs script"] is None
 
