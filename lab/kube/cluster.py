@@ -27,7 +27,7 @@ from lab.kube.build import Go, versions
 from lab.kube.control_plane import ControlPlane, KubeError
 from lab.kube.images import build_images
 from lab.kube.node import NODE_IP, KubeNode, qemu_netdev
-from lab.kube.pki import Pair, _signed
+from lab.kube.pki import Pair, signed
 from lab.vm import LabVM
 
 DRIVER = "csi.nvmeof.io"
@@ -85,9 +85,9 @@ class KubeCluster:
         pki = self.cp.rundir / "driver-pki"
         pki.mkdir(exist_ok=True)
         ca = self.cp.pki.ca
-        server = _signed(pki, ca, "agent-server", "/CN=lab", [f"IP:{NODE_IP}"], server=True)
-        client = _signed(pki, ca, "controller", "/CN=controller.nvmeof-csi")
-        node = _signed(pki, ca, "node", "/CN=lab-node.nvmeof-csi")
+        server = signed(pki, ca, "agent-server", "/CN=lab", [f"IP:{NODE_IP}"], server=True)
+        client = signed(pki, ca, "controller", "/CN=controller.nvmeof-csi")
+        node = signed(pki, ca, "node", "/CN=lab-node.nvmeof-csi")
         for name, pair in (("nvmeof-csi-agent-server", server), ("nvmeof-csi-agent-client", client),
                            ("nvmeof-csi-node-client", node)):
             self.cp.apply(tls_secret(name, pair, ca.crt))

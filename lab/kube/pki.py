@@ -15,7 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 
-def _openssl(*args: str) -> None:
+def openssl(*args: str) -> None:
+    """Run the openssl CLI; ``RuntimeError`` with its stderr on failure."""
     proc = subprocess.run(["openssl", *args], capture_output=True, text=True, check=False)
     if proc.returncode:
         raise RuntimeError(f"openssl {args[0]}: {proc.stderr[-1000:]}")
@@ -39,7 +40,7 @@ class KubePki:
     sa_pub: Path
 
 
-def _signed(folder: Path, ca: Pair, name: str, subject: str, sans: Sequence[str] = (), server: bool = False) -> Pair:
+def signed(folder: Path, ca: Pair, name: str, subject: str, sans: Sequence[str] = (), server: bool = False) -> Pair:
     pair = Pair(folder / f"{name}.crt", folder / f"{name}.key")
     csr = folder / f"{name}.csr"
     ext = folder / f"{name}.ext"
@@ -48,8 +49,8 @@ def _signed(folder: Path, ca: Pair, name: str, subject: str, sans: Sequence[str]
     if sans:
         lines.append("subjectAltName=" + ",".join(sans))
     ext.write_text("\n".join(lines) + "\n")
-    _openssl("req", "-newkey", "rsa:2048", "-nodes", "-subj", subject, "-keyout", str(pair.key), "-out", str(csr))
-    _openssl("x509", "-req", "-in", str(csr), "-CA", str(ca.crt), "-CAkey", str(ca.key), "-CAcreateserial",
+    openssl("req", "-newkey", "rsa:2048", "-nodes", "-subj", subject, "-keyout", str(pair.key), "-out", str(csr))
+    openssl("x509", "-req", "-in", str(csr), "-CA", str(ca.crt), "-CAkey", str(ca.key), "-CAcreateserial",
              "-days", "1", "-extfile", str(ext), "-out", str(pair.crt))
     pair.key.chmod(0o600)
     return pair
@@ -59,23 +60,23 @@ def make_pki(folder: Path, node: str, api_ips: Sequence[str]) -> KubePki:
     """A fresh PKI for one lab cluster; ``api_ips`` are the addresses the API server is reached at."""
     folder.mkdir(parents=True, exist_ok=True)
     ca = Pair(folder / "ca.crt", folder / "ca.key")
-    _openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=nvmeof-csi-lab-ca",
+    openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=nvmeof-csi-lab-ca",
              "-keyout", str(ca.key), "-out", str(ca.crt))
     ca.key.chmod(0o600)
     sans = [f"IP:{ip}" for ip in api_ips] + [
         "DNS:localhost", "DNS:kubernetes", "DNS:kubernetes.default", "DNS:kubernetes.default.svc",
         "DNS:kubernetes.default.svc.cluster.local"]
     sa_key, sa_pub = folder / "sa.key", folder / "sa.pub"
-    _openssl("genrsa", "-out", str(sa_key), "2048")
-    _openssl("rsa", "-in", str(sa_key), "-pubout", "-out", str(sa_pub))
+    openssl("genrsa", "-out", str(sa_key), "2048")
+    openssl("rsa", "-in", str(sa_key), "-pubout", "-out", str(sa_pub))
     sa_key.chmod(0o600)
     return KubePki(
         ca=ca,
-        apiserver=_signed(folder, ca, "apiserver", "/CN=kube-apiserver", sans, server=True),
-        admin=_signed(folder, ca, "admin", "/O=system:masters/CN=nvmeof-csi-lab-admin"),
-        controller_manager=_signed(folder, ca, "controller-manager", "/CN=system:kube-controller-manager"),
-        scheduler=_signed(folder, ca, "scheduler", "/CN=system:kube-scheduler"),
-        kubelet=_signed(folder, ca, "kubelet", f"/O=system:nodes/CN=system:node:{node}"),
+        apiserver=signed(folder, ca, "apiserver", "/CN=kube-apiserver", sans, server=True),
+        admin=signed(folder, ca, "admin", "/O=system:masters/CN=nvmeof-csi-lab-admin"),
+        controller_manager=signed(folder, ca, "controller-manager", "/CN=system:kube-controller-manager"),
+        scheduler=signed(folder, ca, "scheduler", "/CN=system:kube-scheduler"),
+        kubelet=signed(folder, ca, "kubelet", f"/O=system:nodes/CN=system:node:{node}"),
         sa_key=sa_key, sa_pub=sa_pub,
     )
 

@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 
-
-def _openssl(*args: str) -> None:
-    subprocess.run(["openssl", *args], check=True, capture_output=True)
+from lab.kube.pki import openssl as _openssl
 
 
 def make_pki(folder: Path, prefix: str, clients: tuple[str, ...] = ("cli",)) -> dict[str, Path]:
