@@ -45,7 +45,7 @@ def main() -> None:
             rest = AlluxioRest(cluster.proxy_url, cluster.job_url)
             agent = TargetAgent(
                 name="bench", nvmet=Nvmet(plain_configfs(base / "nvmet"), plain_tree=True),
-                store=FileStore(base / "pool"), state=StateStore(base / "state" / "agent-state.json"),
+                store=FileStore(base / "pool"), state=StateStore(base / "state"),
                 portals=[PortSpec(1, "tcp", "127.0.0.1", 4420, "a")],
                 filler=DatasetVolumes(Hydrator(rest, JobServiceLoader(rest), SubprocessExecutor(),
                                                  DatasetMetrics(CollectorRegistry())), base / "pool" / ".hydrate",

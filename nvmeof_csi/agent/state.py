@@ -1,22 +1,30 @@
-"""The agent's desired state: every volume, snapshot, host grant and portal-group ANA state, in one JSON
-document written atomically (temp file, fsync, rename, fsync the folder) before configfs or the pool is
-touched.
+"""The agent's desired state: every volume, snapshot, host grant and portal-group ANA state, saved before
+configfs or the pool is touched.
 
-Contract: :meth:`StateStore.load` returns the last saved document (an empty state when none exists);
-:meth:`StateStore.save` is durable when it returns. Records are immutable; the agent replaces them.
-Secrets (DH-HMAC-CHAP keys) are stored here with file mode 0600 and never logged.
+Layout (one small JSON file per record, so saving a change costs the same with 10 or 10,000 volumes and never
+rewrites another volume's record): ``<folder>/volumes/<uuid>.json``, ``<folder>/snapshots/<uuid>.json``,
+``<folder>/ana.json``. Each file is written atomically (temp file, fsync, rename, fsync the folder); a removed
+record is unlinked and the folder fsynced. A state saved by an older agent as one document
+(``<folder>/agent-state.json``) is split into record files on load, the document removed last.
+
+Contract: :class:`StateStore` loads the last saved state (an empty state when none exists);
+:meth:`StateStore.commit` is durable when it returns and writes only the records the change replaced or
+removed. Records are immutable; the agent replaces them. Secrets (DH-HMAC-CHAP keys) are stored in the
+record files with mode 0600 and never logged. A record file that cannot be read, or whose name is not its
+record's UUID, stops the load with ``DriverError`` (never a silently smaller state).
 """
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
 from nvmeof_csi.errors import DriverError
-from nvmeof_csi.host.atomic import read_json, write_json_atomic
+from nvmeof_csi.host.atomic import fsync_dir, read_json, remove_durably, write_atomic
 
 FORMAT_VERSION = 1
 CREATING, READY, DELETING = "creating", "ready", "deleting"
@@ -75,14 +83,6 @@ class AgentState:
     def with_ana(self, group: str, state: str) -> AgentState:
         return replace(self, ana={**self.ana, group: state})
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "version": FORMAT_VERSION,
-            "volumes": {k: asdict(v) for k, v in sorted(self.volumes.items())},
-            "snapshots": {k: asdict(v) for k, v in sorted(self.snapshots.items())},
-            "ana": dict(sorted(self.ana.items())),
-        }
-
     @classmethod
     def from_json(cls, doc: Mapping[str, Any]) -> AgentState:
         if doc.get("version") != FORMAT_VERSION:
@@ -95,30 +95,98 @@ class AgentState:
         )
 
 
-class StateStore:
-    """The state document at ``path``, with an in-memory copy; ``update`` is serialised by a lock."""
+LEGACY_DOCUMENT = "agent-state.json"
+KINDS = ("volumes", "snapshots")
 
-    def __init__(self, path: Path) -> None:
-        self.path = path
+
+def record_json(rec: VolumeRecord | SnapshotRecord) -> bytes:
+    """One record as the bytes of its file (mappings and tuples as JSON objects and lists)."""
+    doc: dict[str, Any] = {"version": FORMAT_VERSION}
+    for f in fields(rec):
+        value = getattr(rec, f.name)
+        doc[f.name] = dict(value) if isinstance(value, Mapping) else list(value) if isinstance(value, tuple) else value
+    return (json.dumps(doc, sort_keys=True) + "\n").encode()
+
+
+def _volume(doc: Mapping[str, Any]) -> VolumeRecord:
+    return VolumeRecord(**{**doc, "readonly_hosts": tuple(doc.get("readonly_hosts", ()))})
+
+
+class StateStore:
+    """The state in ``folder`` (see the module's layout), with an in-memory copy; commits are serialised."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
         self._lock = threading.Lock()
-        doc = read_json(path)
+        for kind in KINDS:
+            (folder / kind).mkdir(parents=True, exist_ok=True)
+        self._migrate()
+        self._state = self._load()
+
+    def _load(self) -> AgentState:
+        parsed: dict[str, dict[str, Any]] = {}
+        for kind, build in (("volumes", _volume), ("snapshots", lambda d: SnapshotRecord(**d))):
+            parsed[kind] = {}
+            for path in sorted((self.folder / kind).iterdir()):
+                if path.name.startswith("."):  # a temp file of an interrupted write: never complete
+                    path.unlink(missing_ok=True)
+                    continue
+                parsed[kind][path.stem] = self._read_record(path, build)
+        ana = read_json(self.folder / "ana.json") or {}
+        return AgentState(volumes=parsed["volumes"], snapshots=parsed["snapshots"], ana=dict(ana))
+
+    @staticmethod
+    def _read_record(path: Path, build: Callable[[dict[str, Any]], Any]) -> Any:
         try:
-            self._state = AgentState.from_json(doc) if doc is not None else AgentState()
+            doc = json.loads(path.read_text())
+            if doc.pop("version", None) != FORMAT_VERSION:
+                raise DriverError(f"agent state record {path} has format {doc.get('version')!r}, not {FORMAT_VERSION}")
+            rec = build(doc)
+        except (OSError, ValueError, TypeError, KeyError) as exc:
+            raise DriverError(f"agent state record {path} is unreadable: {exc!r}") from exc
+        if path.name != f"{rec.uuid}.json":
+            raise DriverError(f"agent state record {path} holds {rec.uuid}: refusing to load a misnamed record")
+        return rec
+
+    def _migrate(self) -> None:
+        """Split a one-document state of an older agent into record files (the document removed last)."""
+        legacy = self.folder / LEGACY_DOCUMENT
+        doc = read_json(legacy)
+        if doc is None:
+            return
+        try:
+            state = AgentState.from_json(doc)
         except (TypeError, KeyError) as exc:
-            raise DriverError(f"agent state {path} is unreadable: {exc!r}") from exc
+            raise DriverError(f"agent state {legacy} is unreadable: {exc!r}") from exc
+        self._persist(AgentState(), state)
+        remove_durably(legacy)
 
     @property
     def current(self) -> AgentState:
         return self._state
 
     def commit(self, change: Callable[[AgentState], AgentState]) -> AgentState:
-        """Apply ``change`` to the current state, persist the result durably, then make it current."""
+        """Apply ``change`` to the current state, persist what it changed durably, then make it current."""
         with self._lock:
             state = change(self._state)
-            write_json_atomic(self.path, state.to_json())
+            self._persist(self._state, state)
             self._state = state
             return state
 
+    def _persist(self, old: AgentState, new: AgentState) -> None:
+        for kind in KINDS:
+            before, after = getattr(old, kind), getattr(new, kind)
+            folder = self.folder / kind
+            for key, rec in after.items():
+                if before.get(key) is not rec:
+                    write_atomic(folder / f"{key}.json", record_json(rec))
+            gone = [key for key in before if key not in after]
+            for key in gone:
+                (folder / f"{key}.json").unlink(missing_ok=True)
+            if gone:
+                fsync_dir(folder)
+        if old.ana != new.ana:
+            write_atomic(self.folder / "ana.json", (json.dumps(dict(new.ana), sort_keys=True) + "\n").encode())
     def put_volume(self, rec: VolumeRecord) -> VolumeRecord:
         self.commit(lambda s: s.with_volume(rec))
         return rec

@@ -54,7 +54,7 @@ def build_agent(
         name=settings.name,
         nvmet=Nvmet(settings.configfs_root, plain_tree=plain_tree),
         store=FileStore(settings.pool_dir),
-        state=StateStore(settings.state_dir / "agent-state.json"),
+        state=StateStore(settings.state_dir),
         portals=settings.portals,
         capacity_limit=settings.capacity_limit_bytes,
         buffered_io=settings.buffered_io,

@@ -82,7 +82,7 @@ async def stack(tmp_path: Path, alluxio: Alluxio) -> AsyncIterator[Stack]:
     hydrator = Hydrator(rest, JobServiceLoader(rest), SubprocessExecutor(), DatasetMetrics(registry))
     agent = TargetAgent(
         name="store-a", nvmet=Nvmet(plain_configfs(tmp_path / "nvmet"), plain_tree=True),
-        store=FileStore(tmp_path / "pool"), state=StateStore(tmp_path / "state" / "agent-state.json"),
+        store=FileStore(tmp_path / "pool"), state=StateStore(tmp_path / "state"),
         portals=PORTALS,
         filler=DatasetVolumes(hydrator, tmp_path / "pool" / ".hydrate", (str(alluxio.dataset.root.parent), str(tmp_path)),
                               holders=DatasetHolders(rest, "store-a")),

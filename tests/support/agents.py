@@ -31,7 +31,7 @@ def make_agent(tmp: Path, capacity: int = 0, name: str = "store-a") -> TargetAge
         name=name,
         nvmet=Nvmet(plain_configfs(tmp / "nvmet"), plain_tree=True),
         store=FileStore(tmp / "pool"),
-        state=StateStore(tmp / "state" / "agent-state.json"),
+        state=StateStore(tmp / "state"),
         portals=PORTALS,
         capacity_limit=capacity,
     )

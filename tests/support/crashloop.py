@@ -152,7 +152,7 @@ def run(work: Path, ops: int, seed: int, configfs: Path, plain: bool, kill_every
     before = Nvmet(configfs, plain_tree=plain).dump()
     agent.start()
     agent.stop()
-    state = StateStore(work / "state" / "agent-state.json").current
+    state = StateStore(work / "state").current
     nvmet = Nvmet(configfs, plain_tree=plain)
     names = {v.name: v.uuid for v in state.volumes.values()}
     files = sorted(p.name for p in (work / "pool" / "volumes").iterdir())

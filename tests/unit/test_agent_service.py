@@ -162,8 +162,8 @@ def test_hosts_resize_capacity_and_ana(tmp_path: Path) -> None:
     assert portals == {1: "inaccessible", 2: "optimized"}
     with pytest.raises(NotFound, match="portal group"):
         agent.set_ana("zz", "optimized")
-    assert json.loads(agent.state.path.read_text())["ana"] == {"a": "inaccessible"}
-    assert oct(agent.state.path.stat().st_mode & 0o777) == "0o600"
+    assert json.loads((agent.state.folder / "ana.json").read_text()) == {"a": "inaccessible"}
+    assert oct((agent.state.folder / "ana.json").stat().st_mode & 0o777) == "0o600"
 
 
 def test_fifty_concurrent_creates_over_ten_names_make_ten_volumes(tmp_path: Path) -> None:

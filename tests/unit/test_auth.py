@@ -90,9 +90,9 @@ def test_agent_writes_host_keys_and_keeps_them_owner_only(tmp_path: Path, caplog
     host = agent.nvmet.root / "hosts" / HOST
     assert (host / "dhchap_key").read_text() == keys.key and (host / "dhchap_ctrl_key").read_text() == keys.ctrl_key
     assert (host / "dhchap_hash").read_text() == "hmac(sha256)"
-    state = agent.state.path
+    state = agent.state.folder / "volumes" / f"{vol.uuid}.json"
     assert stat.S_IMODE(state.stat().st_mode) == 0o600
-    doc = json.loads(state.read_text())["volumes"][vol.uuid]
+    doc = json.loads(state.read_text())
     assert doc["hosts"] == {HOST: keys.key} and doc["ctrl_keys"] == {HOST: keys.ctrl_key}
     assert keys.key not in caplog.text and keys.ctrl_key not in caplog.text
     agent.deny_host(vol.uuid, HOST)

@@ -1,0 +1,65 @@
+"""agent/state.py: one file per record, only changed records written, older one-document state migrated."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from nvmeof_csi.agent.state import READY, SnapshotRecord, StateStore, VolumeRecord
+from nvmeof_csi.errors import DriverError
+
+A = "0b4a8a52-6d0e-4c39-9a43-6f2d1f6c0a01"
+B = "0b4a8a52-6d0e-4c39-9a43-6f2d1f6c0a02"
+
+
+def test_a_commit_writes_only_the_record_it_changed(tmp_path: Path) -> None:
+    store = StateStore(tmp_path)
+    store.put_volume(VolumeRecord(A, "a", 1 << 20, hosts={"nqn.h": "secret"}))
+    store.put_volume(VolumeRecord(B, "b", 1 << 20))
+    a_file = tmp_path / "volumes" / f"{A}.json"
+    inode = a_file.stat().st_ino
+    store.put_volume(store.current.volumes[B].evolve(status=READY))
+    assert a_file.stat().st_ino == inode  # A's record was not rewritten
+    assert json.loads((tmp_path / "volumes" / f"{B}.json").read_text())["status"] == READY
+    assert oct(a_file.stat().st_mode & 0o777) == "0o600"
+    store.drop_volume(A)
+    assert not a_file.exists()
+    again = StateStore(tmp_path).current
+    assert set(again.volumes) == {B} and again.volumes[B].status == READY
+
+
+def test_everything_survives_a_reload(tmp_path: Path) -> None:
+    store = StateStore(tmp_path)
+    vol = store.put_volume(VolumeRecord(A, "a", 4096, parameters={"p": "1"}, readonly_hosts=("nqn.r",),
+                                        ctrl_keys={"nqn.r": "k"}, created_at=12.5))
+    snap = store.put_snapshot(SnapshotRecord(B, "s", A, 4096))
+    store.put_ana("a", "inaccessible")
+    again = StateStore(tmp_path).current
+    assert again.volumes[A] == vol and again.snapshots[B] == snap and again.ana == {"a": "inaccessible"}
+
+
+def test_an_older_one_document_state_is_split_into_records(tmp_path: Path) -> None:
+    legacy = {"version": 1, "ana": {"a": "optimized"}, "snapshots": {},
+              "volumes": {A: {"uuid": A, "name": "a", "capacity_bytes": 4096, "parameters": {}, "labels": {},
+                              "hosts": {}, "ctrl_keys": {}, "readonly_hosts": [], "source_volume": "",
+                              "source_snapshot": "", "status": "ready", "created_at": 1.0}}}
+    (tmp_path / "agent-state.json").write_text(json.dumps(legacy))
+    state = StateStore(tmp_path).current
+    assert state.volumes[A].name == "a" and state.volumes[A].readonly_hosts == () and state.ana == {"a": "optimized"}
+    assert not (tmp_path / "agent-state.json").exists() and (tmp_path / "volumes" / f"{A}.json").exists()
+    assert StateStore(tmp_path).current == state
+
+
+def test_unreadable_or_misnamed_records_stop_the_load_and_temp_files_are_swept(tmp_path: Path) -> None:
+    StateStore(tmp_path).put_volume(VolumeRecord(A, "a", 4096))
+    (tmp_path / "volumes" / f".{B}.json.x1y2").write_text("{half")  # an interrupted write
+    assert set(StateStore(tmp_path).current.volumes) == {A}
+    assert not (tmp_path / "volumes" / f".{B}.json.x1y2").exists()
+    (tmp_path / "volumes" / f"{A}.json").rename(tmp_path / "volumes" / f"{B}.json")
+    with pytest.raises(DriverError, match="misnamed"):
+        StateStore(tmp_path)
+    (tmp_path / "volumes" / f"{B}.json").write_text("{not json")
+    with pytest.raises(DriverError, match="unreadable"):
+        StateStore(tmp_path)
