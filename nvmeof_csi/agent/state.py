@@ -2,21 +2,28 @@
 configfs or the pool is touched.
 
 Layout (one small JSON file per record, so saving a change costs the same with 10 or 10,000 volumes and never
-rewrites another volume's record): ``<folder>/volumes/<uuid>.json``, ``<folder>/snapshots/<uuid>.json``,
-``<folder>/ana.json``. Each file is written atomically (temp file, fsync, rename, fsync the folder); a removed
-record is unlinked and the folder fsynced. A state saved by an older agent as one document
-(``<folder>/agent-state.json``) is split into record files on load, the document removed last.
+rewrites another volume's record): ``<folder>/volumes/<uuid>[.<status>].json`` and
+``<folder>/snapshots/<uuid>[.<status>].json`` (no status part: ready; ``.creating`` / ``.deleting``), and
+``<folder>/ana.json``. The status lives in the file name, so a status change alone (creating -> ready,
+ready -> deleting) is one rename and a folder fsync, not a rewrite; a content change is an atomic rewrite
+(temp file, fsync, rename, fsync the folder) under the record's current name, then the rename if the status
+changed too. A removed record is unlinked and the folder fsynced. A state saved by an older agent as one
+document (``<folder>/agent-state.json``) is split into record files on load, the document removed last.
 
 Contract: :class:`StateStore` loads the last saved state (an empty state when none exists);
 :meth:`StateStore.commit` is durable when it returns and writes only the records the change replaced or
-removed. Records are immutable; the agent replaces them. Secrets (DH-HMAC-CHAP keys) are stored in the
-record files with mode 0600 and never logged. A record file that cannot be read, or whose name is not its
-record's UUID, stops the load with ``DriverError`` (never a silently smaller state).
+removed. Commits of different records run their file work concurrently (no lock is held across a write);
+callers serialise commits that touch the same record (the agent's per-volume keys do) and portal-group ANA
+changes (its ports lock does). Records are immutable; the agent replaces them. Secrets (DH-HMAC-CHAP keys)
+are stored in the record files with mode 0600 and never logged. A record file that cannot be read, is
+misnamed, or a record saved twice under two statuses, stops the load with ``DriverError`` (never a silently
+smaller state).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields, replace
@@ -99,25 +106,69 @@ LEGACY_DOCUMENT = "agent-state.json"
 KINDS = ("volumes", "snapshots")
 
 
-def record_json(rec: VolumeRecord | SnapshotRecord) -> bytes:
-    """One record as the bytes of its file (mappings and tuples as JSON objects and lists)."""
+Record = VolumeRecord | SnapshotRecord
+
+
+def record_json(rec: Record) -> bytes:
+    """One record as the bytes of its file, without its status (the file name holds it)."""
     doc: dict[str, Any] = {"version": FORMAT_VERSION}
     for f in fields(rec):
+        if f.name == "status":
+            continue
         value = getattr(rec, f.name)
         doc[f.name] = dict(value) if isinstance(value, Mapping) else list(value) if isinstance(value, tuple) else value
     return (json.dumps(doc, sort_keys=True) + "\n").encode()
+
+
+def file_name(rec: Record) -> str:
+    return f"{rec.uuid}.json" if rec.status == READY else f"{rec.uuid}.{rec.status}.json"
 
 
 def _volume(doc: Mapping[str, Any]) -> VolumeRecord:
     return VolumeRecord(**{**doc, "readonly_hosts": tuple(doc.get("readonly_hosts", ()))})
 
 
+def _snapshot(doc: Mapping[str, Any]) -> SnapshotRecord:
+    return SnapshotRecord(**doc)
+
+
+@dataclass(frozen=True)
+class Delta:
+    """What one commit changed: per kind, the records replaced or added (old, new) and removed (old)."""
+
+    put: Mapping[str, Mapping[str, tuple[Record | None, Record]]]
+    gone: Mapping[str, Mapping[str, Record]]
+    ana: Mapping[str, str] | None  # the new ANA map when it changed
+
+    @classmethod
+    def between(cls, old: AgentState, new: AgentState) -> Delta:
+        put: dict[str, dict[str, tuple[Record | None, Record]]] = {}
+        gone: dict[str, dict[str, Record]] = {}
+        for kind in KINDS:
+            before, after = getattr(old, kind), getattr(new, kind)
+            put[kind] = {k: (before.get(k), r) for k, r in after.items() if before.get(k) is not r}
+            gone[kind] = {k: r for k, r in before.items() if k not in after}
+        return cls(put, gone, dict(new.ana) if new.ana != old.ana else None)
+
+    def onto(self, state: AgentState) -> AgentState:
+        """``state`` with this change applied (other records, changed meanwhile by other commits, kept)."""
+        merged = {}
+        for kind in KINDS:
+            records = dict(getattr(state, kind))
+            records.update({k: new for k, (_, new) in self.put[kind].items()})
+            for k in self.gone[kind]:
+                records.pop(k, None)
+            merged[kind] = records
+        return AgentState(volumes=merged["volumes"], snapshots=merged["snapshots"],
+                          ana=state.ana if self.ana is None else self.ana)
+
+
 class StateStore:
-    """The state in ``folder`` (see the module's layout), with an in-memory copy; commits are serialised."""
+    """The state in ``folder`` (see the module's layout), with an in-memory copy."""
 
     def __init__(self, folder: Path) -> None:
         self.folder = folder
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # guards the in-memory copy only, never held across file work
         for kind in KINDS:
             (folder / kind).mkdir(parents=True, exist_ok=True)
         self._migrate()
@@ -125,26 +176,32 @@ class StateStore:
 
     def _load(self) -> AgentState:
         parsed: dict[str, dict[str, Any]] = {}
-        for kind, build in (("volumes", _volume), ("snapshots", lambda d: SnapshotRecord(**d))):
+        for kind, build in (("volumes", _volume), ("snapshots", _snapshot)):
             parsed[kind] = {}
             for path in sorted((self.folder / kind).iterdir()):
                 if path.name.startswith("."):  # a temp file of an interrupted write: never complete
                     path.unlink(missing_ok=True)
                     continue
-                parsed[kind][path.stem] = self._read_record(path, build)
+                rec = self._read_record(path, build)
+                if rec.uuid in parsed[kind]:
+                    raise DriverError(f"agent state: {kind} record {rec.uuid} is saved twice ({path.name} and "
+                                      f"{file_name(parsed[kind][rec.uuid])}); refusing to guess")
+                parsed[kind][rec.uuid] = rec
         ana = read_json(self.folder / "ana.json") or {}
         return AgentState(volumes=parsed["volumes"], snapshots=parsed["snapshots"], ana=dict(ana))
 
     @staticmethod
-    def _read_record(path: Path, build: Callable[[dict[str, Any]], Any]) -> Any:
+    def _read_record(path: Path, build: Callable[[dict[str, Any]], Record]) -> Record:
+        parts = path.name.split(".")
+        status = parts[1] if len(parts) == 3 else READY
         try:
             doc = json.loads(path.read_text())
             if doc.pop("version", None) != FORMAT_VERSION:
                 raise DriverError(f"agent state record {path} has format {doc.get('version')!r}, not {FORMAT_VERSION}")
-            rec = build(doc)
+            rec = build({**doc, "status": status})
         except (OSError, ValueError, TypeError, KeyError) as exc:
             raise DriverError(f"agent state record {path} is unreadable: {exc!r}") from exc
-        if path.name != f"{rec.uuid}.json":
+        if status not in (CREATING, DELETING, READY) or path.name != file_name(rec):
             raise DriverError(f"agent state record {path} holds {rec.uuid}: refusing to load a misnamed record")
         return rec
 
@@ -158,7 +215,7 @@ class StateStore:
             state = AgentState.from_json(doc)
         except (TypeError, KeyError) as exc:
             raise DriverError(f"agent state {legacy} is unreadable: {exc!r}") from exc
-        self._persist(AgentState(), state)
+        self._persist(Delta.between(AgentState(), state))
         remove_durably(legacy)
 
     @property
@@ -166,27 +223,40 @@ class StateStore:
         return self._state
 
     def commit(self, change: Callable[[AgentState], AgentState]) -> AgentState:
-        """Apply ``change`` to the current state, persist what it changed durably, then make it current."""
+        """Apply ``change`` to the current state, persist what it changed durably, then make it current;
+        returns the current state with the change in it."""
         with self._lock:
-            state = change(self._state)
-            self._persist(self._state, state)
-            self._state = state
-            return state
+            delta = Delta.between(self._state, change(self._state))
+        self._persist(delta)
+        with self._lock:
+            self._state = delta.onto(self._state)
+            return self._state
 
-    def _persist(self, old: AgentState, new: AgentState) -> None:
+    def _persist(self, delta: Delta) -> None:
         for kind in KINDS:
-            before, after = getattr(old, kind), getattr(new, kind)
             folder = self.folder / kind
-            for key, rec in after.items():
-                if before.get(key) is not rec:
-                    write_atomic(folder / f"{key}.json", record_json(rec))
-            gone = [key for key in before if key not in after]
-            for key in gone:
-                (folder / f"{key}.json").unlink(missing_ok=True)
-            if gone:
+            for old, new in delta.put[kind].values():
+                self._save(folder, old, new)
+            for old in delta.gone[kind].values():
+                (folder / file_name(old)).unlink(missing_ok=True)
+            if delta.gone[kind]:
                 fsync_dir(folder)
-        if old.ana != new.ana:
-            write_atomic(self.folder / "ana.json", (json.dumps(dict(new.ana), sort_keys=True) + "\n").encode())
+        if delta.ana is not None:
+            write_atomic(self.folder / "ana.json", (json.dumps(dict(delta.ana), sort_keys=True) + "\n").encode())
+
+    @staticmethod
+    def _save(folder: Path, old: Record | None, new: Record) -> None:
+        """A new record written; a changed one rewritten under its current name, then renamed when its status
+        changed (a status change alone is only the rename): every step leaves exactly one complete file."""
+        if old is None:
+            write_atomic(folder / file_name(new), record_json(new))
+            return
+        if replace(old, status=new.status) != new:
+            write_atomic(folder / file_name(old), record_json(new))
+        if file_name(old) != file_name(new):
+            os.replace(folder / file_name(old), folder / file_name(new))
+            fsync_dir(folder)
+
     def put_volume(self, rec: VolumeRecord) -> VolumeRecord:
         self.commit(lambda s: s.with_volume(rec))
         return rec

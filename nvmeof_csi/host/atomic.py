@@ -25,13 +25,14 @@ def fsync_dir(directory: Path) -> None:
 def write_atomic(path: Path, data: bytes, mode: int = 0o600) -> None:
     """Replace ``path`` with ``data`` atomically and durably."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)  # made with mode 0600
     try:
         with os.fdopen(fd, "wb") as handle:
+            if mode != 0o600:
+                os.fchmod(handle.fileno(), mode)  # before the fsync: one journal commit covers it
             handle.write(data)
             handle.flush()
             os.fsync(handle.fileno())
-        os.chmod(tmp, mode)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

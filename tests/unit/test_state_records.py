@@ -1,13 +1,15 @@
-"""agent/state.py: one file per record, only changed records written, older one-document state migrated."""
+"""agent/state.py: one file per record, only changed records written, status changes as renames, concurrent
+commits of different records all kept, older one-document state migrated."""
 
 from __future__ import annotations
 
 import json
+import threading
 from pathlib import Path
 
 import pytest
 
-from nvmeof_csi.agent.state import READY, SnapshotRecord, StateStore, VolumeRecord
+from nvmeof_csi.agent.state import DELETING, READY, SnapshotRecord, StateStore, VolumeRecord
 from nvmeof_csi.errors import DriverError
 
 A = "0b4a8a52-6d0e-4c39-9a43-6f2d1f6c0a01"
@@ -16,25 +18,30 @@ B = "0b4a8a52-6d0e-4c39-9a43-6f2d1f6c0a02"
 
 def test_a_commit_writes_only_the_record_it_changed(tmp_path: Path) -> None:
     store = StateStore(tmp_path)
-    store.put_volume(VolumeRecord(A, "a", 1 << 20, hosts={"nqn.h": "secret"}))
-    store.put_volume(VolumeRecord(B, "b", 1 << 20))
-    a_file = tmp_path / "volumes" / f"{A}.json"
-    inode = a_file.stat().st_ino
+    store.put_volume(VolumeRecord(A, "a", 1 << 20, hosts={"nqn.h": "secret"}, status=READY))
+    store.put_volume(VolumeRecord(B, "b", 1 << 20))  # creating
+    a_file, b_creating = tmp_path / "volumes" / f"{A}.json", tmp_path / "volumes" / f"{B}.creating.json"
+    inode, b_inode = a_file.stat().st_ino, b_creating.stat().st_ino
     store.put_volume(store.current.volumes[B].evolve(status=READY))
     assert a_file.stat().st_ino == inode  # A's record was not rewritten
-    assert json.loads((tmp_path / "volumes" / f"{B}.json").read_text())["status"] == READY
+    b_ready = tmp_path / "volumes" / f"{B}.json"
+    assert not b_creating.exists() and b_ready.stat().st_ino == b_inode  # a status change is a rename
+    assert json.loads(b_ready.read_text())["name"] == "b"
     assert oct(a_file.stat().st_mode & 0o777) == "0o600"
+    store.put_volume(store.current.volumes[B].evolve(status=DELETING, capacity_bytes=2 << 20))  # both change
+    assert sorted(p.name for p in (tmp_path / "volumes").iterdir()) == [f"{A}.json", f"{B}.deleting.json"]
     store.drop_volume(A)
     assert not a_file.exists()
     again = StateStore(tmp_path).current
-    assert set(again.volumes) == {B} and again.volumes[B].status == READY
+    assert set(again.volumes) == {B} and again.volumes[B].status == DELETING
+    assert again.volumes[B].capacity_bytes == 2 << 20
 
 
 def test_everything_survives_a_reload(tmp_path: Path) -> None:
     store = StateStore(tmp_path)
     vol = store.put_volume(VolumeRecord(A, "a", 4096, parameters={"p": "1"}, readonly_hosts=("nqn.r",),
                                         ctrl_keys={"nqn.r": "k"}, created_at=12.5))
-    snap = store.put_snapshot(SnapshotRecord(B, "s", A, 4096))
+    snap = store.put_snapshot(SnapshotRecord(B, "s", A, 4096, status=READY))
     store.put_ana("a", "inaccessible")
     again = StateStore(tmp_path).current
     assert again.volumes[A] == vol and again.snapshots[B] == snap and again.ana == {"a": "inaccessible"}
@@ -52,12 +59,38 @@ def test_an_older_one_document_state_is_split_into_records(tmp_path: Path) -> No
     assert StateStore(tmp_path).current == state
 
 
+def test_concurrent_commits_of_different_records_are_all_kept(tmp_path: Path) -> None:
+    store = StateStore(tmp_path)
+    uuids = [f"0b4a8a52-6d0e-4c39-9a43-6f2d1f6c{i:04x}" for i in range(16)]
+
+    def cycle(vol: str) -> None:
+        rec = store.put_volume(VolumeRecord(vol, vol[-4:], 4096))
+        store.put_volume(rec.evolve(status=READY))
+
+    threads = [threading.Thread(target=cycle, args=(u,)) for u in uuids]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(store.current.volumes) == uuids
+    assert {v.status for v in store.current.volumes.values()} == {READY}
+    assert StateStore(tmp_path).current == store.current
+
+
 def test_unreadable_or_misnamed_records_stop_the_load_and_temp_files_are_swept(tmp_path: Path) -> None:
-    StateStore(tmp_path).put_volume(VolumeRecord(A, "a", 4096))
+    StateStore(tmp_path).put_volume(VolumeRecord(A, "a", 4096, status=READY))
     (tmp_path / "volumes" / f".{B}.json.x1y2").write_text("{half")  # an interrupted write
     assert set(StateStore(tmp_path).current.volumes) == {A}
     assert not (tmp_path / "volumes" / f".{B}.json.x1y2").exists()
-    (tmp_path / "volumes" / f"{A}.json").rename(tmp_path / "volumes" / f"{B}.json")
+    twice = tmp_path / "volumes" / f"{A}.deleting.json"
+    twice.write_bytes((tmp_path / "volumes" / f"{A}.json").read_bytes())
+    with pytest.raises(DriverError, match="saved twice"):
+        StateStore(tmp_path)
+    twice.unlink()
+    (tmp_path / "volumes" / f"{A}.json").rename(tmp_path / "volumes" / f"{A}.gone.json")
+    with pytest.raises(DriverError, match="misnamed"):
+        StateStore(tmp_path)
+    (tmp_path / "volumes" / f"{A}.gone.json").rename(tmp_path / "volumes" / f"{B}.json")
     with pytest.raises(DriverError, match="misnamed"):
         StateStore(tmp_path)
     (tmp_path / "volumes" / f"{B}.json").write_text("{not json")
