@@ -63,6 +63,11 @@ class Nvmet:
         """Write ``value`` unless the attribute already holds it; True when it wrote."""
         if self._read(path) == value:
             return False
+        self._put(path, value)
+        return True
+
+    def _put(self, path: Path, value: str) -> None:
+        """Write ``value`` without looking first (an attribute of an object made a moment ago)."""
         try:
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
             try:
@@ -72,13 +77,16 @@ class Nvmet:
         except OSError as exc:
             shown = "a key" if "key" in path.name else repr(value)  # DH-HMAC-CHAP keys never reach a message
             raise ConfigfsError(f"write {shown} to {path}: {_why(exc)}") from exc
-        return True
 
-    def _mkdir(self, path: Path) -> None:
+    def _mkdir(self, path: Path) -> bool:
+        """Make the folder (an object, in configfs); True when it did not exist before."""
         try:
-            path.mkdir(exist_ok=True)
+            path.mkdir()
+        except FileExistsError:
+            return False
         except OSError as exc:
             raise ConfigfsError(f"mkdir {path}: {_why(exc)}") from exc
+        return True
 
     def _rmdir(self, path: Path) -> None:
         try:
@@ -134,6 +142,10 @@ class Nvmet:
     def subsystems(self) -> list[str]:
         return self._names(self.root / "subsystems")
 
+    def has_subsystem(self, nqn: str) -> bool:
+        """True when subsystem ``nqn`` exists (one lookup, not a listing of every subsystem)."""
+        return self._sub(nqn).is_dir()
+
     def ports(self) -> list[int]:
         return sorted(int(p) for p in self._names(self.root / "ports") if p.isdigit())
 
@@ -166,9 +178,13 @@ class Nvmet:
 
     def ensure_subsystem(self, nqn: str, serial: str, model: str) -> None:
         sub = self._sub(nqn)
-        self._mkdir(sub)
+        made = self._mkdir(sub)
         for group in ("namespaces", "allowed_hosts"):
             self._mkdir(sub / group)
+        if made:  # a new subsystem: nothing to look at first
+            for attr, value in (("attr_allow_any_host", "0"), ("attr_serial", serial), ("attr_model", model)):
+                self._put(sub / attr, value)
+            return
         self._write(sub / "attr_allow_any_host", "0")
         if not self.namespaces(nqn):  # identity attributes are frozen once a namespace exists
             self._write(sub / "attr_serial", serial)
@@ -186,9 +202,14 @@ class Nvmet:
         """Namespace ``nsid`` on ``device_path`` with the given identity, enabled. Re-enables only when an
         identity attribute must change (a disabled namespace is enabled)."""
         ns = self._sub(nqn) / "namespaces" / str(nsid)
-        self._mkdir(ns)
+        made = self._mkdir(ns)
         wanted = {"device_path": device_path, "device_uuid": ns_uuid, "device_nguid": nguid,
                   "buffered_io": "1" if buffered_io else "0", "ana_grpid": str(DEFAULT_ANA_GROUP)}
+        if made:  # a new, disabled namespace: set everything, then enable, without reading first
+            for key, value in wanted.items():
+                self._put(ns / key, value)
+            self._put(ns / "enable", "1")
+            return
         differs = {k: v for k, v in wanted.items() if self._read(ns / k) != v}
         enabled = self._read(ns / "enable") == "1"
         if enabled and not differs:

@@ -27,7 +27,7 @@ def volume_health(parts: AgentParts, rec: VolumeRecord) -> list[Issue]:
         issues.append((DATA_LOSS, "BackingFileMissing", f"backing file {path} is missing on agent {parts.name}"))
     nqn = volume_nqn(rec.uuid)
     nvmet = parts.nvmet
-    if nqn not in nvmet.subsystems():
+    if not nvmet.has_subsystem(nqn):
         issues.append((INACCESSIBLE, "SubsystemMissing", f"subsystem {nqn} is missing from configfs"))
         return issues
     if NSID not in nvmet.namespaces(nqn) or not nvmet.namespace_enabled(nqn, NSID):

@@ -193,7 +193,7 @@ class VolumeOps:
         """Remove configfs objects, host entries no other volume allows, the file, then the record."""
         p = self._p
         nqn = volume_nqn(rec.uuid)
-        if nqn in p.nvmet.subsystems():
+        if p.nvmet.has_subsystem(nqn):
             p.nvmet.remove_subsystem(nqn)
         for host_nqn in rec.hosts:
             p.nvmet.remove_host(host_nqn)
