@@ -111,16 +111,6 @@ class NvmeofConnector:
             portals = portals[:1]
         return portals
 
-    def _connect_argv(self, portal: Portal, ctx: VolumeContext) -> list[str]:
-        argv = ["nvme", "connect", "-t", portal.trtype, "-a", portal.traddr, "-s", portal.trsvcid, "-n", ctx.nqn,
-                f"--hostnqn={self._identity.nqn}", f"--hostid={self._identity.host_id}"]
-        for tunable in TUNABLES:
-            value = ctx.tunable(tunable.key)
-            value = tunable.default if value is None else value
-            if tunable.flag and value is not None:
-                argv.append(f"{tunable.flag}={value}")
-        return argv
-
     def _connect_options(self, portal: Portal, ctx: VolumeContext, keys: HostKeys) -> list[tuple[str, str | None]]:
         """The kernel connect options of one path (what ``nvme connect`` would write), with the keys."""
         options: list[tuple[str, str | None]] = [
@@ -132,7 +122,8 @@ class NvmeofConnector:
             value = tunable.default if value is None else value
             if tunable.option and value is not None:
                 options.append((tunable.option, str(value)))
-        options.append(("dhchap_secret", keys.key))
+        if keys.key:
+            options.append(("dhchap_secret", keys.key))
         if keys.ctrl_key:
             options.append(("dhchap_ctrl_secret", keys.ctrl_key))
         return options
@@ -146,25 +137,25 @@ class NvmeofConnector:
             )
         return keys
 
-    def _connect_one(self, ref: VolumeRef, portal: Portal, ctx: VolumeContext, keys: HostKeys, left: float) -> None:
-        """One path; "already connected" returns quietly, other failures raise ``CommandError`` (or
-        ``PermissionDenied`` when authentication failed)."""
-        if not keys.key:
-            self._exec.run(self._connect_argv(portal, ctx), timeout=min(CONNECT_TIMEOUT, left))
-            return
+    def _connect_one(self, ref: VolumeRef, portal: Portal, ctx: VolumeContext, keys: HostKeys) -> None:
+        """One path, written straight to ``/dev/nvme-fabrics`` (what ``nvme connect`` writes, without its scan of
+        every controller on the node, which grows with their number; and no key on any command line).
+        "Already connected" (EALREADY) returns quietly; a refused authentication raises ``PermissionDenied``,
+        other refusals ``CommandError``."""
         try:
             name = self._fabrics.connect(self._connect_options(portal, ctx, keys))
-            log.info("volume %s: %s connected with DH-HMAC-CHAP (%s)", ref.uuid, portal.key, name)
         except FabricsError as err:
             if err.errno == errno.EALREADY:
                 return
-            if err.errno in (errno.EKEYREJECTED, errno.EACCES, errno.EPERM):
+            if keys.key and err.errno in (errno.EKEYREJECTED, errno.EACCES, errno.EPERM):
                 raise PermissionDenied(
                     f"volume {ref.uuid}: {portal.key} refused DH-HMAC-CHAP authentication of host "
                     f"{self._identity.nqn} ({err.strerror}): the node-stage secret differs from the "
                     "controller-publish secret, or the target failed to prove its controller key"
                 ) from None
             raise CommandError(["connect", portal.key], err.errno or 1, "", str(err)) from None
+        log.info("volume %s: %s connected%s (%s)", ref.uuid, portal.key, " with DH-HMAC-CHAP" if keys.key else "",
+                 name)
 
     def connect(
         self, ref: VolumeRef, context: Mapping[str, str], timeout: float, secrets: Mapping[str, str] = NO_SECRETS
@@ -181,11 +172,10 @@ class NvmeofConnector:
             for portal in portals:
                 if portal.key in have:
                     continue
-                left = deadline - self._clock()
-                if left <= 0:
+                if deadline - self._clock() <= 0:
                     break
                 try:
-                    self._connect_one(ref, portal, ctx, keys, left)
+                    self._connect_one(ref, portal, ctx, keys)
                 except CommandError as err:
                     if "already connected" in (err.err + err.out).lower():
                         continue

@@ -105,34 +105,55 @@ class NvmeSysfs:
                 paths.append(PathState(ctrl, ana))
         return Namespace(head, int(nsid), uuid, int(size) * 512 if size.isdigit() else 0, tuple(paths))
 
-    def subsystems(self) -> list[Subsystem]:
+    def _entries(self) -> list[tuple[Path, str]]:
+        """Every NVMe subsystem folder with its NQN: one read each (a node may have hundreds)."""
         base = self.root / "class" / "nvme-subsystem"
         found = []
         for entry in sorted(base.glob("nvme-subsys*")) if base.is_dir() else []:
             nqn = _read(entry / "subsysnqn")
-            if not nqn:
-                continue
-            instance = entry.name.removeprefix("nvme-subsys")
-            try:
-                children = sorted(p.name for p in entry.iterdir())
-            except OSError:
-                continue
-            ctrl_names = [c for c in children if c.startswith("nvme") and c[4:].isdigit()]
-            controllers = tuple(c for c in (self._controller(n) for n in ctrl_names) if c is not None)
-            heads = [c for c in children if c.startswith(f"nvme{instance}n") and c[len(f"nvme{instance}n"):].isdigit()]
-            namespaces = tuple(n for n in (self._namespace(instance, h, ctrl_names) for h in heads) if n)
-            found.append(Subsystem(entry.name, nqn, controllers, namespaces))
+            if nqn:
+                found.append((entry, nqn))
         return found
 
+    @staticmethod
+    def _children(entry: Path) -> tuple[list[str], list[str]] | None:
+        """(controller names, head device names) of a subsystem folder; None when it vanished."""
+        instance = entry.name.removeprefix("nvme-subsys")
+        try:
+            children = sorted(p.name for p in entry.iterdir())
+        except OSError:
+            return None
+        ctrl_names = [c for c in children if c.startswith("nvme") and c[4:].isdigit()]
+        heads = [c for c in children if c.startswith(f"nvme{instance}n") and c[len(f"nvme{instance}n"):].isdigit()]
+        return ctrl_names, heads
+
+    def _parse(self, entry: Path, nqn: str) -> Subsystem | None:
+        listed = self._children(entry)
+        if listed is None:
+            return None
+        ctrl_names, heads = listed
+        instance = entry.name.removeprefix("nvme-subsys")
+        controllers = tuple(c for c in (self._controller(n) for n in ctrl_names) if c is not None)
+        namespaces = tuple(n for n in (self._namespace(instance, h, ctrl_names) for h in heads) if n)
+        return Subsystem(entry.name, nqn, controllers, namespaces)
+
+    def subsystems(self) -> list[Subsystem]:
+        return [sub for sub in (self._parse(entry, nqn) for entry, nqn in self._entries()) if sub is not None]
+
     def subsystem(self, nqn: str) -> Subsystem | None:
-        """The subsystem with exactly this NQN (``vol1`` never matches ``vol10``)."""
-        return next((s for s in self.subsystems() if s.nqn == nqn), None)
+        """The subsystem with exactly this NQN (``vol1`` never matches ``vol10``); only it is read in full."""
+        return next((self._parse(entry, found) for entry, found in self._entries() if found == nqn), None)
 
     def find_namespace(self, ns_uuid: str) -> Namespace | None:
-        """The head device whose namespace UUID is ``ns_uuid``."""
+        """The head device whose namespace UUID is ``ns_uuid`` (one read per head device, then only the match
+        is read in full)."""
         wanted = ns_uuid.lower()
-        for subsys in self.subsystems():
-            for ns in subsys.namespaces:
-                if ns.uuid.lower() == wanted:
-                    return ns
+        for entry, _ in self._entries():
+            listed = self._children(entry)
+            if listed is None:
+                continue
+            ctrl_names, heads = listed
+            for head in heads:
+                if _read(self.root / "block" / head / "uuid").lower() == wanted:
+                    return self._namespace(entry.name.removeprefix("nvme-subsys"), head, ctrl_names)
         return None

@@ -27,9 +27,10 @@ TRANSPORTS = ("tcp", "rdma")
 class Tunable:
     """One connection tunable: ``key`` is both the StorageClass parameter and the volume-context key.
 
-    ``flag`` is the ``nvme connect`` option that applies it (empty: written to the controller's sysfs
-    attribute ``sysfs`` after connecting); ``option`` is the kernel's own connect option (``/dev/nvme-fabrics``);
-    ``default`` is the driver's bounded default (``None``: the kernel's).
+    ``option`` is the kernel's own connect option, which the node writes to ``/dev/nvme-fabrics``; ``flag`` is
+    the equivalent ``nvme connect`` option, for operators reproducing a connect by hand (empty: written to the
+    controller's sysfs attribute ``sysfs`` after connecting); ``default`` is the driver's bounded default
+    (``None``: the kernel's).
     """
 
     key: str

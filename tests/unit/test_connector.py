@@ -1,8 +1,10 @@
-"""The NVMe-oF connector over a fake kernel: a fake ``nvme`` command that creates and removes controllers in
-a sysfs-shaped temp tree, so the real connector and sysfs model run unchanged."""
+"""The NVMe-oF connector over a fake kernel: a fake ``/dev/nvme-fabrics`` (connects) and a fake ``nvme``
+command (disconnects) that create and remove controllers in a sysfs-shaped temp tree, so the real connector
+and sysfs model run unchanged."""
 
 from __future__ import annotations
 
+import errno
 import itertools
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -12,10 +14,11 @@ from typing import Any
 import pytest
 
 from nvmeof_csi.csi.volume_health import volume_health
-from nvmeof_csi.errors import CommandError, DeadlineExceeded, FailedPrecondition, InvalidArgument, Unavailable
+from nvmeof_csi.errors import DeadlineExceeded, FailedPrecondition, InvalidArgument, Unavailable
 from nvmeof_csi.gen import csi_pb2
 from nvmeof_csi.host.executor import Result
 from nvmeof_csi.initiator.connector import NvmeofConnector
+from nvmeof_csi.initiator.fabrics import FabricsDevice, FabricsError
 from nvmeof_csi.initiator.identity import HostIdentity
 from nvmeof_csi.initiator.sysfs import NvmeSysfs
 from nvmeof_csi.initiator.uevents import PollingWait, UdevWait
@@ -37,6 +40,7 @@ class FakeNvme:
     def __init__(self, root: Path, multipath: bool = True) -> None:
         self.root = root
         self.argvs: list[list[str]] = []
+        self.connects: list[dict[str, str | None]] = []  # option sets written to /dev/nvme-fabrics
         self.refuse: set[str] = set()
         self.ns_appears = True
         self._ctrl = itertools.count()
@@ -49,18 +53,26 @@ class FakeNvme:
             secrets: Sequence[str] = ()) -> Result:
         argv = list(argv)
         self.argvs.append(argv)
-        if argv[:2] == ["nvme", "connect"]:
-            tr, addr, svc, nqn = (argv[argv.index(f) + 1] for f in ("-t", "-a", "-s", "-n"))
-            if f"{addr}:{svc}" in self.refuse:
-                raise CommandError(argv, 1, "", "Failed to write to /dev/nvme-fabrics: Connection refused")
-            self._add(tr, addr, svc, nqn)
-            return Result(0, "", "")
         if argv[:2] == ["nvme", "disconnect"]:
             self._remove(argv[-1])
             return Result(0, "", "")
         raise AssertionError(argv)
 
-    def _add(self, tr: str, addr: str, svc: str, nqn: str) -> None:
+    def connect(self, options: Sequence[tuple[str, str | None]]) -> str:
+        """What the kernel does with one write to /dev/nvme-fabrics."""
+        opts = dict(options)
+        self.connects.append(opts)
+        addr, svc, nqn = str(opts["traddr"]), str(opts["trsvcid"]), str(opts["nqn"])
+        if f"{addr}:{svc}" in self.refuse:
+            raise FabricsError(errno.ECONNREFUSED, "ECONNREFUSED: Connection refused")
+        for ctrl in (self.root / "class" / "nvme").glob("nvme*"):
+            sub = next(s for s in (self.root / "class" / "nvme-subsystem").iterdir() if (s / ctrl.name).exists())
+            if (ctrl / "address").read_text().strip() == f"traddr={addr},trsvcid={svc}" and \
+                    (sub / "subsysnqn").read_text().strip() == nqn:
+                raise FabricsError(errno.EALREADY, "EALREADY: Operation already in progress")
+        return self._add(str(opts["transport"]), addr, svc, nqn)
+
+    def _add(self, tr: str, addr: str, svc: str, nqn: str) -> str:
         if nqn not in self._subsys:
             self._subsys[nqn] = len(self._subsys)
         s = self._subsys[nqn]
@@ -84,6 +96,7 @@ class FakeNvme:
         path = self.root / "block" / f"nvme{s}c{c}n1"
         path.mkdir(parents=True)
         (path / "ana_state").write_text("optimized\n")
+        return f"nvme{c}"
 
     def _remove(self, ctrl: str) -> None:
         for sub in (self.root / "class" / "nvme-subsystem").iterdir():
@@ -105,18 +118,33 @@ def connector(
     clock = FakeClock()
     in_use = (busy if busy is not None else {}).get
     return NvmeofConnector(fake, NvmeSysfs(tmp), ME, single, sleep=clock.sleep, clock=clock,
-                           in_use=lambda dev: in_use(dev, "")), fake
+                           in_use=lambda dev: in_use(dev, ""), fabrics=KernelFabrics(fake)), fake
+
+
+class KernelFabrics(FabricsDevice):
+    """/dev/nvme-fabrics of the fake kernel."""
+
+    def __init__(self, fake: FakeNvme) -> None:
+        super().__init__(Path("/nonexistent"))
+        self.fake = fake
+
+    def connect(self, options: Sequence[tuple[str, str | None]]) -> str:
+        return self.fake.connect(options)
 
 
 def test_two_portals_one_head_device_and_repeat_is_a_no_op(tmp_path: Path) -> None:
     conn, fake = connector(tmp_path)
     device = conn.connect(VOL, ctx(VOL, ctrlLossTmo="120", queueSize="64"), 30)
     assert device == "/dev/nvme0n1"
-    argv = fake.argvs[0]
-    assert f"--hostnqn={ME.nqn}" in argv and f"--hostid={ME.host_id}" in argv
-    assert "--ctrl-loss-tmo=120" in argv and "--queue-size=64" in argv and "--keep-alive-tmo=5" in argv
+    first = fake.connects[0]
+    assert first["hostnqn"] == ME.nqn and first["hostid"] == ME.host_id and first["transport"] == "tcp"
+    assert first["ctrl_loss_tmo"] == "120" and first["queue_size"] == "64" and first["keep_alive_tmo"] == "5"
+    assert "dhchap_secret" not in first and fake.argvs == []  # no nvme-cli (and its scan of every controller)
     assert conn.connect(VOL, ctx(VOL), 30) == device
-    assert len(fake.argvs) == 2  # already connected: nothing more
+    assert len(fake.connects) == 2  # already connected: nothing more
+    with pytest.raises(FabricsError) as raised:  # the kernel's own answer to a repeated connect
+        fake.connect(list(first.items()))
+    assert raised.value.errno == errno.EALREADY
     assert conn.find_device(VOL, ctx(VOL)) == device
     assert conn.condition(VOL, ctx(VOL)).message == "2 of 2 paths live"
 
@@ -146,7 +174,7 @@ def test_multipath_off(tmp_path: Path) -> None:
         conn.connect(VOL, ctx(VOL), 30)
     conn, fake = connector(tmp_path / "b", multipath=False, single=True)
     conn.connect(VOL, ctx(VOL), 30)
-    assert len(fake.argvs) == 1 and "127.0.0.1" in fake.argvs[0]
+    assert len(fake.connects) == 1 and fake.connects[0]["traddr"] == "127.0.0.1"
 
 
 def test_disconnect_only_our_whole_nqn_and_only_when_unused(tmp_path: Path) -> None:
@@ -226,7 +254,7 @@ class FakeUevents:
 
     @contextmanager
     def open(self) -> Iterator[FakeUevents]:
-        self.opened_before_connect = not self.fake.argvs
+        self.opened_before_connect = not self.fake.connects
         yield self
 
     def wait(self, timeout: float) -> None:
@@ -239,7 +267,8 @@ class FakeUevents:
 def test_namespace_found_on_the_uevent_not_by_sleeping(tmp_path: Path) -> None:
     fake, clock = FakeNvme(tmp_path), FakeClock()
     events = FakeUevents(fake, clock)
-    conn = NvmeofConnector(fake, NvmeSysfs(tmp_path), ME, sleep=clock.sleep, clock=clock, block_events=events.open)
+    conn = NvmeofConnector(fake, NvmeSysfs(tmp_path), ME, sleep=clock.sleep, clock=clock, block_events=events.open,
+                           fabrics=KernelFabrics(fake))
     fake.ns_appears = False
     assert conn.connect(VOL, ctx(VOL), 7) == "/dev/nvme0n1"
     assert events.opened_before_connect is True, "the monitor must listen before nvme connect runs"
@@ -289,4 +318,4 @@ def test_a_context_that_is_not_this_volumes_connects_nothing(tmp_path: Path, bad
     conn, fake = connector(tmp_path)
     with pytest.raises(InvalidArgument):
         conn.connect(VOL, bad(), 30)
-    assert fake.argvs == []
+    assert fake.argvs == [] and fake.connects == []
