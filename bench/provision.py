@@ -1,8 +1,10 @@
-"""Benchmark: 200 creates + 200 deletes through the target agent vs. a minimal script doing the same
-configfs writes and file operations, alternated in batches in one lab VM run (TCG: compare the ratio, not
-the absolute times). Writes results/bench-provision.json.
+"""Benchmark: creates + deletes through the target agent vs. a minimal script doing the same configfs
+writes and file operations (once as a bare script, once with the agent's durability), alternated in batches
+in one lab VM run (TCG: compare the ratio, not the absolute times); then throughput with 16 concurrent
+clients vs one, and the agent's RSS and open files over many create/delete cycles (bench/provision_guest.py).
+Writes results/bench-provision.json.
 
-usage: python -m bench.provision [--rounds 8] [--batch 25]
+usage: python -m bench.provision [--rounds 8] [--batch 25] [--concurrency 16] [--cycles 500] [--quick]
 """
 
 from __future__ import annotations
@@ -11,35 +13,49 @@ import argparse
 import json
 import time
 
-from bench.results import save
+from bench.results import growth, save
 from lab import Fabric, LabVM, Portal
 from lab.build import REPO
 from lab.target import POOL_DIR, GuestTargetAgent
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--rounds", type=int, default=8)
-    ap.add_argument("--batch", type=int, default=25)
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--rounds", type=int, default=8, help="latency rounds (batches of each kind)")
+    ap.add_argument("--batch", type=int, default=25, help="volumes per batch")
+    ap.add_argument("--concurrency", type=int, default=16, help="clients of the throughput run")
+    ap.add_argument("--cycles", type=int, default=500, help="create/delete cycles of the resource run")
+    ap.add_argument("--quick", action="store_true", help="CI: 4 rounds, 200 resource cycles")
     args = ap.parse_args()
+    if args.quick:
+        args.rounds, args.cycles = 4, 200
     started = time.monotonic()
     with LabVM() as vm:
         Fabric(vm).load()
         agent = GuestTargetAgent(vm, [Portal(1, "tcp", "127.0.0.1", 4420), Portal(2, "tcp", "127.0.0.2", 4421)])
         agent.wipe()
         agent.start()
+        pid = vm.check(["cat", "/run/nvmeof-csi/agent.pid"]).strip()
         out = vm.check(
             [vm.python, "bench/provision_guest.py", "/run/nvmeof-csi/agent.sock", str(args.rounds), str(args.batch),
-             f"{POOL_DIR}-raw"],
+             f"{POOL_DIR}-raw", pid, str(args.concurrency), str(args.cycles)],
             timeout=3600, cwd=str(REPO),
         )
         agent.stop()
     result = json.loads(out.strip().splitlines()[-1])
-    result.update(kernel=vm.ready["kernel"], accel=vm.accel, wall_seconds=round(time.monotonic() - started, 1))
+    result.update(kernel=vm.ready["kernel"], accel=vm.accel, wall_seconds=round(time.monotonic() - started, 1),
+                  quick=args.quick, **growth(result["resources"]))
     save("provision", result)
     print(f"bench provision: agent {result['agent_ms_per_create']} ms/create {result['agent_ms_per_delete']} ms/delete"
           f" vs raw {result['raw_ms_per_create']} / {result['raw_ms_per_delete']} ms"
-          f" -> ratio {result['ratio_total']}x ({result['operations_each']} each, {result['accel']})")
+          f" -> ratio {result['ratio_total']}x; vs the durable script {result['durable_ms_per_create']} /"
+          f" {result['durable_ms_per_delete']} ms -> {result['ratio_vs_durable']}x ({result['operations_each']} each,"
+          f" {result['accel']})")
+    print(f"bench provision: {result['concurrency']} clients {result['cycles_per_s_n']} cycles/s vs 1 client"
+          f" {result['cycles_per_s_1']} -> {result['concurrency_speedup']}x (agent CPU"
+          f" {result['agent_cpu_ms_per_cycle_1']} ms of {result['wall_ms_per_cycle_1']} ms per cycle with one client,"
+          f" {result['guest_cpus']} vCPUs); agent over {result['resource_cycles']}"
+          f" cycles: RSS {result['rss_growth_pct']:+.1f}%, open files {result['fd_growth']:+d} after warm-up")
 
 
 if __name__ == "__main__":

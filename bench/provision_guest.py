@@ -1,17 +1,28 @@
-"""Guest half of bench/provision.py: alternate batches of creates+deletes through the target agent and
-through a minimal raw sequence (the same configfs writes and file operations, no agent), timing each.
-usage: python bench/provision_guest.py AGENT_SOCKET ROUNDS BATCH POOL_DIR; prints one JSON line."""
+"""Guest half of bench/provision.py; prints one JSON line.
+
+usage: python bench/provision_guest.py AGENT_SOCKET ROUNDS BATCH POOL_DIR AGENT_PID CONCURRENCY CYCLES
+
+1. Latency: alternate batches of creates+deletes through the target agent and through two raw sequences
+   (the same configfs writes and file operations, no agent): ``bare`` (only the image fsynced, as a quick
+   script would) and ``durable`` (same durability as the agent: the image and a per-volume record written
+   atomically and durably, deletions made durable), timing each.
+2. Throughput: the same create+delete cycles from CONCURRENCY clients at once vs. one client.
+3. Resources: CYCLES create+delete cycles while the agent's RSS and open file descriptors are sampled.
+"""
 
 from __future__ import annotations
 
 import json
 import os
 import sys
+import threading
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 from nvmeof_csi.agent.client import AgentClient, AgentTarget
+from nvmeof_csi.host.atomic import fsync_dir, remove_durably, write_json_atomic
 from nvmeof_csi.rpc.endpoints import Endpoint
 
 CFS = Path("/sys/kernel/config/nvmet")
@@ -26,12 +37,16 @@ def _write(path: Path, value: str) -> None:
         os.close(fd)
 
 
-def raw_create(pool: Path, ports: list[str]) -> str:
+def raw_create(pool: Path, ports: list[str], durable: bool = False) -> str:
     vol = str(uuid.uuid4())
     image = pool / f"raw-{vol}.img"
+    if durable:  # the record first (a crash leaves no unknown file), then the image
+        write_json_atomic(pool / "records" / f"{vol}.json", {"uuid": vol, "size": SIZE})
     with open(image, "wb") as f:
         os.ftruncate(f.fileno(), SIZE)
         os.fsync(f.fileno())
+    if durable:
+        fsync_dir(pool)
     sub = CFS / "subsystems" / f"nqn.2026-11.io.nvmeof:raw:{vol}"
     sub.mkdir()
     _write(sub / "attr_allow_any_host", "0")
@@ -45,23 +60,78 @@ def raw_create(pool: Path, ports: list[str]) -> str:
     return vol
 
 
-def raw_delete(pool: Path, ports: list[str], vol: str) -> None:
+def raw_delete(pool: Path, ports: list[str], vol: str, durable: bool = False) -> None:
     sub = CFS / "subsystems" / f"nqn.2026-11.io.nvmeof:raw:{vol}"
     for port in ports:
         (CFS / "ports" / port / "subsystems" / sub.name).unlink()
     _write(sub / "namespaces" / "1" / "enable", "0")
     (sub / "namespaces" / "1").rmdir()
     sub.rmdir()
-    (pool / f"raw-{vol}.img").unlink()
+    if durable:
+        remove_durably(pool / f"raw-{vol}.img")
+        remove_durably(pool / "records" / f"{vol}.json")
+    else:
+        (pool / f"raw-{vol}.img").unlink()
+
+
+def resources(pid: int) -> tuple[int, int]:
+    """(RSS in KiB, open file descriptors) of process ``pid``."""
+    rss = 0
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            rss = int(line.split()[1])
+    return rss, len(os.listdir(f"/proc/{pid}/fd"))
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds process ``pid`` has used (all its threads)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def cycles_through(client: AgentClient, prefix: str, count: int) -> None:
+    for i in range(count):
+        client.delete_volume(client.create_volume(f"{prefix}-{i}", SIZE).uuid)
+
+
+def throughput(connect: Callable[[], AgentClient], clients: int, per_client: int, pid: int) -> tuple[float, float]:
+    """(create+delete cycles per second, agent CPU ms per cycle) with ``clients`` clients, each on its own
+    connection."""
+    errors: list[BaseException] = []
+
+    def work(n: int) -> None:
+        try:
+            with connect() as client:
+                cycles_through(client, f"tp{clients}-{n}", per_client)
+        except BaseException as exc:  # reported after the join
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(n,)) for n in range(clients)]
+    cpu = cpu_seconds(pid)
+    begin = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    wall, cpu = time.perf_counter() - begin, cpu_seconds(pid) - cpu
+    if errors:
+        raise errors[0]
+    return clients * per_client / wall, cpu / (clients * per_client) * 1000
 
 
 def main() -> None:
     sock, rounds, batch, pool = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), Path(sys.argv[4])
+    pid, concurrency, cycles = int(sys.argv[5]), int(sys.argv[6]), int(sys.argv[7])
     ports = sorted(os.listdir(CFS / "ports"))
-    pool.mkdir(parents=True, exist_ok=True)
+    (pool / "records").mkdir(parents=True, exist_ok=True)
     agent_t = {"create": 0.0, "delete": 0.0}
     raw_t = {"create": 0.0, "delete": 0.0}
-    with AgentClient(AgentTarget("bench", Endpoint.parse(f"unix://{sock}")), 120) as client:
+    durable_t = {"create": 0.0, "delete": 0.0}
+
+    def connect() -> AgentClient:
+        return AgentClient(AgentTarget("bench", Endpoint.parse(f"unix://{sock}")), 120)
+
+    with connect() as client:
         client.health()
         for r in range(rounds):
             t = time.perf_counter()
@@ -78,6 +148,20 @@ def main() -> None:
             for vol in raw:
                 raw_delete(pool, ports, vol)
             raw_t["delete"] += time.perf_counter() - t
+            t = time.perf_counter()
+            raw = [raw_create(pool, ports, durable=True) for _ in range(batch)]
+            durable_t["create"] += time.perf_counter() - t
+            t = time.perf_counter()
+            for vol in raw:
+                raw_delete(pool, ports, vol, durable=True)
+            durable_t["delete"] += time.perf_counter() - t
+        one, cpu_one = throughput(connect, 1, concurrency * 2, pid)
+        many, cpu_many = throughput(connect, concurrency, 2, pid)
+        samples: list[list[int]] = [[0, *resources(pid)]]
+        step = max(1, cycles // 20)
+        for done in range(0, cycles, step):
+            cycles_through(client, f"rss-{done}", min(step, cycles - done))
+            samples.append([min(done + step, cycles), *resources(pid)])
     n = rounds * batch
     print(json.dumps({
         "operations_each": n,
@@ -88,6 +172,14 @@ def main() -> None:
         "ratio_create": round(agent_t["create"] / raw_t["create"], 2),
         "ratio_delete": round(agent_t["delete"] / raw_t["delete"], 2),
         "ratio_total": round(sum(agent_t.values()) / sum(raw_t.values()), 2),
+        "durable_ms_per_create": round(durable_t["create"] / n * 1000, 2),
+        "durable_ms_per_delete": round(durable_t["delete"] / n * 1000, 2),
+        "ratio_vs_durable": round(sum(agent_t.values()) / sum(durable_t.values()), 2),
+        "concurrency": concurrency, "cycles_per_s_1": round(one, 2), "cycles_per_s_n": round(many, 2),
+        "concurrency_speedup": round(many / one, 2),
+        "agent_cpu_ms_per_cycle_1": round(cpu_one, 1), "agent_cpu_ms_per_cycle_n": round(cpu_many, 1),
+        "wall_ms_per_cycle_1": round(1000 / one, 1), "guest_cpus": os.cpu_count(),
+        "resource_cycles": cycles, "resources": samples,
     }))
 
 

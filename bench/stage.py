@@ -1,8 +1,11 @@
 """Benchmark: NodeStage + NodePublish through the driver vs. the bare sequence a script would run (nvme
 connect of the same portals, wait for the device, mkfs, mount, bind mount), alternated round by round in one
-lab VM run (TCG: compare the ratio, not the absolute times). Writes results/bench-stage.json.
+lab VM run (TCG: compare the ratio, not the absolute times); then, in the same run (bench/node_guest.py), the
+data path through the driver vs the raw namespace (fio), stage latency with 64 and 128 other controllers on
+the node, and the node plugin's RSS and open files over many stage/unstage cycles.
+Writes results/bench-stage.json and results/bench-node.json.
 
-usage: python -m bench.stage [--rounds 6]
+usage: python -m bench.stage [--rounds 6] [--fio-seconds 4] [--fio-rounds 8] [--scale-rounds 5] [--cycles 500] [--quick]
 """
 
 from __future__ import annotations
@@ -11,27 +14,48 @@ import argparse
 import json
 import time
 
-from bench.results import save
+from bench.results import growth, save
 from lab import Fabric, LabVM
 from lab.build import REPO
 from lab.stack import DRIVER_SOCK, running_stack
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--rounds", type=int, default=6)
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--rounds", type=int, default=6, help="stage rounds (each kind)")
+    ap.add_argument("--fio-seconds", type=float, default=4, help="seconds per fio job")
+    ap.add_argument("--fio-rounds", type=int, default=8, help="rounds of every fio job on every target (median)")
+    ap.add_argument("--scale-rounds", type=int, default=5, help="stages timed per controller count")
+    ap.add_argument("--cycles", type=int, default=500, help="stage/unstage cycles of the resource run")
+    ap.add_argument("--quick", action="store_true", help="CI: 4 rounds, 2 s fio 4 times, 40 cycles")
     args = ap.parse_args()
+    if args.quick:
+        args.rounds, args.fio_seconds, args.fio_rounds, args.scale_rounds, args.cycles = 4, 2, 4, 3, 40
     started = time.monotonic()
     with LabVM() as vm:
         Fabric(vm).load()
-        with running_stack(vm, "WARNING"):
+        with running_stack(vm, "WARNING") as stack:
             out = vm.check([vm.python, "-m", "bench.stage_guest", DRIVER_SOCK, str(args.rounds)], timeout=3600,
                            cwd=str(REPO))
+            pid = vm.check(["cat", stack.process.pidfile]).strip()
+            node_out = vm.check(
+                [vm.python, "-m", "bench.node_guest", DRIVER_SOCK, pid, "--fio-seconds", str(args.fio_seconds),
+                 "--fio-rounds", str(args.fio_rounds), "--scale-rounds", str(args.scale_rounds),
+                 "--cycles", str(args.cycles)], timeout=7200, cwd=str(REPO))
+    facts = {"kernel": vm.ready["kernel"], "accel": vm.accel, "quick": args.quick}
     result = json.loads(out.strip().splitlines()[-1])
-    result.update(kernel=vm.ready["kernel"], accel=vm.accel, wall_seconds=round(time.monotonic() - started, 1))
+    result.update(facts, wall_seconds=round(time.monotonic() - started, 1))
     save("stage", result)
     print(f"bench stage: NodeStage+NodePublish median {result['csi_median_ms']} ms vs bare connect/mkfs/mount "
           f"{result['bare_median_ms']} ms -> ratio {result['ratio_median']}x ({args.rounds} rounds, {result['accel']})")
+    node = json.loads(node_out.strip().splitlines()[-1])
+    node.update(facts)
+    node["resources"].update(growth(node["resources"]["samples"]))
+    save("node", node)
+    dp, sc, res = node["datapath"], node["scaling"], node["resources"]
+    print(f"bench node: data path worst {dp['worst_ratio']}x raw ({dp['ratio']}); stage with other controllers "
+          f"{sc['ratio']} of none; node plugin over {res['cycles']} cycles: RSS {res['rss_growth_pct']:+.1f}%, "
+          f"open files {res['fd_growth']:+d} after warm-up")
 
 
 if __name__ == "__main__":

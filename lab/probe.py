@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from lab.build import LAB_DIR
 from lab.vm import GuestError, LabVM, Pending
@@ -21,6 +21,7 @@ class ProbeResult:
     ios_after_last_stall: int
     seconds: float
     errlog: list[list[object]]
+    timeline: list[int] = field(default_factory=list)  # completions per ``timeline_ms`` bucket (when asked)
 
     @property
     def errors(self) -> int:
@@ -34,9 +35,11 @@ class ProbeResult:
 class IoProbe:
     """An I/O probe running on a guest device."""
 
-    def __init__(self, vm: LabVM, device: str, seconds: float, stall_ms: float = 200.0) -> None:
+    def __init__(self, vm: LabVM, device: str, seconds: float, stall_ms: float = 200.0, timeline_ms: float = 0.0
+                 ) -> None:
         self.device, self.seconds = device, seconds
-        argv = [vm.python, str(PROBE), device, str(seconds), "--stall-ms", str(stall_ms)]
+        argv = [vm.python, str(PROBE), device, str(seconds), "--stall-ms", str(stall_ms),
+                "--timeline-ms", str(timeline_ms)]
         self._pending: Pending = vm.submit(argv, timeout=seconds + 180)
 
     def result(self) -> ProbeResult:

@@ -1,12 +1,14 @@
 """I/O probe for failover tests (runs in the guest; standard library only).
 
 usage: python3 ioprobe.py DEVICE SECONDS [--stall-ms 200] [--blocks 4096] [--mode verify|write|read]
+                          [--timeline-ms 0]
 
 O_DIRECT 4 KiB I/O in a loop over the first BLOCKS blocks of DEVICE for SECONDS. In ``verify`` mode each
 block is written with a pattern naming its sequence number and offset and read back at once; a mismatch is
 a verify error (data corruption), an OSError an I/O error. Prints one JSON object: ios, io_errors,
 verify_errors, max_gap_s (the longest time between two completions), stalls ([[start_s, gap_s], ...] over the
-threshold), ios_after_last_stall (proves I/O resumed), seconds.
+threshold), ios_after_last_stall (proves I/O resumed), seconds, and with ``--timeline-ms N`` a timeline: completions per
+N ms bucket from the start (the I/O timeline a failover plot draws).
 """
 
 import argparse
@@ -23,14 +25,27 @@ def pattern(seq: int, offset: int) -> bytes:
     return (head * (BS // len(head) + 1))[:BS]
 
 
-def main() -> None:
+def count(timeline: list[int], at_s: float, bucket_ms: float) -> None:
+    """One completion at ``at_s`` into the per-bucket timeline (nothing when ``bucket_ms`` is 0)."""
+    if bucket_ms > 0:
+        bucket = int(at_s * 1000 / bucket_ms)
+        timeline.extend([0] * (bucket + 1 - len(timeline)))
+        timeline[bucket] += 1
+
+
+def parse_args() -> argparse.Namespace:
     ap = argparse.ArgumentParser()
     ap.add_argument("device")
     ap.add_argument("seconds", type=float)
     ap.add_argument("--stall-ms", type=float, default=200.0)
     ap.add_argument("--blocks", type=int, default=4096)
     ap.add_argument("--mode", choices=("verify", "write", "read"), default="verify")
-    a = ap.parse_args()
+    ap.add_argument("--timeline-ms", type=float, default=0.0)
+    return ap.parse_args()
+
+
+def main() -> None:
+    a = parse_args()
     flags = os.O_RDONLY if a.mode == "read" else os.O_RDWR
     fd = os.open(a.device, flags | os.O_DIRECT)
     nblocks = max(1, min(os.lseek(fd, 0, os.SEEK_END) // BS, a.blocks))
@@ -39,6 +54,7 @@ def main() -> None:
     errlog: list[list[object]] = []
     stalls: list[list[float]] = []
     max_gap = 0.0
+    timeline: list[int] = []
     t0 = last = time.monotonic()
     seq = 0
     while time.monotonic() - t0 < a.seconds:
@@ -57,6 +73,7 @@ def main() -> None:
                             errlog.append([round(time.monotonic() - t0, 3), f"verify mismatch at {off}"])
             ios += 1
             after_stall += 1
+            count(timeline, time.monotonic() - t0, a.timeline_ms)
         except OSError as e:
             io_errors += 1
             if len(errlog) < 5:
@@ -73,7 +90,8 @@ def main() -> None:
     os.close(fd)
     print(json.dumps({"ios": ios, "io_errors": io_errors, "verify_errors": verify_errors, "errlog": errlog,
                       "max_gap_s": round(max_gap, 4), "stalls": stalls[:50],
-                      "ios_after_last_stall": after_stall, "seconds": round(time.monotonic() - t0, 3)}))
+                      "ios_after_last_stall": after_stall, "seconds": round(time.monotonic() - t0, 3),
+                      **({"timeline": timeline} if a.timeline_ms > 0 else {})}))
 
 
 if __name__ == "__main__":

@@ -27,14 +27,24 @@ def test_missing_and_malformed_runs_are_not_measured(tmp_path: Path) -> None:
     assert rows["QoS achieved IOPS vs limit, worst error"] is None
     assert rows["QoS ModifyVolume reply to io.max in force"] == 0.59  # per-run figures: the worst
     assert rows["dataset hydration, cold / warm"] is None
-    assert rows["provision create+delete, agent vs raw configfs script"] is None
+    assert rows["provision create+delete, agent vs raw script with the same durability"] is None
+    assert rows["data path through the driver vs raw namespace, worst fio job (mount, block)"] is None
 
 
 def test_report_lists_every_figure_and_writes_the_plot(tmp_path: Path) -> None:
-    (tmp_path / "bench-provision.json").write_text(json.dumps({"ratio_total": 7.4}))
+    (tmp_path / "bench-provision.json").write_text(json.dumps({"ratio_total": 7.4, "concurrency_speedup": 4.5}))
+    (tmp_path / "bench-pathloss.json").write_text(json.dumps({"default_stall_s": 7.4, "errors": 0, "runs": [
+        {"keep_alive_s": 2, "stall_s": 3.3, "stalls": [[2.0, 3.3]], "timeline_ms": 100, "timeline": [5, 0, 4]},
+        {"keep_alive_s": 5, "stall_s": 7.4, "stalls": [[2.0, 7.4]], "timeline_ms": 100, "timeline": [5, 0, 4]}],
+        "fit_slope": 1.37, "fit_offset_s": 0.52}))
     assert main([str(tmp_path)]) == 0
-    text = (tmp_path / "bench-report.md").read_text()
-    assert "| provision create+delete, agent vs raw configfs script | 7.4x | <= 1.25x | **no** |" in text.replace(
-        "≤", "<=")
-    assert text.count("not measured") >= len(FIGURES) - 1
+    text = (tmp_path / "bench-report.md").read_text().replace("≤", "<=").replace("≥", ">=")
+    assert "| provision create+delete, agent vs bare configfs script (image fsync only) | 7.4x | <= 1.25x | **no** |" \
+        in text
+    assert "| provisioning throughput, 16 concurrent clients vs 1 | 4.5x | >= 4x | yes |" in text
+    assert "| black-holed path: I/O stall at the default keep-alive (5 s) | 7.4s | <= 6s | **no** |" in text
+    assert "| black-holed path: worst stall / the kernel's floor (1.5 x keep-alive + 1 s) | 0.87x | <= 1x | yes |" \
+        in text
+    assert text.count("not measured") >= len(FIGURES) - 6
     assert (tmp_path / "bench-goals.png").stat().st_size > 1000
+    assert (tmp_path / "bench-curves.png").stat().st_size > 1000

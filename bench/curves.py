@@ -1,0 +1,127 @@
+"""The curves behind the benchmark figures, drawn into one PNG (``results/bench-curves.png``).
+
+Contract: each panel draws from one ``results/bench-*.json`` document; a panel whose document is missing or
+lacks the fields says "not measured" instead of drawing anything. Never raises on a malformed document.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+from matplotlib.axes import Axes
+
+Doc = Mapping[str, Any]
+DEFAULT_KATO = 5
+
+
+def timeline(ax: Axes, doc: Doc) -> None:
+    """I/O completions per bucket through each black-holed path, the fault and the longest stall marked."""
+    for run in doc["runs"]:
+        step = float(run["timeline_ms"]) / 1000
+        xs = [i * step for i in range(len(run["timeline"]))]
+        rate = [n / step for n in run["timeline"]]
+        line = ax.plot(xs, rate, linewidth=1, label=f"keep-alive {run['keep_alive_s']} s: stall {run['stall_s']:.1f} s")
+        start, gap = max(run["stalls"], key=lambda s: s[1])
+        ax.axvspan(start, start + gap, color=line[0].get_color(), alpha=0.15)
+    ax.set(title="I/O through a black-holed path (longest stall shaded)", xlabel="seconds", ylabel="IOPS")
+    ax.legend(fontsize=7)
+
+
+def stall_fit(ax: Axes, doc: Doc) -> None:
+    xs = [float(r["keep_alive_s"]) for r in doc["runs"]]
+    ax.scatter(xs, [float(r["stall_s"]) for r in doc["runs"]], label="measured stall")
+    top = max(xs) + 1
+    slope, offset = float(doc["fit_slope"]), float(doc["fit_offset_s"])
+    ax.plot([0, top], [offset, slope * top + offset], label=f"fit {slope:.2f} x + {offset:.2f} s")
+    ax.plot([0, top], [1, top + 1], linestyle="--", color="grey", label="goal: keep-alive + 1 s")
+    ax.plot([0, top], [1, 1.5 * top + 1], linestyle=":", color="black", label="kernel floor: 1.5 x keep-alive + 1 s")
+    ax.set(title="stall against keep-alive timeout", xlabel="keepAliveTmo (s)", ylabel="stall (s)")
+    ax.legend(fontsize=7)
+
+
+def scaling(ax: Axes, doc: Doc) -> None:
+    medians = doc["scaling"]["stage_median_ms"]
+    levels = sorted(medians, key=int)
+    ax.plot([int(k) for k in levels], [float(medians[k]) for k in levels], marker="o")
+    base = float(medians[levels[0]])
+    ax.axhline(base * 1.5, linestyle="--", color="grey", label="goal: 1.5x of none")
+    ax.set(title="NodeStage+NodePublish with other controllers", xlabel="other NVMe controllers on the node",
+           ylabel="median ms")
+    ax.set_ylim(bottom=0)
+    ax.legend(fontsize=7)
+
+
+def concurrency(ax: Axes, doc: Doc) -> None:
+    n = int(doc["concurrency"])
+    ax.bar(["1 client", f"{n} clients"], [float(doc["cycles_per_s_1"]), float(doc["cycles_per_s_n"])])
+    ax.set(title=f"provisioning throughput ({doc['concurrency_speedup']}x)", ylabel="create+delete per s")
+
+
+def resources(ax: Axes, docs: Mapping[str, Doc]) -> None:
+    drawn = False
+    for label, samples in (("agent", docs.get("provision", {}).get("resources")),
+                           ("node plugin", docs.get("node", {}).get("resources", {}).get("samples"))):
+        if samples:
+            ax.plot([s[0] for s in samples], [s[1] / 1024 for s in samples], marker=".", label=f"{label} RSS")
+            drawn = True
+    if not drawn:
+        raise KeyError("resources")
+    ax.set(title="RSS over cycles", xlabel="cycles", ylabel="MiB")
+    ax.set_ylim(bottom=0)
+    ax.legend(fontsize=7)
+
+
+def datapath(ax: Axes, doc: Doc) -> None:
+    ratio = doc["datapath"]["ratio"]
+    jobs = list(ratio["block"])
+    width = 0.38
+    for i, target in enumerate(("block", "mount")):
+        ax.bar([j + i * width for j in range(len(jobs))], [float(ratio[target][job]) for job in jobs], width,
+               label=f"published {target}")
+    ax.axhline(0.98, linestyle="--", color="grey", label="goal 0.98")
+    ax.set_xticks([j + width / 2 for j in range(len(jobs))], jobs, fontsize=7)
+    ax.set(title="fio through the driver / raw namespace", ylabel="ratio")
+    ax.legend(fontsize=7)
+
+
+def qos(ax: Axes, doc: Doc) -> None:
+    limits = doc["limits"]
+    for kind in ("read", "write"):
+        ax.scatter([float(x[f"{kind}_limit"]) for x in limits], [float(x[f"{kind}_achieved"]) for x in limits],
+                   label=kind)
+    top = max(float(x[f"{k}_limit"]) for x in limits for k in ("read", "write")) * 1.1
+    ax.plot([0, top], [0, top], linestyle="--", color="grey", label="achieved = limit")
+    ax.set(title="QoS: achieved IOPS against the limit", xlabel="limit", ylabel="achieved")
+    ax.legend(fontsize=7)
+
+
+def curves(docs: Mapping[str, Doc], png: Path) -> None:
+    panels: list[tuple[str, Callable[[Axes], None]]] = [
+        ("pathloss", lambda ax: timeline(ax, docs["pathloss"])),
+        ("pathloss", lambda ax: stall_fit(ax, docs["pathloss"])),
+        ("node", lambda ax: scaling(ax, docs["node"])),
+        ("provision", lambda ax: concurrency(ax, docs["provision"])),
+        ("provision/node", lambda ax: resources(ax, docs)),
+        ("node", lambda ax: datapath(ax, docs["node"])),
+        ("qos", lambda ax: qos(ax, docs["qos"])),
+    ]
+    fig, axes = plt.subplots(4, 2, figsize=(13, 16))
+    flat = list(axes.flat)
+    for ax, (source, draw) in zip(flat, panels, strict=False):
+        try:
+            draw(ax)
+        except (KeyError, TypeError, ValueError, IndexError, ZeroDivisionError):
+            ax.clear()
+            ax.text(0.5, 0.5, f"not measured (bench-{source}.json)", ha="center", va="center")
+            ax.set_axis_off()
+    for ax in flat[len(panels):]:
+        ax.set_axis_off()
+    fig.tight_layout()
+    fig.savefig(png, dpi=90)
+    plt.close(fig)

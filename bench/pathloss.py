@@ -1,0 +1,99 @@
+"""Benchmark: how long I/O stalls when one path of a published volume is black-holed (packets to its portal
+silently dropped: a dead link, not a refused connection), for several keep-alive timeouts, through the
+driver in one lab VM run. Writes results/bench-pathloss.json, with each run's I/O timeline.
+
+For each ``keepAliveTmo`` (a StorageClass parameter; the driver's default is 5 s) a volume is created, staged
+and published (ext4, two TCP paths), a 4 KiB O_DIRECT write+verify probe runs on a file in it, and 3 s in
+the first path is black-holed. The stall is the probe's longest gap between two completions; errors must be
+0. The figure of the performance goals is the stall at the default keep-alive against ``keep-alive + 1 s``,
+and the fitted line ``stall = slope * keepAliveTmo + offset`` over all runs shows where the floor comes from.
+
+usage: python -m bench.pathloss [--kato 1 2 3 5] [--rounds 2] [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from typing import Any
+
+from bench.results import save
+from lab import Fabric, IoProbe, LabVM
+from lab.stack import GuestDriver, running_stack
+from lab.target import TWO_PORTALS
+
+MiB = 1 << 20
+DEFAULT_KATO = 5
+LEAD_S = 3.0
+TIMELINE_MS = 100.0
+
+
+def fit(points: list[tuple[float, float]]) -> tuple[float, float]:
+    """Least-squares ``(slope, offset)`` of ``y = slope * x + offset``; ``(0, mean y)`` with one distinct x."""
+    xs = [x for x, _ in points]
+    if len(set(xs)) < 2:
+        return 0.0, statistics.fmean(y for _, y in points)
+    mx, my = statistics.fmean(xs), statistics.fmean(y for _, y in points)
+    slope = sum((x - mx) * (y - my) for x, y in points) / sum((x - mx) ** 2 for x in xs)
+    return slope, my - slope * mx
+
+
+def one_run(stack: GuestDriver, kato: int, index: int) -> dict[str, Any]:
+    """One black-holed path under the probe on a fresh volume with ``keepAliveTmo`` = ``kato``."""
+    fabric, first = Fabric(stack.vm), TWO_PORTALS[0]
+    name = f"pl-{kato}-{index}"
+    steps = stack.csi({"op": "up", "name": name, "size": 64 * MiB, "mode": "mount", "fs": "ext4",
+                       "params": {"keepAliveTmo": str(kato)}},
+                      {"op": "probe-target", "name": name, "mib": 8})
+    nqn, path = steps[0]["nqn"], steps[1]["path"]
+    fabric.wait_paths(nqn, live=2, timeout=60)
+    seconds = LEAD_S + 2.5 * kato + 6
+    probe = IoProbe(stack.vm, path, seconds=seconds, timeline_ms=TIMELINE_MS)
+    time.sleep(LEAD_S)
+    fabric.blackhole(first.trsvcid, on=True)
+    try:
+        result = probe.result()
+    finally:
+        fabric.blackhole(first.trsvcid, on=False)
+    fabric.wait_paths(nqn, live=2, timeout=120)
+    stack.csi({"op": "down", "name": name})
+    return {"keep_alive_s": kato, "stall_s": result.max_gap_s, "errors": result.errors, "ios": result.ios,
+            "resumed_ios": result.ios_after_last_stall, "stalls": result.stalls[:5],
+            "timeline_ms": TIMELINE_MS, "timeline": result.timeline}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--kato", type=int, nargs="+", default=[1, 2, 3, DEFAULT_KATO],
+                    help="keep-alive timeouts to measure (seconds)")
+    ap.add_argument("--rounds", type=int, default=2, help="runs per keep-alive timeout")
+    ap.add_argument("--quick", action="store_true", help="CI: keep-alive 2 and 5 s, one run each")
+    args = ap.parse_args()
+    katos, rounds = ([2, DEFAULT_KATO], 1) if args.quick else (sorted(set(args.kato)), args.rounds)
+    started = time.monotonic()
+    runs: list[dict[str, Any]] = []
+    with LabVM() as vm:
+        Fabric(vm).load()
+        with running_stack(vm, "WARNING") as stack:
+            for index in range(rounds):
+                for kato in katos:
+                    runs.append(one_run(stack, kato, index))
+                    print(f"bench pathloss: keep-alive {kato}s -> stall {runs[-1]['stall_s']:.2f}s, "
+                          f"{runs[-1]['errors']} errors", flush=True)
+    slope, offset = fit([(r["keep_alive_s"], r["stall_s"]) for r in runs])
+    default = [r["stall_s"] for r in runs if r["keep_alive_s"] == DEFAULT_KATO]
+    result = {
+        "quick": args.quick, "runs": runs, "default_keep_alive_s": DEFAULT_KATO,
+        "default_stall_s": max(default) if default else None,
+        "errors": sum(r["errors"] for r in runs),
+        "fit_slope": round(slope, 3), "fit_offset_s": round(offset, 3),
+        "kernel": vm.ready["kernel"], "accel": vm.accel, "wall_seconds": round(time.monotonic() - started, 1),
+    }
+    save("pathloss", result)
+    print(f"bench pathloss: stall = {slope:.2f} x keep-alive + {offset:.2f}s; at the default {DEFAULT_KATO}s: "
+          f"{result['default_stall_s']}s (goal {DEFAULT_KATO + 1}s), {result['errors']} errors")
+
+
+if __name__ == "__main__":
+    main()
