@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -118,11 +119,22 @@ class AlluxioRest:
         self.proxy_url = proxy_url.rstrip("/")
         self.job_url = job_url.rstrip("/")
         self.timeout = timeout
-        self._session = session or requests.Session()
+        self._shared = session  # an injected session serves every thread (tests); else one per thread
+        self._local = threading.local()
         self._retry = retry(retry=_transient, stop=stop_after_attempt(attempts), reraise=True,
                             wait=wait_exponential(multiplier=0.2, max=3))
 
     # -- transport ---------------------------------------------------------------------------------------
+    @property
+    def _session(self) -> requests.Session:
+        """This thread's HTTP session (a ``requests.Session`` is not meant to be shared between threads)."""
+        if self._shared is not None:
+            return self._shared
+        session: requests.Session | None = getattr(self._local, "session", None)
+        if session is None:
+            session = self._local.session = requests.Session()
+        return session
+
     def _call(self, method: str, url: str, **kwargs: Any) -> requests.Response:
         base, _, rest = url.partition("/api/")
 

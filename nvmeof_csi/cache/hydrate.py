@@ -12,6 +12,8 @@ through the callback; Alluxio being unreachable raises :class:`CacheUnavailable`
 larger than the volume raises :class:`OutOfRange`. :meth:`Hydrator.release` unpins and frees a data set no
 volume references any more. Bytes read from the cache vs. the under-store are counted per data set
 (``inAlluxioPercentage`` of each file as listed before this hydration warmed the cache) in :class:`DatasetMetrics`.
+Step (4) copies ``FETCH_WORKERS`` files at a time (each an HTTP round trip or three through the proxy); a file
+enters the journal only once it is complete and fsynced, whatever order the copies finish in.
 """
 
 from __future__ import annotations
@@ -23,7 +25,8 @@ import logging
 import os
 import shutil
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -41,6 +44,7 @@ FS_MIN_EXTRA = 32 << 20
 LOAD_BATCH = 200
 MKFS_TIMEOUT = 1800.0
 POOL_RESERVE = 256 << 20  # never let a staging copy take the pool's last bytes
+FETCH_WORKERS = 8  # files copied at once (the proxy serves them concurrently; one at a time is round-trip bound)
 
 
 @dataclass(frozen=True)
@@ -124,14 +128,16 @@ class Hydrator:
         ufs_bytes = sum(_int(d["size"]) - _int(d["cached"]) for d in done.values())
         bytes_done = sum(_int(d["size"]) for d in done.values())
         last_report = 0.0
+        todo = []
+        for status in files:
+            rel = status.path[len(spec.path):].lstrip("/")
+            inside(tree, tree / rel, f"file of data set {spec.path}")  # a listed name cannot leave the tree
+            if not (rel in done and (tree / rel).is_file() and (tree / rel).stat().st_size == status.length):
+                todo.append((status, rel))
+        last_report = 0.0
         with journal.open("a") as log_fh:
-            for status in files:
-                rel = status.path[len(spec.path):].lstrip("/")
-                inside(tree, tree / rel, f"file of data set {spec.path}")  # a listed name cannot leave the tree
-                if rel in done and (tree / rel).is_file() and (tree / rel).stat().st_size == status.length:
-                    continue
+            for status, rel, digest in self._copy_all(todo, tree):
                 cached = status.length * status.in_alluxio_percentage // 100  # cached before this hydration
-                digest = self._fetch(status.path, tree / rel)
                 entry = {"path": rel, "size": status.length, "cached": cached, "sha256": digest}
                 log_fh.write(json.dumps(entry) + "\n")
                 log_fh.flush()
@@ -209,7 +215,37 @@ class Hydrator:
             log.warning("load job %s for %s still running after %.0fs; copying anyway", job, spec.path,
                         self._load_timeout)
 
+    def _copy_all(self, todo: list[tuple[FileStatus, str]], tree: Path) -> Iterator[tuple[FileStatus, str, str]]:
+        """Copy every file of ``todo`` into ``tree``, ``FETCH_WORKERS`` at a time; yields (status, rel, sha256) as
+        each completes (fsynced). After the first failure no new copy starts; the copies still running are
+        finished and yielded (so the journal keeps them), then the first error is raised."""
+        pool = ThreadPoolExecutor(FETCH_WORKERS, thread_name_prefix="hydrate")
+        running: dict[Future[str], tuple[FileStatus, str]] = {}
+        queue = iter(todo)
+        failure: BaseException | None = None
+        try:
+            while True:
+                for status, rel in queue if failure is None else ():
+                    running[pool.submit(self._fetch, status.path, tree / rel)] = (status, rel)
+                    if len(running) >= 2 * FETCH_WORKERS:
+                        break
+                if not running:
+                    break
+                finished, _ = wait(running, return_when=FIRST_COMPLETED)
+                for future in finished:
+                    status, rel = running.pop(future)
+                    error = future.exception()
+                    if error is None:
+                        yield status, rel, future.result()
+                    elif failure is None:
+                        failure = error
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)
+        if failure is not None:
+            raise failure
+
     def _fetch(self, path: str, dest: Path) -> str:
+        """One file of the data set into ``dest`` (through ``dest.part``, fsynced); returns its sha256."""
         dest.parent.mkdir(parents=True, exist_ok=True)
         tmp = dest.with_name(dest.name + ".part")
         sha = hashlib.sha256()

@@ -103,7 +103,9 @@ class EdgeInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[type-arg]
             rid = logctx.request_id.set(_request_id(context))
             vol = logctx.volume_id.set(str(getattr(request, "volume_id", "") or getattr(request, "name", "") or "-"))
             start = time.monotonic()
-            log.info("> %s %s", short, safe_text(request))
+            verbose = log.isEnabledFor(logging.INFO)  # the redacted text of a message costs: only when logged
+            if verbose:
+                log.info("> %s %s", short, safe_text(request))
             code = grpc.StatusCode.OK
             try:
                 if self._authorize is not None:
@@ -111,7 +113,8 @@ class EdgeInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[type-arg]
                 keys = [f"{f}={getattr(request, f)}" for f in lock_fields if getattr(request, f, "")]
                 release = self._locks.take(*keys)  # before the work exists: a busy key means it never starts
                 response = await _until_done(inner(request, context), release, short)
-                log.info("< %s OK %.3fs %s", short, time.monotonic() - start, safe_text(response))
+                if verbose:
+                    log.info("< %s OK %.3fs %s", short, time.monotonic() - start, safe_text(response))
                 return response
             except Exception as exc:  # the one error boundary
                 code, message = to_status(exc)

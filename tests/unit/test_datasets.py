@@ -4,6 +4,7 @@ release rule and the nvmeofctl summary. The real Alluxio runs in the alluxio tie
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from types import SimpleNamespace
@@ -46,6 +47,7 @@ class FakeCache:
         self.files, self.fail_after, self.reads, self.attrs = files, fail_after, 0, []  # type: ignore[var-annotated]
         self.loaded: list[list[str]] = []
         self.freed = False
+        self.lock = threading.Lock()
 
     def exists(self, path: str) -> bool:
         return True
@@ -54,9 +56,10 @@ class FakeCache:
         return [FileStatus(f"/ds/{k}", False, len(v), False, -1, "", 0, (), "") for k, v in sorted(self.files.items())]
 
     def read(self, path: str) -> Iterator[bytes]:
-        if self.fail_after is not None and self.reads >= self.fail_after:
-            raise CacheUnavailable("Alluxio at http://127.0.0.1:1 unreachable: ConnectionError")
-        self.reads += 1
+        with self.lock:  # the hydrator reads several files at once
+            if self.fail_after is not None and self.reads >= self.fail_after:
+                raise CacheUnavailable("Alluxio at http://127.0.0.1:1 unreachable: ConnectionError")
+            self.reads += 1
         yield self.files[path.removeprefix("/ds/")]
 
     def set_attribute(self, path: str, **kw: object) -> None:
@@ -100,13 +103,14 @@ def test_hydration_resumes_from_its_journal_and_builds_the_filesystem_once(tmp_p
     seen: list[Progress] = []
     with pytest.raises(CacheUnavailable):
         hydrator(cache, mkfs).hydrate(spec, tmp_path / "vol.img", 1 << 30, tmp_path / "work", seen.append)
-    assert cache.reads == 4 and mkfs.trees == []
+    first = cache.reads  # copies run side by side: every one that completed is journaled
+    assert 4 <= first < 10 and mkfs.trees == []
     journal = (tmp_path / "work" / "journal.jsonl").read_text().splitlines()
-    assert len(journal) == 4 and all(json.loads(line)["sha256"] for line in journal)
+    assert len(journal) == first and all(json.loads(line)["sha256"] for line in journal)
 
     cache.fail_after = None
     result = hydrator(cache, mkfs).hydrate(spec, tmp_path / "vol.img", 1 << 30, tmp_path / "work", seen.append)
-    assert cache.reads == 10, "the 4 journaled files must not be read again"
+    assert cache.reads == 10, "the journaled files must not be read again"
     assert mkfs.trees == [files] and result.files == 10 and result.bytes == sum(map(len, files.values()))
     assert result.ufs_bytes == result.bytes and result.hit_ratio == 0.0  # nothing was cached beforehand
     assert ("/ds", {"pinned": True, "pinned_media": ["MEM"]}) in cache.attrs
