@@ -8,7 +8,8 @@ Prints one JSON object with three parts:
   read and write, on the raw namespace (a volume connected with plain ``nvme connect``, its head device), on a
   block volume published through the driver, and on a file in an ext4 volume published through the driver
   (every region written once first, so no target reads holes), alternated round by round; the median IOPS
-  per job and target, and each target's ratio to raw.
+  per job and target, and each target's ratio to raw. The raw namespace is measured twice (``raw-again``, an
+  A/A run): its ratio to raw is the lab's own noise, against which the driver's ratios are read.
 - ``scaling``: NodeStage+NodePublish median with 0, 64 and 128 other NVMe controllers on the node (other
   subsystems connected through ``/dev/nvme-fabrics`` directly, one path each).
 - ``resources``: the driver's RSS and open file descriptors sampled over CYCLES stage/publish/unpublish/
@@ -66,8 +67,9 @@ def datapath(csi: Csi, seconds: float, rounds: int) -> dict[str, Any]:
         trtype, addr, port = portal.split(":")
         subprocess.run(["nvme", "connect", "-t", trtype, "-a", addr, "-s", port, "-n", raw_vol["context"]["nqn"]],
                        check=True, capture_output=True, timeout=120)
-    targets = {"raw": find_head(raw_vol["context"]["namespaceUUID"]), "block": csi.ledger["dp-block"]["target"],
-               "mount": csi.probe_target("dp-mount", mib=int(FIO_SIZE[:-1]))["path"]}
+    raw_head = find_head(raw_vol["context"]["namespaceUUID"])
+    targets = {"raw": raw_head, "block": csi.ledger["dp-block"]["target"],
+               "mount": csi.probe_target("dp-mount", mib=int(FIO_SIZE[:-1]))["path"], "raw-again": raw_head}
     for target in ("raw", "block"):  # the mount's file is written by probe_target
         fio(targets[target], "write-128k", 0, once=True)
     iops: dict[str, dict[str, list[float]]] = {t: {j: [] for j in JOBS} for t in targets}
@@ -84,9 +86,11 @@ def datapath(csi: Csi, seconds: float, rounds: int) -> dict[str, Any]:
     csi.down("dp-mount")
     mean = {t: {j: statistics.median(v) for j, v in jobs.items()} for t, jobs in iops.items()}
     ratios = {t: {j: round(mean[t][j] / mean["raw"][j], 3) for j in JOBS} for t in ("block", "mount")}
+    noise = {j: round(mean["raw-again"][j] / mean["raw"][j], 3) for j in JOBS}
     return {"seconds": seconds, "rounds": rounds,
             "iops": {t: {j: round(v, 1) for j, v in jobs.items()} for t, jobs in mean.items()},
-            "ratio": ratios, "worst_ratio": min(v for jobs in ratios.values() for v in jobs.values())}
+            "ratio": ratios, "worst_ratio": min(v for jobs in ratios.values() for v in jobs.values()),
+            "aa_ratio": noise, "aa_spread": round(max(abs(v - 1) for v in noise.values()), 3)}
 
 
 class OtherControllers:

@@ -157,6 +157,10 @@ def notes(docs: Mapping[str, Doc]) -> list[str]:
         out.append("- data path IOPS (median): " + "; ".join(
             f"{job}: raw {iops['raw'][job]:g}, block {iops['block'][job]:g}, mount {iops['mount'][job]:g}"
             for job in iops["raw"]))
+        if "aa_spread" in node["datapath"]:
+            out.append(f"- data path noise: the raw namespace measured twice in the same run differs by up to "
+                       f"{100 * node['datapath']['aa_spread']:.1f}% ({node['datapath']['aa_ratio']}): ratios within "
+                       "that of 1 are the lab's noise, not the driver's cost.")
         out.append(f"- stage with other controllers (median ms): {node['scaling']['stage_median_ms']}; connecting "
                    f"them took {node['scaling']['connect_seconds']} s.")
     return out

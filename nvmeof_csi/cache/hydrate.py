@@ -3,7 +3,8 @@
 Steps, each resumable: (1) make sure the data set is in Alluxio's namespace (mount ``dataset.uri`` read-only
 at ``dataset.path`` if needed); (2) list its files and check they fit; (3) warm the cache with load jobs for
 files not fully cached yet; (4) stream every file through the REST proxy into a staging tree next to the pool,
-fsync it and append it to a journal (a restart skips journaled files); (5) build an ext4 filesystem holding the
+fsync it and append it to a journal (fsynced at least once a second: an entry lost in a crash only means
+a copy made again; a restart skips journaled files); (5) build an ext4 filesystem holding the
 tree directly in the backing file (``mkfs.ext4 -d``: no loop device, no mount); (6) pin the data set (and set
 its TTL) and write a ``complete`` marker; the staging tree is removed.
 
@@ -127,21 +128,22 @@ class Hydrator:
         cache_bytes = sum(_int(d["cached"]) for d in done.values())
         ufs_bytes = sum(_int(d["size"]) - _int(d["cached"]) for d in done.values())
         bytes_done = sum(_int(d["size"]) for d in done.values())
-        last_report = 0.0
         todo = []
         for status in files:
             rel = status.path[len(spec.path):].lstrip("/")
             inside(tree, tree / rel, f"file of data set {spec.path}")  # a listed name cannot leave the tree
             if not (rel in done and (tree / rel).is_file() and (tree / rel).stat().st_size == status.length):
                 todo.append((status, rel))
-        last_report = 0.0
+        last_report = last_sync = 0.0
         with journal.open("a") as log_fh:
             for status, rel, digest in self._copy_all(todo, tree):
                 cached = status.length * status.in_alluxio_percentage // 100  # cached before this hydration
                 entry = {"path": rel, "size": status.length, "cached": cached, "sha256": digest}
                 log_fh.write(json.dumps(entry) + "\n")
                 log_fh.flush()
-                os.fsync(log_fh.fileno())
+                if time.monotonic() - last_sync > 1.0:  # the file is fsynced already; a lost entry is a re-copy
+                    os.fsync(log_fh.fileno())
+                    last_sync = time.monotonic()
                 done[rel] = entry
                 cache_bytes += cached
                 ufs_bytes += status.length - cached
@@ -149,6 +151,7 @@ class Hydrator:
                 if time.monotonic() - last_report > 1.0:
                     progress(Progress(len(done), len(files), bytes_done, total, "copying"))
                     last_report = time.monotonic()
+            os.fsync(log_fh.fileno())
         progress(Progress(len(files), len(files), total, total, "building the filesystem"))
         self.executor.run(["mkfs.ext4", "-F", "-q", "-d", str(tree), "-L", "dataset", "-E",
                            "lazy_itable_init=1,lazy_journal_init=1,root_owner=0:0", str(backing)],
