@@ -1,26 +1,28 @@
 """The kernel NVMe target's configfs tree (``/sys/kernel/config/nvmet``) as a small object model.
 
 Contract:
-- Observe, then converge: every ``ensure_*`` reads the current value and writes only what differs, so
-  applying the same desired state twice changes nothing (no namespace is re-enabled, no port re-bound).
+- Observe, then converge: every ``ensure_*`` reads the current value and writes only what differs (an object
+  it has just made is written without reading: its values are the kernel's defaults), so applying the same
+  desired state twice changes nothing (no namespace is re-enabled, no port re-bound).
 - Objects are matched by whole NQN and whole port ID; there is no prefix matching anywhere.
 - ``root`` is injectable: unit tests run against a temp folder. In a plain folder the attribute files and
   default groups that configfs creates by itself do not exist, so the model creates folders with
   ``exist_ok`` and treats an absent attribute as empty.
 - Not thread-safe: the agent serialises access per volume and for the shared port objects.
-- Errors: a refused configfs write raises :class:`ConfigfsError` naming the path and the errno text;
+- Errors: a refused configfs write raises :class:`ConfigfsError` (``configfs_tree``, which holds the file
+  primitives) naming the path and the errno text;
   asking for DH-HMAC-CHAP on a kernel without it raises ``FailedPrecondition``.
 """
 
 from __future__ import annotations
 
-import errno
 import os
 from pathlib import Path
 from typing import Any
 
+from nvmeof_csi.agent.configfs_tree import ConfigfsError, ConfigfsTree, refusal
 from nvmeof_csi.agent.portals import ANA_STATES, PortSpec
-from nvmeof_csi.errors import DriverError, FailedPrecondition, InvalidArgument
+from nvmeof_csi.errors import FailedPrecondition, InvalidArgument
 from nvmeof_csi.host.paths import child
 from nvmeof_csi.nvmeof.dhchap import DHGROUP as DHCHAP_DHGROUP
 from nvmeof_csi.nvmeof.dhchap import HASH as DHCHAP_HASH
@@ -33,107 +35,11 @@ NO_TARGET_AUTH = ("this target kernel's nvmet has no in-band authentication (CON
                   "built with it, e.g. Debian bookworm-backports' 6.12; bookworm's 6.1 lacks it)")
 
 
-class ConfigfsError(DriverError):
-    """The kernel refused a configfs operation."""
-
-
-def _why(exc: OSError) -> str:
-    return exc.strerror or errno.errorcode.get(exc.errno or 0, str(exc))
-
-
-class Nvmet:
+class Nvmet(ConfigfsTree):
     """Operations on one nvmet configfs tree."""
 
     def __init__(self, root: Path = DEFAULT_ROOT, plain_tree: bool = False) -> None:
-        """``plain_tree``: ``root`` is an ordinary folder standing in for configfs (tests), so removing an
-        object also removes the attribute files and default groups configfs would drop by itself."""
-        self.root = root
-        self._plain = plain_tree
-
-    # -- primitives ----------------------------------------------------------------------------------------
-    def _read(self, path: Path) -> str:
-        try:
-            return path.read_text().strip()
-        except (FileNotFoundError, NotADirectoryError):
-            return ""
-        except OSError as exc:
-            raise ConfigfsError(f"read {path}: {_why(exc)}") from exc
-
-    def _write(self, path: Path, value: str) -> bool:
-        """Write ``value`` unless the attribute already holds it; True when it wrote."""
-        if self._read(path) == value:
-            return False
-        self._put(path, value)
-        return True
-
-    def _put(self, path: Path, value: str) -> None:
-        """Write ``value`` without looking first (an attribute of an object made a moment ago)."""
-        try:
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-            try:
-                os.write(fd, value.encode())
-            finally:
-                os.close(fd)
-        except OSError as exc:
-            shown = "a key" if "key" in path.name else repr(value)  # DH-HMAC-CHAP keys never reach a message
-            raise ConfigfsError(f"write {shown} to {path}: {_why(exc)}") from exc
-
-    def _mkdir(self, path: Path) -> bool:
-        """Make the folder (an object, in configfs); True when it did not exist before."""
-        try:
-            path.mkdir()
-        except FileExistsError:
-            return False
-        except OSError as exc:
-            raise ConfigfsError(f"mkdir {path}: {_why(exc)}") from exc
-        return True
-
-    def _rmdir(self, path: Path) -> None:
-        try:
-            path.rmdir()
-        except FileNotFoundError:
-            return
-        except OSError as exc:
-            if exc.errno == errno.ENOTEMPTY and self._plain:
-                self._rmdir_plain(path)
-                return
-            raise ConfigfsError(f"rmdir {path}: {_why(exc)}") from exc
-
-    def _rmdir_plain(self, path: Path) -> None:
-        """What configfs does on rmdir of an object: its attributes and empty default groups go with it."""
-        for entry in path.iterdir():
-            if entry.is_symlink():
-                raise ConfigfsError(f"rmdir {path}: still linked from {entry.name}")
-            if entry.is_dir():
-                self._rmdir_plain(entry)
-            else:
-                entry.unlink()
-        path.rmdir()
-
-    def _link(self, target: Path, link: Path) -> None:
-        if link.is_symlink():
-            return
-        try:
-            link.symlink_to(target)
-        except FileExistsError:
-            return
-        except OSError as exc:
-            raise ConfigfsError(f"link {link} -> {target}: {_why(exc)}") from exc
-
-    def _unlink(self, link: Path) -> None:
-        try:
-            link.unlink()
-        except FileNotFoundError:
-            return
-        except OSError as exc:
-            raise ConfigfsError(f"unlink {link}: {_why(exc)}") from exc
-
-    @staticmethod
-    def _names(folder: Path) -> list[str]:
-        try:
-            return sorted(p.name for p in folder.iterdir())
-        except (FileNotFoundError, NotADirectoryError):
-            return []
+        super().__init__(root, plain_tree)
 
     # -- state ---------------------------------------------------------------------------------------------
     def available(self) -> bool:
@@ -234,7 +140,7 @@ class Nvmet:
             finally:
                 os.close(fd)
         except OSError as exc:
-            raise ConfigfsError(f"revalidate {attr}: {_why(exc)}") from exc
+            raise ConfigfsError(f"revalidate {attr}: {refusal(exc)}") from exc
 
     def remove_subsystem(self, nqn: str) -> None:
         """Unlink from every port, drop host grants, disable and remove namespaces, remove the subsystem."""
