@@ -17,7 +17,6 @@ import matplotlib.pyplot as plt
 from matplotlib.axes import Axes
 
 Doc = Mapping[str, Any]
-DEFAULT_KATO = 5
 
 
 def timeline(ax: Axes, doc: Doc) -> None:
