@@ -54,7 +54,11 @@ def main() -> None:
     print(f"bench provision: {result['concurrency']} clients {result['cycles_per_s_n']} cycles/s vs 1 client"
           f" {result['cycles_per_s_1']} -> {result['concurrency_speedup']}x (agent CPU"
           f" {result['agent_cpu_ms_per_cycle_1']} ms of {result['wall_ms_per_cycle_1']} ms per cycle with one client,"
-          f" {result['guest_cpus']} vCPUs); agent over {result['resource_cycles']}"
+          f" {result['guest_cpus']} vCPUs; the durable script itself: {result['script_concurrency_speedup']}x with"
+          f" {result['concurrency']} processes); empty RPC {result['rpc_floor_ms']} ms"
+          f" ({result['rpc_floor_agent_cpu_ms']} ms agent CPU), to a server that does nothing {result['bare_grpc_ms']}"
+          f" ms: floor of any gRPC agent vs the durable script {result['ratio_floor_any_grpc_agent']}x;"
+          f" agent over {result['resource_cycles']}"
           f" cycles: RSS {result['rss_growth_pct']:+.1f}%, open files {result['fd_growth']:+d} after warm-up")
 
 

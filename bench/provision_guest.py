@@ -6,14 +6,20 @@ usage: python bench/provision_guest.py AGENT_SOCKET ROUNDS BATCH POOL_DIR AGENT_
    (the same configfs writes and file operations, no agent): ``bare`` (only the image fsynced, as a quick
    script would) and ``durable`` (same durability as the agent: the image and a per-volume record written
    atomically and durably, deletions made durable), timing each.
-2. Throughput: the same create+delete cycles from CONCURRENCY clients at once vs. one client.
-3. Resources: CYCLES create+delete cycles while the agent's RSS and open file descriptors are sampled.
+2. Throughput: the same create+delete cycles from CONCURRENCY clients at once vs. one client, and the durable
+   script's own ceiling on this machine: CONCURRENCY processes at once vs. one.
+3. The RPC floor: an empty round trip (Health) through the same connection, its wall time and the agent's CPU;
+   and the same round trip to a server that does nothing at all (bench/grpc_floor.py): the least any agent
+   served over gRPC in Python costs per call on this machine.
+4. Resources: CYCLES create+delete cycles while the agent's RSS and open file descriptors are sampled.
 """
 
 from __future__ import annotations
 
 import json
+import multiprocessing
 import os
+import subprocess
 import sys
 import threading
 import time
@@ -119,6 +125,53 @@ def throughput(connect: Callable[[], AgentClient], clients: int, per_client: int
     return clients * per_client / wall, cpu / (clients * per_client) * 1000
 
 
+def _script_cycles(pool: Path, ports: list[str], count: int) -> None:
+    for _ in range(count):
+        raw_delete(pool, ports, raw_create(pool, ports, durable=True), durable=True)
+
+
+def script_throughput(pool: Path, ports: list[str], workers: int, per_worker: int) -> float:
+    """Durable-script create+delete cycles per second with ``workers`` processes at once (no GIL, no lock:
+    what the machine itself allows)."""
+    procs = [multiprocessing.Process(target=_script_cycles, args=(pool, ports, per_worker)) for _ in range(workers)]
+    begin = time.perf_counter()
+    for proc in procs:
+        proc.start()
+    for proc in procs:
+        proc.join()
+    if any(proc.exitcode for proc in procs):
+        raise SystemExit("bench provision: a script process failed")
+    return workers * per_worker / (time.perf_counter() - begin)
+
+
+def rpc_floor(client: AgentClient, pid: int, calls: int = 200) -> tuple[float, float]:
+    """(ms per empty round trip, agent CPU ms per round trip): Health crosses the same edge, thread hop and
+    transport as a create, and does nothing else."""
+    cpu, begin = cpu_seconds(pid), time.perf_counter()
+    for _ in range(calls):
+        client.health()
+    return (time.perf_counter() - begin) / calls * 1000, (cpu_seconds(pid) - cpu) / calls * 1000
+
+
+def bare_grpc_floor(calls: int = 200) -> tuple[float, float]:
+    """(ms per round trip, server CPU ms per round trip) to bench/grpc_floor.py on a unix socket."""
+    sock = Path(f"/run/nvmeof-csi-bench-floor-{os.getpid()}.sock")
+    server = subprocess.Popen([sys.executable, str(Path(__file__).with_name("grpc_floor.py")), str(sock)])
+    try:
+        deadline = time.monotonic() + 60
+        while not sock.exists():
+            if time.monotonic() > deadline or server.poll() is not None:
+                raise SystemExit("bench provision: the bare gRPC server did not start")
+            time.sleep(0.1)
+        with AgentClient(AgentTarget("floor", Endpoint.parse(f"unix://{sock}")), 60) as client:
+            client.health()
+            return rpc_floor(client, server.pid, calls)
+    finally:
+        server.kill()
+        server.wait()
+        sock.unlink(missing_ok=True)
+
+
 def main() -> None:
     sock, rounds, batch, pool = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), Path(sys.argv[4])
     pid, concurrency, cycles = int(sys.argv[5]), int(sys.argv[6]), int(sys.argv[7])
@@ -157,6 +210,10 @@ def main() -> None:
             durable_t["delete"] += time.perf_counter() - t
         one, cpu_one = throughput(connect, 1, concurrency * 2, pid)
         many, cpu_many = throughput(connect, concurrency, 2, pid)
+        script_one = script_throughput(pool, ports, 1, concurrency * 2)
+        script_many = script_throughput(pool, ports, concurrency, 2)
+        floor_ms, floor_cpu_ms = rpc_floor(client, pid)
+        bare_ms, bare_cpu_ms = bare_grpc_floor()
         samples: list[list[int]] = [[0, *resources(pid)]]
         step = max(1, cycles // 20)
         for done in range(0, cycles, step):
@@ -179,6 +236,13 @@ def main() -> None:
         "concurrency_speedup": round(many / one, 2),
         "agent_cpu_ms_per_cycle_1": round(cpu_one, 1), "agent_cpu_ms_per_cycle_n": round(cpu_many, 1),
         "wall_ms_per_cycle_1": round(1000 / one, 1), "guest_cpus": os.cpu_count(),
+        "script_cycles_per_s_1": round(script_one, 2), "script_cycles_per_s_n": round(script_many, 2),
+        "script_concurrency_speedup": round(script_many / script_one, 2),
+        "speedup_vs_script_ceiling": round(many / one / (script_many / script_one), 2),
+        "rpc_floor_ms": round(floor_ms, 2), "rpc_floor_agent_cpu_ms": round(floor_cpu_ms, 2),
+        "bare_grpc_ms": round(bare_ms, 2), "bare_grpc_server_cpu_ms": round(bare_cpu_ms, 2),
+        "ratio_floor_any_grpc_agent": round(  # the durable script plus one bare round trip per create and delete
+            (sum(durable_t.values()) + 2 * n * bare_ms / 1000) / sum(durable_t.values()), 2),
         "resource_cycles": cycles, "resources": samples,
     }))
 

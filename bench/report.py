@@ -150,6 +150,16 @@ def notes(docs: Mapping[str, Doc]) -> list[str]:
                    "when CPU per cycle is near its wall time the agent is CPU-bound and more clients cannot help "
                    "beyond the cores it can use.")
     with contextlib.suppress(KeyError):
+        out.append(f"- the machine's own ceiling: the durable script run by {prov['concurrency']} processes at once "
+                   f"(no GIL, no lock) does {prov['script_concurrency_speedup']}x the cycles of one process; the "
+                   f"agent with {prov['concurrency']} clients {prov['concurrency_speedup']}x "
+                   f"({prov['speedup_vs_script_ceiling']} of the ceiling).")
+        out.append(f"- the RPC floor: an empty Health round trip through the agent takes {prov['rpc_floor_ms']} ms "
+                   f"({prov['rpc_floor_agent_cpu_ms']} ms of agent CPU); to a gRPC server that does nothing "
+                   f"{prov['bare_grpc_ms']} ms ({prov['bare_grpc_server_cpu_ms']} ms CPU). The durable script plus "
+                   f"one such round trip per create and per delete is already {prov['ratio_floor_any_grpc_agent']}x "
+                   "the script: no agent served over gRPC in Python gets below that here.")
+    with contextlib.suppress(KeyError):
         out.append(f"- black-holed path: stall = {loss['fit_slope']} x keepAliveTmo + {loss['fit_offset_s']} s "
                    f"over {len(loss['runs'])} runs, 0 errors required (measured {loss['errors']}).")
     with contextlib.suppress(KeyError):

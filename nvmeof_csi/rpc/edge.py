@@ -77,23 +77,27 @@ class EdgeInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[type-arg]
         self._table = lock_table
         self._authorize = authorize
         self._observe = observe
+        self._wrapped: dict[str, grpc.RpcMethodHandler[Any, Any]] = {}  # by method; filled on the event loop
 
     async def intercept_service(
         self,
         continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler[Any, Any]]],
         handler_call_details: grpc.HandlerCallDetails,
     ) -> grpc.RpcMethodHandler[Any, Any]:
+        method: str = handler_call_details.method
+        known = self._wrapped.get(method)  # a method's handler never changes: wrap it once
+        if known is not None:
+            return known
         handler = await continuation(handler_call_details)
         if handler is None or handler.unary_unary is None:
             return handler
-        method: str = handler_call_details.method
-        inner = cast(Handler, handler.unary_unary)
-        wrapped = self._wrap(method, inner)
-        return grpc.unary_unary_rpc_method_handler(
-            wrapped,
+        wrapped = grpc.unary_unary_rpc_method_handler(
+            self._wrap(method, cast(Handler, handler.unary_unary)),
             request_deserializer=handler.request_deserializer,
             response_serializer=handler.response_serializer,
         )
+        self._wrapped[method] = wrapped
+        return wrapped
 
     def _wrap(self, method: str, inner: Handler) -> Handler:
         lock_fields = self._table.get(method, ())

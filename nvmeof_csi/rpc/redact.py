@@ -5,6 +5,8 @@ depth. The input message is never modified.
 
 from __future__ import annotations
 
+from functools import cache
+
 from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import Message
 from google.protobuf.text_format import MessageToString
@@ -15,6 +17,7 @@ REDACTED = "***stripped***"
 SECRET_OPTION = csi_pb2.DESCRIPTOR.package + ".csi_secret"
 
 
+@cache  # a pure function of an immutable descriptor (a fixed, small set): computed once per field
 def _is_secret(field: FieldDescriptor) -> bool:
     if field.name == "secrets" or field.name.endswith("secret"):
         return True
