@@ -7,9 +7,11 @@ Prints one JSON object with three parts:
 - ``datapath``: fio (libaio, O_DIRECT) 4 KiB random read and write at queue depth 16 and 128 KiB sequential
   read and write, on the raw namespace (a volume connected with plain ``nvme connect``, its head device), on a
   block volume published through the driver, and on a file in an ext4 volume published through the driver
-  (every region written once first, so no target reads holes), alternated round by round; the median IOPS
-  per job and target, and each target's ratio to raw. The raw namespace is measured twice (``raw-again``, an
-  A/A run): its ratio to raw is the lab's own noise, against which the driver's ratios are read.
+  (every region written once first, so no target reads holes), and on a file in ext4 made and mounted by hand
+  on another raw namespace (``ext4``: the same mkfs options, no driver: what the filesystem itself costs),
+  alternated round by round; the median IOPS per job and target, and each target's ratio to raw (the mount's
+  also to ``ext4``: the driver's own share). The raw namespace is measured twice (``raw-again``, an A/A run):
+  its ratio to raw is the lab's own noise, against which the driver's ratios are read.
 - ``scaling``: NodeStage+NodePublish median with 0, 64 and 128 other NVMe controllers on the node (other
   subsystems connected through ``/dev/nvme-fabrics`` directly, one path each).
 - ``resources``: the driver's RSS and open file descriptors sampled over CYCLES stage/publish/unpublish/
@@ -30,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.provision_guest import CFS, resources
-from bench.stage_guest import MiB, find_head
+from bench.stage_guest import MKFS, MiB, find_head
 from lab.csi_ops import Csi
 
 JOBS = {  # name: (rw, block size, iodepth)
@@ -40,6 +42,7 @@ JOBS = {  # name: (rw, block size, iodepth)
     "write-128k": ("write", "128k", 4),
 }
 FIO_SIZE = "96M"
+BARE_FS = Path("/scratch/bench-bare-ext4")
 OTHER_POOL = Path("/scratch/bench-other")
 OTHER_NQN = "nqn.2026-11.io.nvmeof:bench-other:{}"
 
@@ -57,20 +60,48 @@ def fio(target: str, job: str, seconds: float, once: bool = False) -> float:
     return float(job_doc["read"]["iops"] + job_doc["write"]["iops"])
 
 
+def bare_connect(csi: Csi, name: str) -> str:
+    """A volume created and attached through the controller, connected with plain ``nvme connect`` on every
+    portal; returns its head device."""
+    csi.create(name, 256 * MiB)
+    csi.attach(name)
+    context = csi.ledger[name]["context"]
+    for portal in context["portals"].split(","):
+        trtype, addr, port = portal.split(":")
+        subprocess.run(["nvme", "connect", "-t", trtype, "-a", addr, "-s", port, "-n", context["nqn"]],
+                       check=True, capture_output=True, timeout=120)
+    return find_head(context["namespaceUUID"])
+
+
+def bare_release(csi: Csi, name: str) -> None:
+    subprocess.run(["nvme", "disconnect", "-n", csi.ledger[name]["context"]["nqn"]], check=True,
+                   capture_output=True, timeout=120)
+    csi.detach(name)
+    csi.delete(name)
+
+
+def bare_ext4_file(device: str) -> str:
+    """ext4 with the driver's mkfs options, mounted by hand, holding a written file of FIO_SIZE."""
+    subprocess.run([*MKFS, device], check=True, capture_output=True, timeout=300)
+    BARE_FS.mkdir(parents=True, exist_ok=True)
+    subprocess.run(["mount", "-t", "ext4", device, str(BARE_FS)], check=True, capture_output=True, timeout=120)
+    path = BARE_FS / "probe.bin"
+    with path.open("wb") as fh:  # as the driver's probe file is made (lab/csi_ops.py probe_target)
+        os.posix_fallocate(fh.fileno(), 0, int(FIO_SIZE[:-1]) << 20)
+        fh.write(b"\0" * (int(FIO_SIZE[:-1]) << 20))
+        os.fsync(fh.fileno())
+    return str(path)
+
+
 def datapath(csi: Csi, seconds: float, rounds: int) -> dict[str, Any]:
     csi.up("dp-block", size=256 * MiB, mode="block")
     csi.up("dp-mount", size=256 * MiB, mode="mount", fs="ext4")
-    csi.create("dp-raw", 256 * MiB)
-    csi.attach("dp-raw")
-    raw_vol = csi.ledger["dp-raw"]
-    for portal in raw_vol["context"]["portals"].split(","):
-        trtype, addr, port = portal.split(":")
-        subprocess.run(["nvme", "connect", "-t", trtype, "-a", addr, "-s", port, "-n", raw_vol["context"]["nqn"]],
-                       check=True, capture_output=True, timeout=120)
-    raw_head = find_head(raw_vol["context"]["namespaceUUID"])
+    raw_head = bare_connect(csi, "dp-raw")
+    ext4_file = bare_ext4_file(bare_connect(csi, "dp-ext4"))
     targets = {"raw": raw_head, "block": csi.ledger["dp-block"]["target"],
-               "mount": csi.probe_target("dp-mount", mib=int(FIO_SIZE[:-1]))["path"], "raw-again": raw_head}
-    for target in ("raw", "block"):  # the mount's file is written by probe_target
+               "mount": csi.probe_target("dp-mount", mib=int(FIO_SIZE[:-1]))["path"], "ext4": ext4_file,
+               "raw-again": raw_head}
+    for target in ("raw", "block"):  # the files are written when made
         fio(targets[target], "write-128k", 0, once=True)
     iops: dict[str, dict[str, list[float]]] = {t: {j: [] for j in JOBS} for t in targets}
     for r in range(rounds):
@@ -78,18 +109,19 @@ def datapath(csi: Csi, seconds: float, rounds: int) -> dict[str, Any]:
         for job in JOBS:
             for target in order:
                 iops[target][job].append(fio(targets[target], job, seconds))
-    subprocess.run(["nvme", "disconnect", "-n", raw_vol["context"]["nqn"]], check=True, capture_output=True,
-                   timeout=120)
-    csi.detach("dp-raw")
-    csi.delete("dp-raw")
+    subprocess.run(["umount", str(BARE_FS)], check=True, capture_output=True, timeout=120)
+    bare_release(csi, "dp-ext4")
+    bare_release(csi, "dp-raw")
     csi.down("dp-block")
     csi.down("dp-mount")
     mean = {t: {j: statistics.median(v) for j, v in jobs.items()} for t, jobs in iops.items()}
-    ratios = {t: {j: round(mean[t][j] / mean["raw"][j], 3) for j in JOBS} for t in ("block", "mount")}
+    ratios = {t: {j: round(mean[t][j] / mean["raw"][j], 3) for j in JOBS} for t in ("block", "mount", "ext4")}
     noise = {j: round(mean["raw-again"][j] / mean["raw"][j], 3) for j in JOBS}
+    own = {j: round(mean["mount"][j] / mean["ext4"][j], 3) for j in JOBS}
     return {"seconds": seconds, "rounds": rounds,
             "iops": {t: {j: round(v, 1) for j, v in jobs.items()} for t, jobs in mean.items()},
-            "ratio": ratios, "worst_ratio": min(v for jobs in ratios.values() for v in jobs.values()),
+            "ratio": ratios, "worst_ratio": min(*ratios["block"].values(), *ratios["mount"].values()),
+            "mount_vs_ext4": own, "worst_mount_vs_ext4": min(own.values()),
             "aa_ratio": noise, "aa_spread": round(max(abs(v - 1) for v in noise.values()), 3)}
 
 

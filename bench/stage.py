@@ -53,7 +53,8 @@ def main() -> None:
     node["resources"].update(growth(node["resources"]["samples"]))
     save("node", node)
     dp, sc, res = node["datapath"], node["scaling"], node["resources"]
-    print(f"bench node: data path worst {dp['worst_ratio']}x raw ({dp['ratio']}); stage with other controllers "
+    print(f"bench node: data path worst {dp['worst_ratio']}x raw ({dp['ratio']}); published mount vs hand-made ext4"
+          f" worst {dp['worst_mount_vs_ext4']}x; stage with other controllers "
           f"{sc['ratio']} of none; node plugin over {res['cycles']} cycles: RSS {res['rss_growth_pct']:+.1f}%, "
           f"open files {res['fd_growth']:+d} after warm-up")
 

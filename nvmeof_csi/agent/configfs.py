@@ -85,8 +85,9 @@ class Nvmet(ConfigfsTree):
     def ensure_subsystem(self, nqn: str, serial: str, model: str) -> None:
         sub = self._sub(nqn)
         made = self._mkdir(sub)
-        for group in ("namespaces", "allowed_hosts"):
-            self._mkdir(sub / group)
+        if self._plain:  # configfs makes a subsystem's default groups itself
+            for group in ("namespaces", "allowed_hosts"):
+                self._mkdir(sub / group)
         if made:  # a new subsystem: nothing to look at first
             for attr, value in (("attr_allow_any_host", "0"), ("attr_serial", serial), ("attr_model", model)):
                 self._put(sub / attr, value)
@@ -152,7 +153,7 @@ class Nvmet(ConfigfsTree):
         for nsid in self.namespaces(nqn):
             ns = sub / "namespaces" / str(nsid)
             if self._read(ns / "enable") == "1":
-                self._write(ns / "enable", "0")
+                self._put(ns / "enable", "0")
             self._rmdir(ns)
         self._rmdir(sub)
 
