@@ -141,12 +141,12 @@ class AlluxioRest:
             base = url.partition("/api/")[0]
             raise CacheUnavailable(f"Alluxio at {base} unreachable: {type(exc).__name__}") from exc
 
-    def _call(self, method: str, url: str, json: Any = None, params: dict[str, str] | None = None,
+    def _call(self, method: str, url: str, json_body: Any = None, params: dict[str, str] | None = None,
               ) -> urllib3.BaseHTTPResponse:
         rest = url.partition("/api/")[2]
 
         def once() -> urllib3.BaseHTTPResponse:
-            resp = self._send(method, url, json, params)
+            resp = self._send(method, url, json_body, params)
             if resp.status >= 500:
                 text = _message(resp)
                 if "does not exist" in text or "FileDoesNotExist" in text or "NotFound" in text:
@@ -164,7 +164,7 @@ class AlluxioRest:
     def _path_op(self, path: str, op: str, body: dict[str, Any] | None = None,
                  params: dict[str, str] | None = None) -> Any:
         url = f"{self.proxy_url}/api/v1/paths/{quote(_absolute(path))}/{op}"  # the proxy wants /paths//a/b/op
-        resp = self._call("POST", url, json=body or {}, params=params)
+        resp = self._call("POST", url, json_body=body or {}, params=params)
         return _json(resp) if resp.data else None
 
     # -- namespace -----------------------------------------------------------------------------------------
@@ -259,7 +259,7 @@ class JobServiceLoader:
         else:
             config = {"@type": BATCHED, "jobType": "Load",
                       "jobConfig": [{"@type": LOAD, "filePath": p, "replication": str(replication)} for p in paths]}
-        resp = self._rest._call("POST", f"{self._rest.job_url}/api/v1/master/job/run", json=config)
+        resp = self._rest._call("POST", f"{self._rest.job_url}/api/v1/master/job/run", json_body=config)
         return int(_json(resp))
 
     def job_status(self, job_id: int) -> JobStatus:
