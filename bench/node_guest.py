@@ -33,7 +33,7 @@ from typing import Any
 
 from bench.provision_guest import CFS, resources
 from bench.stage_guest import MKFS, MiB, find_head
-from lab.csi_ops import Csi
+from lab.csi_ops import Csi, write_probe_file
 
 JOBS = {  # name: (rw, block size, iodepth)
     "randread-4k-qd16": ("randread", "4k", 16),
@@ -85,12 +85,7 @@ def bare_ext4_file(device: str) -> str:
     subprocess.run([*MKFS, device], check=True, capture_output=True, timeout=300)
     BARE_FS.mkdir(parents=True, exist_ok=True)
     subprocess.run(["mount", "-t", "ext4", device, str(BARE_FS)], check=True, capture_output=True, timeout=120)
-    path = BARE_FS / "probe.bin"
-    with path.open("wb") as fh:  # as the driver's probe file is made (lab/csi_ops.py probe_target)
-        os.posix_fallocate(fh.fileno(), 0, int(FIO_SIZE[:-1]) << 20)
-        fh.write(b"\0" * (int(FIO_SIZE[:-1]) << 20))
-        os.fsync(fh.fileno())
-    return str(path)
+    return str(write_probe_file(BARE_FS, int(FIO_SIZE[:-1])))  # made as in the published mount
 
 
 def datapath(csi: Csi, seconds: float, rounds: int) -> dict[str, Any]:

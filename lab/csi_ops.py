@@ -52,6 +52,17 @@ POD_UID = "csi.storage.k8s.io/pod.uid"
 Step = dict[str, Any]
 
 
+def write_probe_file(folder: Path, mib: int) -> Path:
+    """``folder/probe.bin`` of ``mib`` MiB, allocated and written once (so O_DIRECT I/O hits allocated,
+    initialised blocks) and fsynced."""
+    path = folder / "probe.bin"
+    with path.open("wb") as fh:
+        os.posix_fallocate(fh.fileno(), 0, mib << 20)
+        fh.write(b"\0" * (mib << 20))
+        os.fsync(fh.fileno())
+    return path
+
+
 class Csi:
     def __init__(self, socket: str) -> None:
         channel = grpc.insecure_channel(f"unix://{socket}")
@@ -222,12 +233,7 @@ class Csi:
         vol = self.ledger[name]
         if vol["mode"] == "block":
             return {"path": vol["target"]}
-        path = Path(vol["target"]) / "probe.bin"
-        with path.open("wb") as fh:
-            os.posix_fallocate(fh.fileno(), 0, mib << 20)
-            fh.write(b"\0" * (mib << 20))  # written once so O_DIRECT I/O hits allocated, initialised blocks
-            os.fsync(fh.fileno())
-        return {"path": str(path)}
+        return {"path": str(write_probe_file(Path(vol["target"]), mib))}
 
     def write_dataset(self, name: str, files: int = 64, kib: int = 512) -> Step:
         vol = self.ledger[name]
