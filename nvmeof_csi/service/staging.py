@@ -24,6 +24,7 @@ from nvmeof_csi.host.cgroups import check_pod_uid
 from nvmeof_csi.host.filesystems import Filesystems, Usage, device_size, usage
 from nvmeof_csi.host.mounter import Mounter
 from nvmeof_csi.host.paths import confined
+from nvmeof_csi.rpc.locks import KeyedMutex
 from nvmeof_csi.service.ports import NO_SECRETS, Condition, Connector, Health, Problem, VolumeRef
 from nvmeof_csi.service.qos import LimitsSource, QosEnforcer
 from nvmeof_csi.service.records import AccessSpec, StagingRecord, StagingStore
@@ -57,6 +58,10 @@ def mount_options(access: AccessSpec, fs_type: str) -> tuple[str, ...]:
     return (*flags, "ro", NO_REPLAY.get(fs_type, "ro"))
 
 
+def _key(ref: VolumeRef) -> str:
+    return f"{ref.location}/{ref.uuid}"
+
+
 class StagingService:
     """NodeStage/Publish/Unpublish/Unstage/Stats/Expand over injected connector, mounter and filesystems."""
 
@@ -79,6 +84,7 @@ class StagingService:
         self._store = store
         self._size_of = size_of
         self._root = root
+        self._limits_lock = KeyedMutex()  # unpublish vs the QoS loop: a removed io.max line stays removed
 
     def _path(self, text: str, what: str) -> str:
         return confined(self._root, text, what)
@@ -242,17 +248,19 @@ class StagingService:
         if record is None or target not in record.targets:
             return  # never published there by us: nothing to unmount or remove
         self._mounter.unmount(target)
-        pod_uid = record.pods.get(target, "")
-        if self._qos is not None and pod_uid and record.device:
-            others = [t for t, p in record.pods.items() if p == pod_uid and t != target]
-            if not others:  # the pod's last publish of this volume: its line goes
-                self._qos.remove(record.volume_id, pod_uid, record.device)
-        path = Path(target)
-        if path.is_dir() and not path.is_symlink():
-            path.rmdir()
-        elif path.exists() or path.is_symlink():
-            path.unlink()
-        self._store.save(record.without_target(target))
+        with self._limits_lock.hold(_key(ref)):  # the QoS loop must not re-apply the line removed here
+            record = self._store.load(ref) or record
+            pod_uid = record.pods.get(target, "")
+            if self._qos is not None and pod_uid and record.device:
+                others = [t for t, p in record.pods.items() if p == pod_uid and t != target]
+                if not others:  # the pod's last publish of this volume: its line goes
+                    self._qos.remove(record.volume_id, pod_uid, record.device)
+            path = Path(target)
+            if path.is_dir() and not path.is_symlink():
+                path.rmdir()
+            elif path.exists() or path.is_symlink():
+                path.unlink()
+            self._store.save(record.without_target(target))
 
     # -- start-up ------------------------------------------------------------------------------------------
     def reconcile(self, timeout: float) -> list[str]:
@@ -303,12 +311,15 @@ class StagingService:
         if self._qos is None:
             return []
         actions = []
-        records = self._store.all()
-        if self._limits_source is not None:
-            for record in records:
-                if record.pods:
+        for listed in self._store.all():
+            with self._limits_lock.hold(_key(listed.ref)):
+                record = self._store.load(listed.ref)  # as it is now, not as it was listed (see unpublish)
+                if record is None:
+                    continue
+                if self._limits_source is not None and record.pods:
                     actions += self._qos.refresh(record, self._limits_source)
-        return actions + self._qos.reconcile(records)
+                actions += self._qos.reconcile([record])
+        return actions
 
     def storage_health(self) -> Health:
         """The node's initiator: fabrics modules, native multipath."""

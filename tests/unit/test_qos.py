@@ -22,7 +22,7 @@ from nvmeof_csi.nvmeof.context import VolumeContext
 from nvmeof_csi.nvmeof.qos import limits_from
 from nvmeof_csi.service.ports import VolumeRef
 from nvmeof_csi.service.qos import LimitOverrides, QosEnforcer
-from nvmeof_csi.service.records import AccessSpec, StagingStore
+from nvmeof_csi.service.records import AccessSpec, StagingRecord, StagingStore
 from nvmeof_csi.service.staging import StagingService
 from tests.support.fakes import FakeConnector, FakeHost
 
@@ -137,6 +137,24 @@ def test_publish_writes_the_pods_line_and_unpublish_removes_it(tmp_path: Path) -
     node.svc.unpublish(node.ref, str(tmp_path / "t2"))
     assert node.tree.io_max(pod) == {}
     assert node.svc.health(node.ref).problems == ()
+
+
+def test_an_unpublish_while_the_reconcile_pass_runs_keeps_the_line_removed(tmp_path: Path) -> None:
+    """The QoS loop lists the records, then the pod is unpublished, then the loop goes on: it must act on the
+    record as it is now (no pod), not re-write the line the unpublish just removed (seen in the lab)."""
+    node = Node(tmp_path)
+    pod = node.tree.make_pod(f"kubepods/besteffort/pod{POD}")
+    node.publish("t1")
+    listed = node.store.all()
+
+    def all_then_unpublish() -> list[StagingRecord]:
+        node.svc.unpublish(node.ref, str(tmp_path / "t1"))
+        return listed
+
+    node.store.all = all_then_unpublish  # type: ignore[method-assign]
+    assert node.tree.io_max(pod) != {}
+    assert node.svc.reconcile_limits() == []
+    assert node.tree.io_max(pod) == {}, "the reconcile pass re-applied the line of an unpublished pod"
 
 
 def test_unlimited_volume_writes_nothing(tmp_path: Path) -> None:
