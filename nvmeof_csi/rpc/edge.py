@@ -1,6 +1,6 @@
 """The RPC edge around every unary call of every service (CSI and the target agent): request ID, one log line
-in and one out (with duration and status code, secrets stripped), the keyed try-locks the service's lock
-table names, and the single error boundary.
+in (the request, secrets stripped) and one out (status code and duration; at DEBUG also the response), the
+keyed try-locks the service's lock table names, and the single error boundary.
 
 Contract: a servicer raises domain errors; here they become the status code they carry. Unknown exceptions
 become INTERNAL and their traceback is logged. Nothing below the servicers calls ``context.abort``.
@@ -117,8 +117,9 @@ class EdgeInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[type-arg]
                 keys = [f"{f}={getattr(request, f)}" for f in lock_fields if getattr(request, f, "")]
                 release = self._locks.take(*keys)  # before the work exists: a busy key means it never starts
                 response = await _until_done(inner(request, context), release, short)
-                if verbose:
-                    log.info("< %s OK %.3fs %s", short, time.monotonic() - start, safe_text(response))
+                if verbose:  # the response's text (a ListVolumes page can be large) only at DEBUG
+                    detail = safe_text(response) if log.isEnabledFor(logging.DEBUG) else ""
+                    log.info("< %s OK %.3fs %s", short, time.monotonic() - start, detail)
                 return response
             except Exception as exc:  # the one error boundary
                 code, message = to_status(exc)

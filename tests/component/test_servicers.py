@@ -178,6 +178,17 @@ async def test_log_lines_in_and_out_without_secrets(stack: Stack, caplog: pytest
     assert "s" in lines[-1].split()[3]  # duration like 0.004s
 
 
+async def test_the_out_line_carries_the_response_only_at_debug(stack: Stack, caplog: pytest.LogCaptureFixture) -> None:
+    async def out_line(level: int, name: str) -> str:
+        caplog.clear()
+        with caplog.at_level(level, logger="nvmeof_csi.rpc"):
+            await stack.controller.CreateVolume(csi_pb2.CreateVolumeRequest(name=name, volume_capabilities=[mount_cap()]))
+        return [r.getMessage() for r in caplog.records if r.name == "nvmeof_csi.rpc"][-1]
+
+    assert "volume_id" not in await out_line(logging.INFO, "quiet")
+    assert "volume_id" in await out_line(logging.DEBUG, "chatty")
+
+
 async def test_node_info_and_capabilities(stack: Stack) -> None:
     info = await stack.node.NodeGetInfo(csi_pb2.NodeGetInfoRequest())
     assert info.node_id == "node-1"
