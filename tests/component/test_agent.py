@@ -148,8 +148,8 @@ def test_unsafe_or_broken_settings_are_refused(tmp_path: Path, args: list[str], 
 
 def test_sigkill_crash_loop_ends_consistent(tmp_path: Path) -> None:
     proc = subprocess.run(
-        [sys.executable, "-m", "tests.support.crashloop", str(tmp_path / "crash"), "--ops", "200", "--plain-tree",
-         "--kill-every", "0.02", "0.15"],
+        [sys.executable, "-m", "tests.support.crashloop", str(tmp_path / "crash"), "--ops", "200", "--min-kills", "10",
+         "--plain-tree", "--kill-every", "0.02", "0.15"],
         capture_output=True, text=True, timeout=600,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -111,7 +111,7 @@ def test_sigkill_crash_loop_on_real_configfs(lab_vm: LabVM, fabric: Fabric, repo
     lab_vm.run(["rm", "-rf", "/scratch/crash"], 60)
     start = time.monotonic()
     out = lab_vm.check(
-        [lab_vm.python, "-m", "tests.support.crashloop", "/scratch/crash", "--ops", "200",
+        [lab_vm.python, "-m", "tests.support.crashloop", "/scratch/crash", "--ops", "200", "--min-kills", "3",
          "--configfs", "/sys/kernel/config/nvmet", "--kill-every", "2", "8"],
         timeout=900, cwd=str(REPO),
     )

@@ -2,8 +2,10 @@
 moments and restarted; afterwards state, configfs and pool must agree and every surviving volume's data
 must be intact. Used on the host (plain configfs tree) and in the lab VM (real configfs).
 
-usage: python -m tests.support.crashloop WORKDIR [--ops 200] [--seed 1] [--configfs ROOT] [--plain-tree]
-Prints one JSON report line.
+usage: python -m tests.support.crashloop WORKDIR [--ops 200] [--min-kills 0] [--seed 1] [--configfs ROOT]
+       [--plain-tree] [--kill-every MIN_S MAX_S]
+At least ``--ops`` operations, and more until the agent was killed ``--min-kills`` times (a faster agent must
+not make the loop end before it crashed often enough; at most 20x ``--ops``). Prints one JSON report line.
 """
 
 from __future__ import annotations
@@ -119,7 +121,9 @@ def ensure_running(agent: AgentProcess) -> None:
             continue  # killed while starting (converging): start again
 
 
-def run(work: Path, ops: int, seed: int, configfs: Path, plain: bool, kill_every: tuple[float, float]) -> dict[str, Any]:
+def run(
+    work: Path, ops: int, seed: int, configfs: Path, plain: bool, kill_every: tuple[float, float], min_kills: int = 0,
+) -> dict[str, Any]:
     rng = random.Random(seed)
     work.mkdir(parents=True, exist_ok=True)
     agent = AgentProcess(work, configfs, plain)
@@ -129,7 +133,9 @@ def run(work: Path, ops: int, seed: int, configfs: Path, plain: bool, kill_every
     interrupted = 0
     killer = Killer(agent, rng, *kill_every)
     killer.start()
-    for _ in range(ops):
+    done = 0
+    while done < ops or (killer.kills < min_kills and done < 20 * ops):
+        done += 1
         name = f"vol-{rng.randrange(30)}"
         while True:  # every operation is idempotent: after a crash, restart the agent and repeat it
             ensure_running(agent)
@@ -163,7 +169,7 @@ def run(work: Path, ops: int, seed: int, configfs: Path, plain: bool, kill_every
             if f.read(36) != vol_uuid.encode():
                 corrupt.append(vol_uuid)
     return {
-        "ops": ops, "kills": killer.kills, "kills_while_starting": killer.kills_while_starting,
+        "ops": done, "kills": killer.kills, "kills_while_starting": killer.kills_while_starting,
         "interrupted_rpcs": interrupted,
         "expected_names": sorted(expected), "state_names": sorted(names),
         "statuses": sorted({v.status for v in state.volumes.values()}),
@@ -179,6 +185,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("work", type=Path)
     ap.add_argument("--ops", type=int, default=200)
+    ap.add_argument("--min-kills", type=int, default=0)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--configfs", type=Path)
     ap.add_argument("--plain-tree", action="store_true")
@@ -189,7 +196,7 @@ def main() -> None:
         for sub in ("subsystems", "ports", "hosts"):
             (configfs / sub).mkdir(parents=True, exist_ok=True)
     os.environ.setdefault("PYTHONUNBUFFERED", "1")
-    print(json.dumps(run(a.work, a.ops, a.seed, configfs, a.plain_tree, tuple(a.kill_every))))
+    print(json.dumps(run(a.work, a.ops, a.seed, configfs, a.plain_tree, tuple(a.kill_every), a.min_kills)))
 
 
 if __name__ == "__main__":
