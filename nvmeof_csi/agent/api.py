@@ -3,17 +3,16 @@
 Every field of every request is validated here, before anything runs: UUIDs must be canonical UUIDs, host
 NQNs valid NQNs, names and maps bounded and free of control characters (``InvalidArgument`` naming the
 field). Paths are built from these values further down only through ``host.paths.child``, so no request can
-name a file outside the agent's roots. Validation that needs state is the service's. Blocking work runs in
-worker threads; errors cross the shared edge interceptor (one error boundary).
+name a file outside the agent's roots. Validation that needs state is the service's. Every call is blocking
+work: the servicer is synchronous and runs on the threaded server's threads (``rpc.server.new_threaded_server``);
+errors cross the shared edge interceptor (one error boundary).
 """
 
 from __future__ import annotations
 
-import asyncio
 import re
 from collections.abc import Callable, Mapping
-from concurrent.futures import ThreadPoolExecutor
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import grpc
 
@@ -28,9 +27,9 @@ from nvmeof_csi.gen import nvmeof_agent_pb2 as pb
 from nvmeof_csi.gen import nvmeof_agent_pb2_grpc as pb_grpc
 from nvmeof_csi.nvmeof.nqn import check_host_nqn, check_uuid
 from nvmeof_csi.nvmeof.qos import mutable_only
-from nvmeof_csi.rpc.calls import blocking, require
+from nvmeof_csi.rpc.calls import require
 
-Ctx = grpc.aio.ServicerContext[Any, Any]
+Ctx = grpc.ServicerContext
 MAX_NAME_BYTES = 256
 DEFAULT_PAGE, MAX_PAGE = 500, 1000
 T = TypeVar("T")
@@ -70,6 +69,9 @@ def _map(values: Mapping[str, str], field: str) -> dict[str, str]:
     return dict(values)
 #: The agent locks inside its service (per name, per volume), where it can wait; the edge takes no keys.
 AGENT_LOCK_TABLE: dict[str, tuple[str, ...]] = {}
+#: Calls served at once (threads are made on demand). Health answers unless this many calls are in flight; long
+#: dataset fills are bounded on their own (``cache.volumes.MAX_FILLS``).
+AGENT_RPC_THREADS = 128
 
 
 def portal_msg(portal: PortSpec, ana_state: str) -> pb.Portal:
@@ -118,43 +120,41 @@ class AgentServicer(pb_grpc.AgentServicer):
     def __init__(self, agent: TargetAgent, unknown: list[str]) -> None:
         self._agent = agent
         self._unknown = unknown
-        # Health has a thread of its own: it answers while long creates (fills) occupy every shared worker.
-        self._health_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="health")
 
-    async def Health(self, request: pb.HealthRequest, context: Ctx) -> pb.HealthResponse:
-        ready = await asyncio.get_running_loop().run_in_executor(self._health_pool, self._agent.nvmet.available)
+    def Health(self, request: pb.HealthRequest, context: Ctx) -> pb.HealthResponse:
+        ready = self._agent.nvmet.available()
         message = "ready" if ready else f"nvmet configfs not available at {self._agent.nvmet.root}"
         return pb.HealthResponse(
             ready=ready, message=message, version=__version__, agent_name=self._agent.name,
             unknown_objects=self._unknown,
         )
 
-    async def CreateVolume(self, request: pb.CreateVolumeRequest, context: Ctx) -> pb.Volume:
+    def CreateVolume(self, request: pb.CreateVolumeRequest, context: Ctx) -> pb.Volume:
         name = _name(request.name, "name")
         source = request.source.WhichOneof("source") if request.HasField("source") else None
         source_volume = _uuid(request.source.volume_uuid, "source.volume_uuid") if source == "volume_uuid" else ""
         source_snap = _uuid(request.source.snapshot_uuid, "source.snapshot_uuid") if source == "snapshot_uuid" else ""
-        view = await blocking(
-            self._agent.create_volume, name, request.capacity_bytes, _map(request.parameters, "parameters"),
-            _map(request.labels, "labels"), source_volume, source_snap,
+        view = self._agent.create_volume(
+            name, request.capacity_bytes, _map(request.parameters, "parameters"), _map(request.labels, "labels"),
+            source_volume, source_snap,
         )
         return volume_msg(view)
 
-    async def DeleteVolume(self, request: pb.DeleteVolumeRequest, context: Ctx) -> pb.DeleteVolumeResponse:
+    def DeleteVolume(self, request: pb.DeleteVolumeRequest, context: Ctx) -> pb.DeleteVolumeResponse:
         require(request.uuid, "uuid")
-        await blocking(self._agent.delete_volume, _uuid(request.uuid, "uuid"))
+        self._agent.delete_volume(_uuid(request.uuid, "uuid"))
         return pb.DeleteVolumeResponse()
 
-    async def ResizeVolume(self, request: pb.ResizeVolumeRequest, context: Ctx) -> pb.Volume:
+    def ResizeVolume(self, request: pb.ResizeVolumeRequest, context: Ctx) -> pb.Volume:
         require(request.uuid, "uuid")
-        view = await blocking(self._agent.resize_volume, _uuid(request.uuid, "uuid"), request.capacity_bytes)
+        view = self._agent.resize_volume(_uuid(request.uuid, "uuid"), request.capacity_bytes)
         return volume_msg(view)
 
-    async def ModifyVolume(self, request: pb.ModifyVolumeRequest, context: Ctx) -> pb.Volume:
+    def ModifyVolume(self, request: pb.ModifyVolumeRequest, context: Ctx) -> pb.Volume:
         require(request.uuid, "uuid")
         changes = _map(request.parameters, "parameters")
         mutable_only(changes)
-        view = await blocking(self._agent.modify_volume, _uuid(request.uuid, "uuid"), changes)
+        view = self._agent.modify_volume(_uuid(request.uuid, "uuid"), changes)
         return volume_msg(view)
 
     @staticmethod
@@ -163,65 +163,64 @@ class AgentServicer(pb_grpc.AgentServicer):
         who = caller()
         return who.role != NODE or who.host_nqn in view.record.hosts
 
-    async def GetVolume(self, request: pb.GetVolumeRequest, context: Ctx) -> pb.Volume:
+    def GetVolume(self, request: pb.GetVolumeRequest, context: Ctx) -> pb.Volume:
         key = request.WhichOneof("key")
         require(key, "uuid or name")
         uuid, name = _uuid(request.uuid, "uuid"), _name(request.name, "name") if request.name else ""
-        view = await blocking(self._agent.get_volume, uuid, name)
+        view = self._agent.get_volume(uuid, name)
         if not self._visible(view):
             raise NotFound(f"volume {uuid or name!r} does not exist on agent {self._agent.name}")
-        return await blocking(volume_with_health, self._agent, view)
+        return volume_with_health(self._agent, view)
 
-    async def ListVolumes(self, request: pb.ListVolumesRequest, context: Ctx) -> pb.ListVolumesResponse:
-        views = await blocking(self._agent.list_volumes)
+    def ListVolumes(self, request: pb.ListVolumesRequest, context: Ctx) -> pb.ListVolumesResponse:
+        views = self._agent.list_volumes()
         page, token = _page([v for v in views if self._visible(v)], lambda v: v.record.uuid,
                             request.max_entries, request.starting_token)
         return pb.ListVolumesResponse(volumes=[volume_msg(v) for v in page], next_token=token)
 
-    async def CreateSnapshot(self, request: pb.CreateSnapshotRequest, context: Ctx) -> pb.Snapshot:
+    def CreateSnapshot(self, request: pb.CreateSnapshotRequest, context: Ctx) -> pb.Snapshot:
         require(request.source_volume_uuid, "source_volume_uuid")
         name, source = _name(request.name, "name"), _uuid(request.source_volume_uuid, "source_volume_uuid")
-        return snapshot_msg(await blocking(self._agent.create_snapshot, name, source))
+        return snapshot_msg(self._agent.create_snapshot(name, source))
 
-    async def DeleteSnapshot(self, request: pb.DeleteSnapshotRequest, context: Ctx) -> pb.DeleteSnapshotResponse:
+    def DeleteSnapshot(self, request: pb.DeleteSnapshotRequest, context: Ctx) -> pb.DeleteSnapshotResponse:
         require(request.uuid, "uuid")
-        await blocking(self._agent.delete_snapshot, _uuid(request.uuid, "uuid"))
+        self._agent.delete_snapshot(_uuid(request.uuid, "uuid"))
         return pb.DeleteSnapshotResponse()
 
-    async def ListSnapshots(self, request: pb.ListSnapshotsRequest, context: Ctx) -> pb.ListSnapshotsResponse:
+    def ListSnapshots(self, request: pb.ListSnapshotsRequest, context: Ctx) -> pb.ListSnapshotsResponse:
         source = _uuid(request.source_volume_uuid, "source_volume_uuid")
-        snaps = await blocking(self._agent.list_snapshots, source, _uuid(request.snapshot_uuid, "snapshot_uuid"))
+        snaps = self._agent.list_snapshots(source, _uuid(request.snapshot_uuid, "snapshot_uuid"))
         page, token = _page(snaps, lambda s: s.uuid, request.max_entries, request.starting_token)
         return pb.ListSnapshotsResponse(snapshots=[snapshot_msg(s) for s in page], next_token=token)
 
-    async def AllowHost(self, request: pb.AllowHostRequest, context: Ctx) -> pb.Volume:
+    def AllowHost(self, request: pb.AllowHostRequest, context: Ctx) -> pb.Volume:
         require(request.volume_uuid, "volume_uuid")
         require(request.host_nqn, "host_nqn")
         check_host_nqn(request.host_nqn)
-        view = await blocking(
-            self._agent.allow_host, _uuid(request.volume_uuid, "volume_uuid"), request.host_nqn,
-            request.dhchap_secret, request.readonly, request.dhchap_ctrl_secret,
+        view = self._agent.allow_host(
+            _uuid(request.volume_uuid, "volume_uuid"), request.host_nqn, request.dhchap_secret, request.readonly,
+            request.dhchap_ctrl_secret,
         )
         return volume_msg(view)
 
-    async def DenyHost(self, request: pb.DenyHostRequest, context: Ctx) -> pb.Volume:
+    def DenyHost(self, request: pb.DenyHostRequest, context: Ctx) -> pb.Volume:
         require(request.volume_uuid, "volume_uuid")
         require(request.host_nqn, "host_nqn")
         check_host_nqn(request.host_nqn)
-        return volume_msg(await blocking(self._agent.deny_host, _uuid(request.volume_uuid, "volume_uuid"),
-                                         request.host_nqn))
+        return volume_msg(self._agent.deny_host(_uuid(request.volume_uuid, "volume_uuid"), request.host_nqn))
 
-    async def ListPortals(self, request: pb.ListPortalsRequest, context: Ctx) -> pb.ListPortalsResponse:
-        portals = await blocking(self._agent.list_portals)
+    def ListPortals(self, request: pb.ListPortalsRequest, context: Ctx) -> pb.ListPortalsResponse:
+        portals = self._agent.list_portals()
         return pb.ListPortalsResponse(portals=[portal_msg(p, s) for p, s in portals])
 
-    async def SetAnaState(self, request: pb.SetAnaStateRequest, context: Ctx) -> pb.ListPortalsResponse:
+    def SetAnaState(self, request: pb.SetAnaStateRequest, context: Ctx) -> pb.ListPortalsResponse:
         group, state = _name(request.group, "group", 64), _name(request.state, "state", 64)
-        portals = await blocking(self._agent.set_ana, group, state)
+        portals = self._agent.set_ana(group, state)
         return pb.ListPortalsResponse(portals=[portal_msg(p, s) for p, s in portals])
 
-    async def GetCapacity(self, request: pb.GetCapacityRequest, context: Ctx) -> pb.GetCapacityResponse:
-        usage = await blocking(self._agent.store.usage)
+    def GetCapacity(self, request: pb.GetCapacityRequest, context: Ctx) -> pb.GetCapacityResponse:
+        usage = self._agent.store.usage()
         total = self._agent.capacity_bytes()
         provisioned = self._agent.provisioned_bytes()
         pool = pb.Pool(

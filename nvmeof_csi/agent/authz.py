@@ -30,11 +30,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import grpc
 import yaml
 
 from nvmeof_csi.errors import ConfigError, PermissionDenied
 from nvmeof_csi.nvmeof.nqn import valid_host_nqn
+from nvmeof_csi.rpc.edge import Context
 
 READER, NODE, CONTROLLER, ADMIN = "reader", "node", "controller", "admin"
 ROLES = (READER, NODE, CONTROLLER, ADMIN)
@@ -100,7 +100,7 @@ def load_policy(path: Path) -> dict[str, Principal]:
         raise ConfigError(f"authz policy {path} is not valid YAML: {exc}") from exc
 
 
-def _identities(context: grpc.aio.ServicerContext[Any, Any]) -> list[str] | None:
+def _identities(context: Context) -> list[str] | None:
     """The certificate identities of a TLS caller (CN first), or ``None`` for a caller without TLS."""
     auth = context.auth_context() or {}
     if b"ssl" not in auth.get("transport_security_type", []):
@@ -115,7 +115,7 @@ class Authorizer:
     def __init__(self, policy: Mapping[str, Principal]) -> None:
         self._policy = dict(policy)
 
-    def __call__(self, method: str, context: grpc.aio.ServicerContext[Any, Any]) -> None:
+    def __call__(self, method: str, context: Context) -> None:
         short = method.rsplit("/", 1)[-1]
         identities = _identities(context)
         if identities is None:

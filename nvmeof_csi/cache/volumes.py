@@ -6,7 +6,9 @@ Contract: :meth:`DatasetVolumes.fill` first checks the data set may be read at a
 under-store prefix the operator allowed, none by default; ``dataset.path`` under the agent's data-set root;
 ``PermissionDenied`` otherwise), then runs (or resumes) hydration of one volume and returns the labels to
 record with it (``dataset.*``: files, bytes, cache vs. under-store bytes, hit ratio, worker hosts); while it
-runs, :meth:`progress` returns a one-line progress text for that volume. Work folders live under
+runs, :meth:`progress` returns a one-line progress text for that volume. At most ``max_fills`` volumes hydrate
+at once (each copies ``FETCH_WORKERS`` files at a time); a fill beyond that waits for a slot, and its progress
+says so. Work folders live under
 ``work_root/<volume uuid>`` and are removed by :meth:`discard`. :meth:`release` unpins and frees a
 data set when no other volume references its Alluxio path, on this agent or on any other (``holders``:
 ``cache/holders.py``); a cache that cannot be reached then is logged, never raised (deleting a volume must
@@ -38,10 +40,14 @@ def ufs_allowed(uri: str, prefixes: Sequence[str]) -> bool:
     return any(uri == p.rstrip("/") or uri.startswith(p.rstrip("/") + "/") for p in prefixes if p.strip("/"))
 
 
+#: volumes hydrating at once on one agent (the agent serves many more calls at once: ``rpc.server``)
+MAX_FILLS = 4
+
+
 class DatasetVolumes:
     def __init__(
         self, hydrator: Hydrator, work_root: Path, allowed_ufs: Sequence[str] = (), root: str = "/datasets",
-        holders: DatasetHolders | None = None,
+        holders: DatasetHolders | None = None, max_fills: int = MAX_FILLS,
     ) -> None:
         self.hydrator = hydrator
         self.holders = holders
@@ -50,6 +56,7 @@ class DatasetVolumes:
         self.root = root
         self._progress: dict[str, str] = {}
         self._lock = threading.Lock()
+        self._slots = threading.BoundedSemaphore(max_fills)
 
     def progress(self, vol_uuid: str) -> str:
         with self._lock:
@@ -81,8 +88,14 @@ class DatasetVolumes:
         work = child(self.work_root, check_uuid(vol_uuid, "volume UUID"), "volume UUID")
         work.mkdir(parents=True, exist_ok=True)
         try:
-            result = self.hydrator.hydrate(spec, backing, capacity, work,
-                                           lambda step: self._report(vol_uuid, spec, step))
+            if not self._slots.acquire(blocking=False):
+                self._report(vol_uuid, spec, Progress(0, 0, 0, 0, "waiting for a free fill slot"))
+                self._slots.acquire()
+            try:
+                result = self.hydrator.hydrate(spec, backing, capacity, work,
+                                               lambda step: self._report(vol_uuid, spec, step))
+            finally:
+                self._slots.release()
         finally:
             with self._lock:
                 self._progress.pop(vol_uuid, None)

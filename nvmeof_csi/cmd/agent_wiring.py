@@ -15,7 +15,7 @@ import threading
 from prometheus_client import CollectorRegistry
 
 from nvmeof_csi import DRIVER_NAME
-from nvmeof_csi.agent.api import AGENT_LOCK_TABLE, AgentServicer
+from nvmeof_csi.agent.api import AGENT_LOCK_TABLE, AGENT_RPC_THREADS, AgentServicer
 from nvmeof_csi.agent.authz import Authorizer, load_policy
 from nvmeof_csi.agent.configfs import Nvmet
 from nvmeof_csi.agent.metrics import AgentCollector
@@ -31,7 +31,7 @@ from nvmeof_csi.errors import FailedPrecondition
 from nvmeof_csi.gen import nvmeof_agent_pb2_grpc as pb_grpc
 from nvmeof_csi.host.executor import SubprocessExecutor
 from nvmeof_csi.rpc.metrics import RpcMetrics, serve_metrics
-from nvmeof_csi.rpc.server import bind, bind_mtls, new_server, run_until_stopped
+from nvmeof_csi.rpc.server import bind, bind_mtls, new_threaded_server, run_until_stopped
 
 log = logging.getLogger(__name__)
 
@@ -83,7 +83,9 @@ async def serve_agent(settings: AgentSettings, plain_tree: bool = False) -> None
         log.error("converge problem: %s", line)
     policy = load_policy(settings.authz_file) if settings.authz_file is not None else {}
     registry.register(AgentCollector(agent, lambda: len(report.unknown)))
-    server = new_server(AGENT_LOCK_TABLE, Authorizer(policy), RpcMetrics(registry, DRIVER_NAME).observe)
+    # threads, not asyncio: every agent call is blocking work, served straight on a server thread (#17)
+    server = new_threaded_server(AGENT_LOCK_TABLE, Authorizer(policy), RpcMetrics(registry, DRIVER_NAME).observe,
+                                 workers=AGENT_RPC_THREADS)
     pb_grpc.add_AgentServicer_to_server(AgentServicer(agent, report.unknown), server)
     sockets = []
     if settings.unix_endpoint is not None:

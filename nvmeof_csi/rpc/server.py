@@ -5,7 +5,8 @@ Contract:
   from: :func:`claim_socket` raises :class:`SocketInUse`.
 - :func:`run_until_stopped` runs until SIGTERM/SIGINT (or ``stop`` is set), then stops accepting new RPCs and
   gives in-flight RPCs ``grace_seconds`` to finish before they are cancelled; the socket files are removed.
-- :func:`new_server` puts the shared edge (request IDs, logs, the service's lock table, the one error
+- :func:`new_server` (asyncio) and :func:`new_threaded_server` (a pool of threads: for a service whose every
+  call is blocking work) put the shared edge (request IDs, logs, the service's lock table, the one error
   boundary) in front of every servicer.
 """
 
@@ -17,16 +18,18 @@ import os
 import signal
 import socket
 import stat
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import grpc
 
 from nvmeof_csi.errors import FailedPrecondition
-from nvmeof_csi.rpc.edge import Authorize, EdgeInterceptor, Observe
+from nvmeof_csi.rpc.edge import Authorize, EdgeInterceptor, Observe, ThreadedEdgeInterceptor
 from nvmeof_csi.rpc.endpoints import Endpoint, TlsFiles
 from nvmeof_csi.rpc.locks import KeyedLocks, LockTable
 
 log = logging.getLogger(__name__)
+Server = grpc.aio.Server | grpc.Server
 
 
 def new_server(
@@ -35,6 +38,17 @@ def new_server(
     """An asyncio gRPC server whose every unary call crosses the shared edge with ``lock_table`` (and
     ``authorize``, when the service authorizes its callers; ``observe`` gets every call's code and duration)."""
     return grpc.aio.server(interceptors=[EdgeInterceptor(KeyedLocks(), lock_table, authorize, observe)])
+
+
+def new_threaded_server(
+    lock_table: LockTable, authorize: Authorize | None = None, observe: Observe | None = None, workers: int = 32,
+) -> grpc.Server:
+    """A gRPC server whose handlers run on a pool of ``workers`` threads, behind the same edge as
+    :func:`new_server`. A call beyond ``workers`` in flight waits for a free thread."""
+    return grpc.server(
+        ThreadPoolExecutor(max_workers=workers, thread_name_prefix="rpc"),
+        interceptors=[ThreadedEdgeInterceptor(KeyedLocks(), lock_table, authorize, observe)],
+    )
 
 
 class SocketInUse(FailedPrecondition):
@@ -65,7 +79,7 @@ def claim_socket(path: Path) -> None:
     raise SocketInUse(f"a live server is already listening on {path}")
 
 
-def bind(server: grpc.aio.Server, endpoint: Endpoint, socket_mode: int | None = None) -> int:
+def bind(server: Server, endpoint: Endpoint, socket_mode: int | None = None) -> int:
     """Bind the endpoint; returns the TCP port (0 for unix sockets). With ``socket_mode`` a unix socket is
     created with that mode from its first moment (the umask is narrowed while it is bound), so no other user
     can connect in a window before a chmod."""
@@ -89,7 +103,7 @@ def bind(server: grpc.aio.Server, endpoint: Endpoint, socket_mode: int | None = 
 
 
 async def run_until_stopped(
-    server: grpc.aio.Server, grace_seconds: float, sockets: list[Path], stop: asyncio.Event | None = None,
+    server: Server, grace_seconds: float, sockets: list[Path], stop: asyncio.Event | None = None,
     socket_mode: int | None = None, started: asyncio.Event | None = None,
 ) -> None:
     """Start ``server`` (then set ``started``); on SIGTERM/SIGINT (or ``stop``) stop it, giving in-flight RPCs
@@ -98,7 +112,10 @@ async def run_until_stopped(
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    await server.start()
+    if isinstance(server, grpc.aio.Server):
+        await server.start()
+    else:
+        server.start()  # returns once it serves, on threads of its own
     if started is not None:
         started.set()
     if socket_mode is not None:
@@ -107,7 +124,10 @@ async def run_until_stopped(
     try:
         await stop.wait()
         log.info("stopping: in-flight RPCs get %.0f s", grace_seconds)
-        await server.stop(grace_seconds)
+        if isinstance(server, grpc.aio.Server):
+            await server.stop(grace_seconds)
+        else:
+            await asyncio.to_thread(lambda: server.stop(grace_seconds).wait())
     finally:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.remove_signal_handler(sig)
@@ -116,7 +136,7 @@ async def run_until_stopped(
         log.info("stopped")
 
 
-def bind_mtls(server: grpc.aio.Server, endpoint: Endpoint, tls: TlsFiles) -> int:
+def bind_mtls(server: Server, endpoint: Endpoint, tls: TlsFiles) -> int:
     """Listen on a TCP ``endpoint`` with mutual TLS: clients must present a certificate ``tls.ca`` signed."""
     creds = grpc.ssl_server_credentials(
         [(tls.key.read_bytes(), tls.cert.read_bytes())],

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import threading
+import time
+import uuid
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from types import SimpleNamespace
@@ -13,7 +15,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from nvmeof_csi.cache.client import CacheUnavailable, FileStatus, JobStatus
-from nvmeof_csi.cache.hydrate import DatasetMetrics, Hydrator, Progress
+from nvmeof_csi.cache.hydrate import DatasetMetrics, HydrationResult, Hydrator, Progress
 from nvmeof_csi.cache.volumes import DatasetVolumes, ufs_allowed
 from nvmeof_csi.cli.datasets import summarize
 from nvmeof_csi.errors import InvalidArgument, OutOfRange, PermissionDenied
@@ -258,3 +260,42 @@ def test_the_agent_is_no_confused_deputy(tmp_path: Path, params: dict[str, str],
 def test_ttl_is_bounded() -> None:
     with pytest.raises(InvalidArgument, match=r"dataset\.ttl"):
         DatasetSpec.from_parameters({"dataset.path": "/d", "dataset.ttl": str(10**9)})
+
+
+class GatedHydrator:
+    """A hydrator whose every hydration waits for ``gate``; counts how many run at once."""
+
+    def __init__(self) -> None:
+        self.gate = threading.Event()
+        self.running = self.most = 0
+        self.lock = threading.Lock()
+
+    def hydrate(self, spec: DatasetSpec, backing: Path, capacity: int, work: Path, report: object) -> HydrationResult:
+        with self.lock:
+            self.running += 1
+            self.most = max(self.most, self.running)
+        self.gate.wait(10)
+        with self.lock:
+            self.running -= 1
+        return HydrationResult(1, 1, 1, 0, ("w1",))
+
+
+def test_at_most_max_fills_volumes_hydrate_at_once_and_the_rest_say_they_wait(tmp_path: Path) -> None:
+    gated = GatedHydrator()
+    volumes = DatasetVolumes(gated, tmp_path, max_fills=2)  # type: ignore[arg-type]
+    uuids = [str(uuid.uuid4()) for _ in range(4)]
+    labels: list[dict[str, str]] = []
+    threads = [threading.Thread(target=lambda u=u: labels.append(
+        volumes.fill(u, {"dataset.path": "/datasets/ds"}, tmp_path / u, 1 << 30))) for u in uuids]
+    for t in threads:
+        t.start()
+    deadline = time.monotonic() + 10
+    while sum("waiting for a free fill slot" in volumes.progress(u) for u in uuids) < 2:
+        assert time.monotonic() < deadline, [volumes.progress(u) for u in uuids]
+        time.sleep(0.01)
+    assert gated.running == 2
+    gated.gate.set()
+    for t in threads:
+        t.join(10)
+    assert gated.most == 2 and len(labels) == 4 and all(v["dataset.files"] == "1" for v in labels)
+    assert all(volumes.progress(u) == "" for u in uuids)
