@@ -39,6 +39,10 @@ class LabError(RuntimeError):
     """The VM could not be started or the agent connection broke."""
 
 
+class BootCrash(LabError):
+    """QEMU exited before the guest agent was ready: the guest kernel crashed (or panicked) while booting."""
+
+
 class GuestError(RuntimeError):
     """A guest command failed (non-zero exit)."""
 
@@ -141,6 +145,16 @@ class LabVM:
         ]
 
     def start(self) -> LabVM:
+        """Boot and wait for the guest agent. A guest kernel that crashes while booting, before anything of ours
+        ran in it, is booted once more (TCG's cross-CPU code patching has oopsed the 6.12 kernel at boot: ``int3``
+        in ``sched_clock_cpu``); the failed boot's console is printed to stderr. A second crash is raised."""
+        try:
+            return self._boot()
+        except BootCrash as crash:
+            print(f"lab: the guest kernel crashed while booting; booting it once more. {crash}", file=sys.stderr)
+            return self._boot()
+
+    def _boot(self) -> LabVM:
         sock_path = self.rundir / "ctl.sock"
         sock_path.unlink(missing_ok=True)
         t0 = time.monotonic()
@@ -170,9 +184,11 @@ class LabVM:
                 break
             except queue.Empty:
                 if self.proc.poll() is not None or time.monotonic() - t0 > self.boot_timeout:
-                    why = "qemu exited" if self.proc.poll() is not None else f"timeout {self.boot_timeout:.0f}s"
+                    crashed = self.proc.poll() is not None
+                    why = "qemu exited" if crashed else f"timeout {self.boot_timeout:.0f}s"
                     self.stop()
-                    raise LabError(f"guest agent not ready ({why}); console:\n{self._tail('console.log')}") from None
+                    error = BootCrash if crashed else LabError
+                    raise error(f"guest agent not ready ({why}); console:\n{self._tail('console.log')}") from None
         self.boot_seconds = time.monotonic() - t0
         if not str(self.ready.get("scratch", "")).startswith(("mounted", "formatted")):
             raise LabError(f"scratch disk not usable in the guest: {self.ready.get('scratch')}")

@@ -56,3 +56,28 @@ def test_ana_state_is_checked_before_touching_the_guest() -> None:
     fabric = Fabric(vm=None)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="ANA state"):
         fabric.set_ana(1, "mostly-optimized")
+
+
+def test_a_guest_kernel_crash_at_boot_is_booted_once_more_and_a_second_one_raised(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from lab.vm import BootCrash, LabError, LabVM
+
+    vm = LabVM.__new__(LabVM)  # no QEMU: only start()'s retry policy is under test
+    outcomes: list[Exception | None] = [BootCrash("Oops: int3"), None]
+
+    def boot() -> LabVM:
+        outcome = outcomes.pop(0)
+        if outcome is not None:
+            raise outcome
+        return vm
+
+    vm._boot = boot  # type: ignore[method-assign]
+    assert vm.start() is vm and outcomes == []
+    assert "booting it once more" in capsys.readouterr().err
+    outcomes[:] = [BootCrash("first"), BootCrash("second")]
+    with pytest.raises(BootCrash, match="second"):
+        vm.start()
+    outcomes[:] = [LabError("timeout 300s")]  # not a crash: no second boot
+    with pytest.raises(LabError, match="timeout"):
+        vm.start()
