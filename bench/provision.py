@@ -4,7 +4,7 @@ in one lab VM run (TCG: compare the ratio, not the absolute times); then through
 clients vs one, and the agent's RSS and open files over many create/delete cycles (bench/provision_guest.py).
 Writes results/bench-provision.json.
 
-usage: python -m bench.provision [--rounds 8] [--batch 25] [--concurrency 16] [--cycles 500] [--quick]
+usage: python -m bench.provision [--rounds 8] [--batch 25] [--concurrency 16] [--cycles 500] [--profile 60] [--quick]
 """
 
 from __future__ import annotations
@@ -25,10 +25,11 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=25, help="volumes per batch")
     ap.add_argument("--concurrency", type=int, default=16, help="clients of the throughput run")
     ap.add_argument("--cycles", type=int, default=500, help="create/delete cycles of the resource run")
-    ap.add_argument("--quick", action="store_true", help="CI: 4 rounds, 200 resource cycles")
+    ap.add_argument("--profile", type=int, default=60, help="seconds of create/delete cycles sampled by py-spy")
+    ap.add_argument("--quick", action="store_true", help="CI: 4 rounds, 200 resource cycles, 20 s profile")
     args = ap.parse_args()
     if args.quick:
-        args.rounds, args.cycles = 4, 200
+        args.rounds, args.cycles, args.profile = 4, 200, 20
     started = time.monotonic()
     with LabVM() as vm:
         Fabric(vm).load()
@@ -37,8 +38,8 @@ def main() -> None:
         agent.start()
         pid = vm.check(["cat", "/run/nvmeof-csi/agent.pid"]).strip()
         out = vm.check(
-            [vm.python, "bench/provision_guest.py", "/run/nvmeof-csi/agent.sock", str(args.rounds), str(args.batch),
-             f"{POOL_DIR}-raw", pid, str(args.concurrency), str(args.cycles)],
+            [vm.python, "-m", "bench.provision_guest", "/run/nvmeof-csi/agent.sock", str(args.rounds), str(args.batch),
+             f"{POOL_DIR}-raw", pid, str(args.concurrency), str(args.cycles), str(args.profile)],
             timeout=3600, cwd=str(REPO),
         )
         agent.stop()
@@ -60,7 +61,11 @@ def main() -> None:
           f" ms: floor of any gRPC agent vs the durable script {result['ratio_floor_any_grpc_agent']}x;"
           f" agent over {result['resource_cycles']}"
           f" cycles: RSS {result['rss_growth_pct']:+.1f}%, open files {result['fd_growth']:+d} after warm-up")
-
+    where = result["profile"]
+    print(f"bench provision: what the agent is busy with (py-spy, {where['samples']} samples over"
+          f" {where['cycles']} cycles of {where['wall_ms_per_cycle']} ms, {where['agent_cpu_ms_per_cycle']} ms CPU): "
+          + ", ".join(f"{k} {100 * v:.0f}%" for k, v in where["share"].items())
+          + f"; pathlib in {100 * where['pathlib_share']:.0f}% of samples")
 
 if __name__ == "__main__":
     main()

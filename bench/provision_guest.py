@@ -1,6 +1,6 @@
 """Guest half of bench/provision.py; prints one JSON line.
 
-usage: python bench/provision_guest.py AGENT_SOCKET ROUNDS BATCH POOL_DIR AGENT_PID CONCURRENCY CYCLES
+usage: python -m bench.provision_guest AGENT_SOCKET ROUNDS BATCH POOL_DIR AGENT_PID CONCURRENCY CYCLES PROFILE_S
 
 1. Latency: alternate batches of creates+deletes through the target agent and through two raw sequences
    (the same configfs writes and file operations, no agent): ``bare`` (only the image fsynced, as a quick
@@ -11,7 +11,9 @@ usage: python bench/provision_guest.py AGENT_SOCKET ROUNDS BATCH POOL_DIR AGENT_
 3. The RPC floor: an empty round trip (Health) through the same connection, its wall time and the agent's CPU;
    and the same round trip to a server that does nothing at all (bench/grpc_floor.py): the least any agent
    served over gRPC in Python costs per call on this machine.
-4. Resources: CYCLES create+delete cycles while the agent's RSS and open file descriptors are sampled.
+4. Profile: PROFILE_S seconds of create+delete cycles from one client while py-spy samples the agent
+   (bench/profile.py): the agent's CPU per cycle split by what it was doing.
+5. Resources: CYCLES create+delete cycles while the agent's RSS and open file descriptors are sampled.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ import uuid
 from collections.abc import Callable
 from pathlib import Path
 
+from bench.profile import categorise, leaves, record
 from nvmeof_csi.agent.client import AgentClient, AgentTarget
 from nvmeof_csi.host.atomic import fsync_dir, remove_durably, write_json_atomic
 from nvmeof_csi.rpc.endpoints import Endpoint
@@ -172,9 +175,24 @@ def bare_grpc_floor(calls: int = 200) -> tuple[float, float]:
         sock.unlink(missing_ok=True)
 
 
+def profile(client: AgentClient, pid: int, seconds: int) -> dict[str, object]:
+    """What the agent was busy with (bench/profile.py: shares of py-spy's samples by category, the innermost
+    frames) over ``seconds`` of create+delete cycles from one client, with its CPU and wall time per cycle."""
+    made = iter(range(1 << 30))
+    cpu, begin = cpu_seconds(pid), time.perf_counter()
+    raw, cycles = record(pid, seconds, Path(f"/tmp/bench-profile-{os.getpid()}.txt"),
+                         lambda: cycles_through(client, f"prof-{next(made)}", 1))
+    cycles = max(cycles, 1)
+    cpu_ms, wall_ms = (cpu_seconds(pid) - cpu) / cycles * 1000, (time.perf_counter() - begin) / cycles * 1000
+    shares, pathlib, samples = categorise(raw)
+    return {"seconds": seconds, "cycles": cycles, "samples": samples, "agent_cpu_ms_per_cycle": round(cpu_ms, 1),
+            "wall_ms_per_cycle": round(wall_ms, 1), "share": shares, "pathlib_share": pathlib,
+            "top_leaves": leaves(raw)}
+
+
 def main() -> None:
     sock, rounds, batch, pool = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), Path(sys.argv[4])
-    pid, concurrency, cycles = int(sys.argv[5]), int(sys.argv[6]), int(sys.argv[7])
+    pid, concurrency, cycles, profile_s = int(sys.argv[5]), int(sys.argv[6]), int(sys.argv[7]), int(sys.argv[8])
     ports = sorted(os.listdir(CFS / "ports"))
     (pool / "records").mkdir(parents=True, exist_ok=True)
     agent_t = {"create": 0.0, "delete": 0.0}
@@ -214,6 +232,7 @@ def main() -> None:
         script_many = script_throughput(pool, ports, concurrency, 2)
         floor_ms, floor_cpu_ms = rpc_floor(client, pid)
         bare_ms, bare_cpu_ms = bare_grpc_floor()
+        where = profile(client, pid, profile_s)
         samples: list[list[int]] = [[0, *resources(pid)]]
         step = max(1, cycles // 20)
         for done in range(0, cycles, step):
@@ -243,7 +262,7 @@ def main() -> None:
         "bare_grpc_ms": round(bare_ms, 2), "bare_grpc_server_cpu_ms": round(bare_cpu_ms, 2),
         "ratio_floor_any_grpc_agent": round(  # the durable script plus one bare round trip per create and delete
             (sum(durable_t.values()) + 2 * n * bare_ms / 1000) / sum(durable_t.values()), 2),
-        "resource_cycles": cycles, "resources": samples,
+        "profile": where, "resource_cycles": cycles, "resources": samples,
     }))
 
 

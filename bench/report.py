@@ -162,6 +162,14 @@ def notes(docs: Mapping[str, Doc]) -> list[str]:
                    f"one such round trip per create and per delete is already {prov['ratio_floor_any_grpc_agent']}x "
                    "the script: no agent served over gRPC in Python gets below that here.")
     with contextlib.suppress(KeyError):
+        where = prov["profile"]
+        parts = sorted(where["share"].items(), key=lambda kv: -float(kv[1]))
+        out.append(f"- what the agent is busy with (py-spy, {where['samples']} samples over {where['cycles']} "
+                   f"create+delete cycles of {where['wall_ms_per_cycle']} ms, {where['agent_cpu_ms_per_cycle']} ms "
+                   "of agent CPU each; a sample is a thread on the CPU or in a system call such as fsync): "
+                   + ", ".join(f"{name} {100 * float(share):.0f}%" for name, share in parts if float(share) > 0)
+                   + f"; pathlib objects in {100 * float(where['pathlib_share']):.0f}% of the samples.")
+    with contextlib.suppress(KeyError):
         out.append(f"- black-holed path: stall = {loss['fit_slope']} x keepAliveTmo + {loss['fit_offset_s']} s "
                    f"over {len(loss['runs'])} runs, 0 errors required (measured {loss['errors']}).")
     with contextlib.suppress(KeyError):

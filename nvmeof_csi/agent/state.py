@@ -1,23 +1,26 @@
-"""The agent's desired state: every volume, snapshot, host grant and portal-group ANA state, saved before
-configfs or the pool is touched.
+"""The agent's desired state: every volume, snapshot, host grant and portal-group ANA state, saved before configfs or
+the pool is touched.
 
 Layout (one small JSON file per record, so saving a change costs the same with 10 or 10,000 volumes and never
 rewrites another volume's record): ``<folder>/volumes/<uuid>[.<status>].json`` and
 ``<folder>/snapshots/<uuid>[.<status>].json`` (no status part: ready; ``.creating`` / ``.deleting``), and
-``<folder>/ana.json``. The status lives in the file name, so a status change alone (creating -> ready,
-ready -> deleting) is one rename and a folder fsync, not a rewrite; a content change is an atomic rewrite
-(temp file, fsync, rename, fsync the folder) under the record's current name, then the rename if the status
-changed too. A removed record is unlinked and the folder fsynced. A state saved by an older agent as one
-document (``<folder>/agent-state.json``) is split into record files on load, the document removed last.
+``<folder>/ana.json``. The status lives in the file name, so a status change alone (creating -> ready, ready ->
+deleting) is one rename and a folder fsync, not a rewrite; a content change is an atomic rewrite (temp file, fsync,
+rename, fsync the folder) under the record's current name, then the rename if the status changed too. A removed
+record is unlinked and the folder fsynced, except when every removed record was ``deleting``: then the unlink is
+left to the next fsync of the folder (a power cut that loses it brings back a ``deleting`` record, whose delete the
+agent's start finishes again: every step of a teardown is idempotent), which saves a disk flush per delete. A state
+saved by an older agent as one document (``<folder>/agent-state.json``) is split into record files on load, the
+document removed last.
 
 Contract: :class:`StateStore` loads the last saved state (an empty state when none exists);
-:meth:`StateStore.commit` is durable when it returns and writes only the records the change replaced or
-removed. Commits of different records run their file work concurrently (no lock is held across a write);
-callers serialise commits that touch the same record (the agent's per-volume keys do) and portal-group ANA
-changes (its ports lock does). Records are immutable; the agent replaces them. Secrets (DH-HMAC-CHAP keys)
-are stored in the record files with mode 0600 and never logged. A record file that cannot be read, is
-misnamed, or a record saved twice under two statuses, stops the load with ``DriverError`` (never a silently
-smaller state).
+:meth:`StateStore.commit` is durable when it returns (a removed ``deleting`` record: see above) and writes only the
+records the change replaced or removed. Commits of different records run their file work concurrently (no lock is
+held across a write); callers serialise commits that touch the same record (the agent's per-volume keys do) and
+portal-group ANA changes (its ports lock does). Records are immutable; the agent replaces them. Secrets
+(DH-HMAC-CHAP keys) are stored in the record files with mode 0600 and never logged. A record file that cannot
+be read, is misnamed, or a record saved twice under two statuses, stops the load with ``DriverError`` (never a
+silently smaller state).
 """
 
 from __future__ import annotations
@@ -239,7 +242,7 @@ class StateStore:
                 self._save(folder, old, new)
             for old in delta.gone[kind].values():
                 (folder / file_name(old)).unlink(missing_ok=True)
-            if delta.gone[kind]:
+            if any(old.status != DELETING for old in delta.gone[kind].values()):
                 fsync_dir(folder)
         if delta.ana is not None:
             write_atomic(self.folder / "ana.json", (json.dumps(dict(delta.ana), sort_keys=True) + "\n").encode())

@@ -7,9 +7,10 @@ concurrently for *different* paths; callers serialise writers of the same path.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
-import tempfile
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -23,21 +24,28 @@ def fsync_dir(directory: Path) -> None:
 
 
 def write_atomic(path: Path, data: bytes, mode: int = 0o600) -> None:
-    """Replace ``path`` with ``data`` atomically and durably."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)  # made with mode 0600
+    """Replace ``path`` with ``data`` atomically and durably. The temp file beside it is named after the file,
+    this process and this thread (``.NAME.PID-TID.tmp``: one writer at a time per path, as the contract asks,
+    never shares it with another), so no random name has to be tried; readers of a folder skip dot-files."""
+    parent = path.parent
+    parent.mkdir(parents=True, exist_ok=True)
+    tmp = os.path.join(parent, f".{path.name}.{os.getpid()}-{threading.get_ident()}.tmp")
     try:
-        with os.fdopen(fd, "wb") as handle:
-            if mode != 0o600:
-                os.fchmod(handle.fileno(), mode)  # before the fsync: one journal commit covers it
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
+        try:
+            os.fchmod(fd, mode)  # whatever a leftover of a crashed writer had; before the fsync (one commit)
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
         os.replace(tmp, path)
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
         raise
-    fsync_dir(path.parent)
+    fsync_dir(parent)
 
 
 def write_json_atomic(path: Path, obj: Any) -> None:

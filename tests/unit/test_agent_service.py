@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from nvmeof_csi.agent.state import CREATING, DELETING
+from nvmeof_csi.agent.state import record_json as state_record_json
 from nvmeof_csi.agent.target_agent import TargetAgent
 from nvmeof_csi.errors import (
     AlreadyExists,
@@ -90,6 +91,27 @@ def test_crash_after_state_save_finishes_create_and_delete(tmp_path: Path) -> No
     assert set(restarted.state.current.volumes) == {pending.uuid}
     assert restarted.nvmet.subsystems() == [volume_nqn(pending.uuid)]
     assert restarted.store.files() == [restarted.store.volume_path(pending.uuid)]
+
+
+def test_a_delete_whose_record_removal_a_power_cut_lost_is_finished_again(tmp_path: Path) -> None:
+    agent = make_agent(tmp_path)
+    agent.converge()
+    other = agent.create_volume("other", MiB, {}, {}).record
+    agent.allow_host(other.uuid, HOST)
+    gone = agent.create_volume("gone", MiB, {}, {}).record
+    agent.allow_host(gone.uuid, HOST)
+    agent.delete_volume(gone.uuid)
+    record = tmp_path / "state" / "volumes" / f"{gone.uuid}.deleting.json"
+    assert not record.exists()
+    record.write_bytes(state_record_json(gone))  # what a lost (unflushed) unlink leaves after a power cut
+    restarted = make_agent(tmp_path)
+    report = restarted.converge()
+    assert any("finished deleting" in a for a in report.applied) and report.problems == []
+    assert set(restarted.state.current.volumes) == {other.uuid} and not record.exists()
+    assert restarted.nvmet.allowed_hosts(volume_nqn(other.uuid)) == [HOST]  # a host another volume allows stays
+    assert restarted.nvmet.hosts() == [HOST]
+    with pytest.raises(NotFound):
+        restarted.get_volume(gone.uuid)
 
 
 def test_unknown_objects_reported_then_pruned(tmp_path: Path) -> None:

@@ -48,3 +48,14 @@ def test_report_lists_every_figure_and_writes_the_plot(tmp_path: Path) -> None:
     assert text.count("not measured") >= len(FIGURES) - 6
     assert (tmp_path / "bench-goals.png").stat().st_size > 1000
     assert (tmp_path / "bench-curves.png").stat().st_size > 1000
+
+
+def test_the_profile_of_the_agent_is_shown_largest_part_first(tmp_path: Path) -> None:
+    profile = {"samples": 900, "cycles": 120, "agent_cpu_ms_per_cycle": 70.0, "wall_ms_per_cycle": 101.5,
+               "pathlib_share": 0.081,
+               "share": {"log lines": 0.095, "state records": 0.12, "configfs": 0.0, "gRPC and threads": 0.301}}
+    (tmp_path / "bench-provision.json").write_text(json.dumps({"profile": profile}))
+    assert main([str(tmp_path)]) == 0
+    text = (tmp_path / "bench-report.md").read_text()
+    assert "900 samples over 120 create+delete cycles of 101.5 ms, 70.0 ms of agent CPU each" in text
+    assert "such as fsync): gRPC and threads 30%, state records 12%, log lines 10%; pathlib objects in 8%" in text

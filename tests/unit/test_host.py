@@ -1,4 +1,5 @@
 import os
+import threading
 from pathlib import Path
 
 import pytest
@@ -33,6 +34,25 @@ def test_atomic_write_keeps_old_content_when_rename_fails(tmp_path: Path, monkey
         atomic.write_json_atomic(target, {"v": 2})
     assert atomic.read_json(target) == {"v": 1}
     assert [p.name for p in tmp_path.iterdir()] == ["state.json"]  # no temp files left
+
+
+def test_atomic_write_over_a_crashed_writers_leftover_and_its_mode(tmp_path: Path) -> None:
+    target = tmp_path / "rec.json"
+    leftover = tmp_path / f".rec.json.{os.getpid()}-{threading.get_ident()}.tmp"  # same name a crash would leave
+    leftover.write_bytes(b"half a record that is much longer than the new one")
+    leftover.chmod(0o666)
+    atomic.write_atomic(target, b"whole", mode=0o644)
+    assert target.read_bytes() == b"whole" and oct(target.stat().st_mode & 0o777) == "0o644"
+    assert [p.name for p in tmp_path.iterdir()] == ["rec.json"]
+
+
+def test_atomic_write_never_follows_a_symlink_planted_as_its_temp_file(tmp_path: Path) -> None:
+    victim = tmp_path / "victim"
+    victim.write_bytes(b"keep")
+    (tmp_path / f".rec.json.{os.getpid()}-{threading.get_ident()}.tmp").symlink_to(victim)
+    with pytest.raises(OSError):
+        atomic.write_atomic(tmp_path / "rec.json", b"x")
+    assert victim.read_bytes() == b"keep" and not (tmp_path / "rec.json").exists()
 
 
 def test_atomic_read_absent_and_remove(tmp_path: Path) -> None:

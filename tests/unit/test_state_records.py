@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from nvmeof_csi.agent import state as state_module
 from nvmeof_csi.agent.state import DELETING, READY, SnapshotRecord, StateStore, VolumeRecord
 from nvmeof_csi.errors import DriverError
 
@@ -96,3 +97,17 @@ def test_unreadable_or_misnamed_records_stop_the_load_and_temp_files_are_swept(t
     (tmp_path / "volumes" / f"{B}.json").write_text("{not json")
     with pytest.raises(DriverError, match="unreadable"):
         StateStore(tmp_path)
+
+
+def test_only_the_removal_of_a_deleting_record_skips_the_folder_flush(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = StateStore(tmp_path)
+    store.put_volume(VolumeRecord(A, "a", 1 << 20))  # creating: a failed create drops it
+    store.put_volume(VolumeRecord(B, "b", 1 << 20, status=DELETING))
+    flushed: list[Path] = []
+    monkeypatch.setattr(state_module, "fsync_dir", flushed.append)
+    store.drop_volume(B)  # a lost unlink brings back a deleting record: the agent's start finishes that delete
+    assert flushed == [] and not (tmp_path / "volumes" / f"{B}.deleting.json").exists()
+    store.drop_volume(A)  # a lost unlink would bring back a volume whose create was refused: flushed
+    assert flushed == [tmp_path / "volumes"]
