@@ -52,6 +52,10 @@ def main() -> None:
           f" -> ratio {result['ratio_total']}x; vs the durable script {result['durable_ms_per_create']} /"
           f" {result['durable_ms_per_delete']} ms -> {result['ratio_vs_durable']}x ({result['operations_each']} each,"
           f" {result['accel']})")
+    print(f"bench provision: the agent's own system calls as a script {result['contract_ms_per_create']} /"
+          f" {result['contract_ms_per_delete']} ms ({result['ratio_contract_vs_durable']}x the durable script); with a"
+          f" bare gRPC round trip per call {result['ratio_floor_contract_grpc']}x: the agent is"
+          f" {result['ratio_agent_vs_contract_grpc']}x that floor")
     print(f"bench provision: {result['concurrency']} clients {result['cycles_per_s_n']} cycles/s vs 1 client"
           f" {result['cycles_per_s_1']} -> {result['concurrency_speedup']}x (agent CPU"
           f" {result['agent_cpu_ms_per_cycle_1']} ms of {result['wall_ms_per_cycle_1']} ms per cycle with one client,"

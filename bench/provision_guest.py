@@ -2,10 +2,10 @@
 
 usage: python -m bench.provision_guest AGENT_SOCKET ROUNDS BATCH POOL_DIR AGENT_PID CONCURRENCY CYCLES PROFILE_S
 
-1. Latency: alternate batches of creates+deletes through the target agent and through two raw sequences
-   (the same configfs writes and file operations, no agent): ``bare`` (only the image fsynced, as a quick
-   script would) and ``durable`` (same durability as the agent: the image and a per-volume record written
-   atomically and durably, deletions made durable), timing each.
+1. Latency: alternate batches of creates+deletes through the target agent and through three scripts
+   (bench/provision_scripts.py: configfs writes and file operations, no agent): ``bare`` (only the image
+   fsynced), ``durable`` (the agent's durability in the fewest steps) and ``contract`` (every system call the
+   agent makes, in its order), timing each.
 2. Throughput: the same create+delete cycles from CONCURRENCY clients at once vs. one client, and the durable
    script's own ceiling on this machine: CONCURRENCY processes at once vs. one.
 3. The RPC floor: an empty round trip (Health) through the same connection, its wall time and the agent's CPU;
@@ -25,62 +25,13 @@ import subprocess
 import sys
 import threading
 import time
-import uuid
 from collections.abc import Callable
 from pathlib import Path
 
 from bench.profile import categorise, leaves, record
+from bench.provision_scripts import CFS, SIZE, contract_create, contract_delete, raw_create, raw_delete
 from nvmeof_csi.agent.client import AgentClient, AgentTarget
-from nvmeof_csi.host.atomic import fsync_dir, remove_durably, write_json_atomic
 from nvmeof_csi.rpc.endpoints import Endpoint
-
-CFS = Path("/sys/kernel/config/nvmet")
-SIZE = 64 << 20
-
-
-def _write(path: Path, value: str) -> None:
-    fd = os.open(path, os.O_WRONLY)
-    try:
-        os.write(fd, value.encode())
-    finally:
-        os.close(fd)
-
-
-def raw_create(pool: Path, ports: list[str], durable: bool = False) -> str:
-    vol = str(uuid.uuid4())
-    image = pool / f"raw-{vol}.img"
-    if durable:  # the record first (a crash leaves no unknown file), then the image
-        write_json_atomic(pool / "records" / f"{vol}.json", {"uuid": vol, "size": SIZE})
-    with open(image, "wb") as f:
-        os.ftruncate(f.fileno(), SIZE)
-        os.fsync(f.fileno())
-    if durable:
-        fsync_dir(pool)
-    sub = CFS / "subsystems" / f"nqn.2026-11.io.nvmeof:raw:{vol}"
-    sub.mkdir()
-    _write(sub / "attr_allow_any_host", "0")
-    ns = sub / "namespaces" / "1"
-    ns.mkdir()
-    _write(ns / "device_path", str(image))
-    _write(ns / "device_uuid", vol)
-    _write(ns / "enable", "1")
-    for port in ports:
-        (CFS / "ports" / port / "subsystems" / sub.name).symlink_to(sub)
-    return vol
-
-
-def raw_delete(pool: Path, ports: list[str], vol: str, durable: bool = False) -> None:
-    sub = CFS / "subsystems" / f"nqn.2026-11.io.nvmeof:raw:{vol}"
-    for port in ports:
-        (CFS / "ports" / port / "subsystems" / sub.name).unlink()
-    _write(sub / "namespaces" / "1" / "enable", "0")
-    (sub / "namespaces" / "1").rmdir()
-    sub.rmdir()
-    if durable:
-        remove_durably(pool / f"raw-{vol}.img")
-        remove_durably(pool / "records" / f"{vol}.json")
-    else:
-        (pool / f"raw-{vol}.img").unlink()
 
 
 def resources(pid: int) -> tuple[int, int]:
@@ -198,6 +149,7 @@ def main() -> None:
     agent_t = {"create": 0.0, "delete": 0.0}
     raw_t = {"create": 0.0, "delete": 0.0}
     durable_t = {"create": 0.0, "delete": 0.0}
+    contract_t = {"create": 0.0, "delete": 0.0}
 
     def connect() -> AgentClient:
         return AgentClient(AgentTarget("bench", Endpoint.parse(f"unix://{sock}")), 120)
@@ -226,6 +178,13 @@ def main() -> None:
             for vol in raw:
                 raw_delete(pool, ports, vol, durable=True)
             durable_t["delete"] += time.perf_counter() - t
+            t = time.perf_counter()
+            raw = [contract_create(pool, ports) for _ in range(batch)]
+            contract_t["create"] += time.perf_counter() - t
+            t = time.perf_counter()
+            for vol in raw:
+                contract_delete(pool, ports, vol)
+            contract_t["delete"] += time.perf_counter() - t
         one, cpu_one = throughput(connect, 1, concurrency * 2, pid)
         many, cpu_many = throughput(connect, concurrency, 2, pid)
         script_one = script_throughput(pool, ports, 1, concurrency * 2)
@@ -262,6 +221,13 @@ def main() -> None:
         "bare_grpc_ms": round(bare_ms, 2), "bare_grpc_server_cpu_ms": round(bare_cpu_ms, 2),
         "ratio_floor_any_grpc_agent": round(  # the durable script plus one bare round trip per create and delete
             (sum(durable_t.values()) + 2 * n * bare_ms / 1000) / sum(durable_t.values()), 2),
+        "contract_ms_per_create": round(contract_t["create"] / n * 1000, 2),
+        "contract_ms_per_delete": round(contract_t["delete"] / n * 1000, 2),
+        "ratio_contract_vs_durable": round(sum(contract_t.values()) / sum(durable_t.values()), 2),
+        "ratio_floor_contract_grpc": round(  # the agent's own system calls plus a bare round trip per call
+            (sum(contract_t.values()) + 2 * n * bare_ms / 1000) / sum(durable_t.values()), 2),
+        "ratio_agent_vs_contract_grpc": round(
+            sum(agent_t.values()) / (sum(contract_t.values()) + 2 * n * bare_ms / 1000), 2),
         "profile": where, "resource_cycles": cycles, "resources": samples,
     }))
 

@@ -23,7 +23,7 @@ from typing import Any
 from nvmeof_csi.agent.configfs_tree import ConfigfsError, ConfigfsTree, refusal
 from nvmeof_csi.agent.portals import ANA_STATES, PortSpec
 from nvmeof_csi.errors import FailedPrecondition, InvalidArgument
-from nvmeof_csi.host.paths import child
+from nvmeof_csi.host.paths import component
 from nvmeof_csi.nvmeof.dhchap import DHGROUP as DHCHAP_DHGROUP
 from nvmeof_csi.nvmeof.dhchap import HASH as DHCHAP_HASH
 
@@ -40,100 +40,100 @@ class Nvmet(ConfigfsTree):
 
     def __init__(self, root: Path = DEFAULT_ROOT, plain_tree: bool = False) -> None:
         super().__init__(root, plain_tree)
+        self._subsystems, self._hosts, self._ports = f"{root}/subsystems", f"{root}/hosts", f"{root}/ports"
 
     # -- state ---------------------------------------------------------------------------------------------
     def available(self) -> bool:
-        return (self.root / "subsystems").is_dir() and (self.root / "ports").is_dir()
+        return os.path.isdir(self._subsystems) and os.path.isdir(self._ports)
 
     def subsystems(self) -> list[str]:
-        return self._names(self.root / "subsystems")
+        return self._names(self._subsystems)
 
     def has_subsystem(self, nqn: str) -> bool:
         """True when subsystem ``nqn`` exists (one lookup, not a listing of every subsystem)."""
-        return self._sub(nqn).is_dir()
+        return os.path.isdir(self._sub(nqn))
 
     def ports(self) -> list[int]:
-        return sorted(int(p) for p in self._names(self.root / "ports") if p.isdigit())
+        return sorted(int(p) for p in self._names(self._ports) if p.isdigit())
 
     def hosts(self) -> list[str]:
-        return self._names(self.root / "hosts")
+        return self._names(self._hosts)
 
     def supports_dhchap(self) -> bool:
         """True when this kernel's nvmet has DH-HMAC-CHAP (CONFIG_NVME_TARGET_AUTH): a host entry has a
         ``dhchap_key`` attribute. Without any host entry, a probe entry is made and removed again."""
-        hosts = self.root / "hosts"
-        for host in self._names(hosts):
-            return (hosts / host / "dhchap_key").exists()
-        probe = hosts / PROBE_HOST
-        self._mkdir(hosts)
+        for host in self._names(self._hosts):
+            return os.path.exists(f"{self._hosts}/{host}/dhchap_key")
+        probe = f"{self._hosts}/{PROBE_HOST}"
+        self._mkdir(self._hosts)
         self._mkdir(probe)
         try:
-            return (probe / "dhchap_key").exists()
+            return os.path.exists(f"{probe}/dhchap_key")
         finally:
             self._rmdir(probe)
 
     # -- subsystems and namespaces -----------------------------------------------------------------------
-    def _sub(self, nqn: str) -> Path:
-        return child(self.root / "subsystems", nqn, "subsystem NQN")
+    def _sub(self, nqn: str) -> str:
+        return f"{self._subsystems}/{component(nqn, 'subsystem NQN')}"
 
-    def _host(self, host_nqn: str) -> Path:
-        return child(self.root / "hosts", host_nqn, "host NQN")
+    def _host(self, host_nqn: str) -> str:
+        return f"{self._hosts}/{component(host_nqn, 'host NQN')}"
 
-    def _grant(self, nqn: str, host_nqn: str) -> Path:
-        return child(self._sub(nqn) / "allowed_hosts", host_nqn, "host NQN")
+    def _grant(self, nqn: str, host_nqn: str) -> str:
+        return f"{self._sub(nqn)}/allowed_hosts/{component(host_nqn, 'host NQN')}"
 
     def ensure_subsystem(self, nqn: str, serial: str, model: str) -> None:
         sub = self._sub(nqn)
         made = self._mkdir(sub)
         if self._plain:  # configfs makes a subsystem's default groups itself
             for group in ("namespaces", "allowed_hosts"):
-                self._mkdir(sub / group)
+                self._mkdir(f"{sub}/{group}")
         if made:  # a new subsystem: nothing to look at first
             for attr, value in (("attr_allow_any_host", "0"), ("attr_serial", serial), ("attr_model", model)):
-                self._put(sub / attr, value)
+                self._put(f"{sub}/{attr}", value)
             return
-        self._write(sub / "attr_allow_any_host", "0")
+        self._write(f"{sub}/attr_allow_any_host", "0")
         if not self.namespaces(nqn):  # identity attributes are frozen once a namespace exists
-            self._write(sub / "attr_serial", serial)
-            self._write(sub / "attr_model", model)
+            self._write(f"{sub}/attr_serial", serial)
+            self._write(f"{sub}/attr_model", model)
 
     def namespaces(self, nqn: str) -> list[int]:
-        return sorted(int(n) for n in self._names(self._sub(nqn) / "namespaces") if n.isdigit())
+        return sorted(int(n) for n in self._names(f"{self._sub(nqn)}/namespaces") if n.isdigit())
 
     def namespace_enabled(self, nqn: str, nsid: int) -> bool:
-        return self._read(self._sub(nqn) / "namespaces" / str(nsid) / "enable") == "1"
+        return self._read(f"{self._sub(nqn)}/namespaces/{nsid}/enable") == "1"
 
     def ensure_namespace(
         self, nqn: str, nsid: int, device_path: str, ns_uuid: str, nguid: str, buffered_io: bool = False
     ) -> None:
         """Namespace ``nsid`` on ``device_path`` with the given identity, enabled. Re-enables only when an
         identity attribute must change (a disabled namespace is enabled)."""
-        ns = self._sub(nqn) / "namespaces" / str(nsid)
+        ns = f"{self._sub(nqn)}/namespaces/{nsid:d}"
         made = self._mkdir(ns)
         wanted = {"device_path": device_path, "device_uuid": ns_uuid, "device_nguid": nguid,
                   "buffered_io": "1" if buffered_io else "0", "ana_grpid": str(DEFAULT_ANA_GROUP)}
         if made:  # a new, disabled namespace: set everything, then enable, without reading first
             for key, value in wanted.items():
-                self._put(ns / key, value)
-            self._put(ns / "enable", "1")
+                self._put(f"{ns}/{key}", value)
+            self._put(f"{ns}/enable", "1")
             return
-        differs = {k: v for k, v in wanted.items() if self._read(ns / k) != v}
-        enabled = self._read(ns / "enable") == "1"
+        differs = {k: v for k, v in wanted.items() if self._read(f"{ns}/{k}") != v}
+        enabled = self._read(f"{ns}/enable") == "1"
         if enabled and not differs:
             return
         if enabled:
-            self._write(ns / "enable", "0")
+            self._write(f"{ns}/enable", "0")
         for key, value in differs.items():
-            self._write(ns / key, value)
-        self._write(ns / "enable", "1")
+            self._write(f"{ns}/{key}", value)
+        self._write(f"{ns}/enable", "1")
 
     def namespace_attrs(self, nqn: str, nsid: int) -> dict[str, str]:
-        ns = self._sub(nqn) / "namespaces" / str(nsid)
-        return {k: self._read(ns / k) for k in ("device_path", "device_uuid", "device_nguid", "enable")}
+        ns = f"{self._sub(nqn)}/namespaces/{nsid:d}"
+        return {k: self._read(f"{ns}/{k}") for k in ("device_path", "device_uuid", "device_nguid", "enable")}
 
     def revalidate(self, nqn: str, nsid: int) -> None:
         """Make the namespace report its backing file's new size to hosts (after a resize)."""
-        attr = self._sub(nqn) / "namespaces" / str(nsid) / "revalidate_size"
+        attr = f"{self._sub(nqn)}/namespaces/{nsid:d}/revalidate_size"
         try:
             fd = os.open(attr, os.O_WRONLY | os.O_CREAT, 0o644)
             try:
@@ -147,35 +147,35 @@ class Nvmet(ConfigfsTree):
         """Unlink from every port, drop host grants, disable and remove namespaces, remove the subsystem."""
         sub = self._sub(nqn)
         for port in self.ports():
-            self._unlink(child(self.root / "ports" / str(port) / "subsystems", nqn, "subsystem NQN"))
-        for host in self._names(sub / "allowed_hosts"):
+            self._unlink(f"{self._port(port)}/subsystems/{component(nqn, 'subsystem NQN')}")
+        for host in self._names(f"{sub}/allowed_hosts"):
             self._unlink(self._grant(nqn, host))
         for nsid in self.namespaces(nqn):
-            ns = sub / "namespaces" / str(nsid)
-            if self._read(ns / "enable") == "1":
-                self._put(ns / "enable", "0")
+            ns = f"{sub}/namespaces/{nsid:d}"
+            if self._read(f"{ns}/enable") == "1":
+                self._put(f"{ns}/enable", "0")
             self._rmdir(ns)
         self._rmdir(sub)
 
     # -- hosts -----------------------------------------------------------------------------------------------
     def allowed_hosts(self, nqn: str) -> list[str]:
-        return self._names(self._sub(nqn) / "allowed_hosts")
+        return self._names(f"{self._sub(nqn)}/allowed_hosts")
 
     def ensure_host(self, host_nqn: str, dhchap_key: str = "", ctrl_key: str = "") -> None:
         """The host entry, with its DH-HMAC-CHAP key (hash and DH group first, then the keys; each written only
         when it differs). A key on a kernel without nvmet authentication is ``FailedPrecondition``."""
         host = self._host(host_nqn)
-        self._mkdir(self.root / "hosts")
+        self._mkdir(self._hosts)
         self._mkdir(host)
         if not dhchap_key:
             return
-        if not (host / "dhchap_key").exists():
+        if not os.path.exists(f"{host}/dhchap_key"):
             raise FailedPrecondition(NO_TARGET_AUTH)
         wanted = [("dhchap_hash", DHCHAP_HASH), ("dhchap_dhgroup", DHCHAP_DHGROUP), ("dhchap_key", dhchap_key)]
         if ctrl_key:
             wanted.append(("dhchap_ctrl_key", ctrl_key))
         for attr, value in wanted:
-            self._write(host / attr, value)
+            self._write(f"{host}/{attr}", value)
 
     def allow(self, nqn: str, host_nqn: str) -> None:
         self._link(self._host(host_nqn), self._grant(nqn, host_nqn))
@@ -190,8 +190,8 @@ class Nvmet(ConfigfsTree):
         self._rmdir(self._host(host_nqn))
 
     # -- ports -----------------------------------------------------------------------------------------------
-    def _port(self, port_id: int) -> Path:
-        return self.root / "ports" / str(port_id)
+    def _port(self, port_id: int) -> str:
+        return f"{self._ports}/{port_id:d}"
 
     def ensure_port(self, spec: PortSpec) -> None:
         """Port with the spec's address; an address change briefly unlinks the port's subsystems (the
@@ -199,45 +199,45 @@ class Nvmet(ConfigfsTree):
         port = self._port(spec.port_id)
         self._mkdir(port)
         for group in ("subsystems", "ana_groups", f"ana_groups/{DEFAULT_ANA_GROUP}"):
-            self._mkdir(port / group)
+            self._mkdir(f"{port}/{group}")
         wanted = {"addr_trtype": spec.trtype, "addr_adrfam": spec.adrfam, "addr_traddr": spec.traddr,
                   "addr_trsvcid": str(spec.trsvcid)}
-        if all(self._read(port / k) == v for k, v in wanted.items()):
+        if all(self._read(f"{port}/{k}") == v for k, v in wanted.items()):
             return
         linked = self.linked(spec.port_id)
         for nqn in linked:
-            self._unlink(port / "subsystems" / nqn)
+            self._unlink(f"{port}/subsystems/{nqn}")
         for key, value in wanted.items():
-            self._write(port / key, value)
+            self._write(f"{port}/{key}", value)
         for nqn in linked:
             self.link(spec.port_id, nqn)
 
     def linked(self, port_id: int) -> list[str]:
-        return self._names(self._port(port_id) / "subsystems")
+        return self._names(f"{self._port(port_id)}/subsystems")
 
     def link(self, port_id: int, nqn: str) -> None:
-        self._link(self._sub(nqn), child(self._port(port_id) / "subsystems", nqn, "subsystem NQN"))
+        self._link(self._sub(nqn), f"{self._port(port_id)}/subsystems/{component(nqn, 'subsystem NQN')}")
 
     def unlink(self, port_id: int, nqn: str) -> None:
-        self._unlink(child(self._port(port_id) / "subsystems", nqn, "subsystem NQN"))
+        self._unlink(f"{self._port(port_id)}/subsystems/{component(nqn, 'subsystem NQN')}")
 
     def set_ana(self, port_id: int, state: str, group: int = DEFAULT_ANA_GROUP) -> bool:
         if state not in ANA_STATES:
             raise InvalidArgument(f"ANA state {state!r} must be one of {', '.join(ANA_STATES)}")
-        folder = self._port(port_id) / "ana_groups" / str(group)
+        folder = f"{self._port(port_id)}/ana_groups/{group:d}"
         self._mkdir(folder)
-        return self._write(folder / "ana_state", state)
+        return self._write(f"{folder}/ana_state", state)
 
     def ana_state(self, port_id: int, group: int = DEFAULT_ANA_GROUP) -> str:
-        return self._read(self._port(port_id) / "ana_groups" / str(group) / "ana_state") or "optimized"
+        return self._read(f"{self._port(port_id)}/ana_groups/{group:d}/ana_state") or "optimized"
 
     def remove_port(self, port_id: int) -> None:
         port = self._port(port_id)
         for nqn in self.linked(port_id):
-            self._unlink(port / "subsystems" / nqn)
-        for group in self._names(port / "ana_groups"):
+            self._unlink(f"{port}/subsystems/{nqn}")
+        for group in self._names(f"{port}/ana_groups"):
             if group != str(DEFAULT_ANA_GROUP):
-                self._rmdir(port / "ana_groups" / group)
+                self._rmdir(f"{port}/ana_groups/{group}")
         self._rmdir(port)
 
     # -- whole tree ------------------------------------------------------------------------------------------
@@ -247,8 +247,8 @@ class Nvmet(ConfigfsTree):
         for nqn in self.subsystems():
             sub = self._sub(nqn)
             subsystems[nqn] = {
-                "allow_any_host": self._read(sub / "attr_allow_any_host"),
-                "serial": self._read(sub / "attr_serial"),
+                "allow_any_host": self._read(f"{sub}/attr_allow_any_host"),
+                "serial": self._read(f"{sub}/attr_serial"),
                 "hosts": self.allowed_hosts(nqn),
                 "namespaces": {str(n): self.namespace_attrs(nqn, n) for n in self.namespaces(nqn)},
             }
@@ -256,7 +256,7 @@ class Nvmet(ConfigfsTree):
         for port_id in self.ports():
             port = self._port(port_id)
             ports[str(port_id)] = {
-                "addr": [self._read(port / k) for k in ("addr_trtype", "addr_traddr", "addr_trsvcid")],
+                "addr": [self._read(f"{port}/{k}") for k in ("addr_trtype", "addr_traddr", "addr_trsvcid")],
                 "subsystems": self.linked(port_id),
                 "ana": self.ana_state(port_id),
             }

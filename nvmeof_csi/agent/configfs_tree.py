@@ -24,6 +24,10 @@ def refusal(exc: OSError) -> str:
     return exc.strerror or errno.errorcode.get(exc.errno or 0, str(exc))
 
 
+#: a path in the tree: the object model builds plain strings on its hot paths (no ``Path`` object per step)
+AnyPath = str | Path
+
+
 class ConfigfsTree:
     """The primitives over the tree at ``root``."""
 
@@ -34,22 +38,23 @@ class ConfigfsTree:
         self._plain = plain_tree
 
     # -- primitives ----------------------------------------------------------------------------------------
-    def _read(self, path: Path) -> str:
+    def _read(self, path: AnyPath) -> str:
         try:
-            return path.read_text().strip()
+            with open(path) as handle:
+                return handle.read().strip()
         except (FileNotFoundError, NotADirectoryError):
             return ""
         except OSError as exc:
             raise ConfigfsError(f"read {path}: {refusal(exc)}") from exc
 
-    def _write(self, path: Path, value: str) -> bool:
+    def _write(self, path: AnyPath, value: str) -> bool:
         """Write ``value`` unless the attribute already holds it; True when it wrote."""
         if self._read(path) == value:
             return False
         self._put(path, value)
         return True
 
-    def _put(self, path: Path, value: str) -> None:
+    def _put(self, path: AnyPath, value: str) -> None:
         """Write ``value`` without looking first (an attribute of an object made a moment ago)."""
         try:
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
@@ -58,27 +63,27 @@ class ConfigfsTree:
             finally:
                 os.close(fd)
         except OSError as exc:
-            shown = "a key" if "key" in path.name else repr(value)  # DH-HMAC-CHAP keys never reach a message
+            shown = "a key" if "key" in os.path.basename(path) else repr(value)  # DH-HMAC-CHAP keys never shown
             raise ConfigfsError(f"write {shown} to {path}: {refusal(exc)}") from exc
 
-    def _mkdir(self, path: Path) -> bool:
+    def _mkdir(self, path: AnyPath) -> bool:
         """Make the folder (an object, in configfs); True when it did not exist before."""
         try:
-            path.mkdir()
+            os.mkdir(path)
         except FileExistsError:
             return False
         except OSError as exc:
             raise ConfigfsError(f"mkdir {path}: {refusal(exc)}") from exc
         return True
 
-    def _rmdir(self, path: Path) -> None:
+    def _rmdir(self, path: AnyPath) -> None:
         try:
-            path.rmdir()
+            os.rmdir(path)
         except FileNotFoundError:
             return
         except OSError as exc:
             if exc.errno == errno.ENOTEMPTY and self._plain:
-                self._rmdir_plain(path)
+                self._rmdir_plain(Path(path))
                 return
             raise ConfigfsError(f"rmdir {path}: {refusal(exc)}") from exc
 
@@ -93,27 +98,27 @@ class ConfigfsTree:
                 entry.unlink()
         path.rmdir()
 
-    def _link(self, target: Path, link: Path) -> None:
-        if link.is_symlink():
+    def _link(self, target: AnyPath, link: AnyPath) -> None:
+        if os.path.islink(link):
             return
         try:
-            link.symlink_to(target)
+            os.symlink(target, link)
         except FileExistsError:
             return
         except OSError as exc:
             raise ConfigfsError(f"link {link} -> {target}: {refusal(exc)}") from exc
 
-    def _unlink(self, link: Path) -> None:
+    def _unlink(self, link: AnyPath) -> None:
         try:
-            link.unlink()
+            os.unlink(link)
         except FileNotFoundError:
             return
         except OSError as exc:
             raise ConfigfsError(f"unlink {link}: {refusal(exc)}") from exc
 
     @staticmethod
-    def _names(folder: Path) -> list[str]:
+    def _names(folder: AnyPath) -> list[str]:
         try:
-            return sorted(p.name for p in folder.iterdir())
+            return sorted(os.listdir(folder))
         except (FileNotFoundError, NotADirectoryError):
             return []

@@ -28,10 +28,14 @@ def write_atomic(path: Path, data: bytes, mode: int = 0o600) -> None:
     this process and this thread (``.NAME.PID-TID.tmp``: one writer at a time per path, as the contract asks,
     never shares it with another), so no random name has to be tried; readers of a folder skip dot-files."""
     parent = path.parent
-    parent.mkdir(parents=True, exist_ok=True)
     tmp = os.path.join(parent, f".{path.name}.{os.getpid()}-{threading.get_ident()}.tmp")
+    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
+        try:
+            fd = os.open(tmp, flags, mode)
+        except FileNotFoundError:  # the folder itself is new: made on first use, not looked at on every write
+            parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(tmp, flags, mode)
         try:
             os.fchmod(fd, mode)  # whatever a leftover of a crashed writer had; before the fsync (one commit)
             view = memoryview(data)

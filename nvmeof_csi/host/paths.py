@@ -1,10 +1,10 @@
 """Paths built from input stay under their roots.
 
-Contract: :func:`child` returns ``root / name`` only for a single, plain path component (not empty, not ``.``
-or ``..``, no ``/``, NUL or other control character), so the result always sits directly inside ``root``;
-anything else raises ``InvalidArgument`` naming ``what``. :func:`inside` resolves a path (following symlinks)
-and raises ``InvalidArgument`` unless it stays under ``root``. Neither touches the filesystem beyond
-``resolve``.
+Contract: :func:`component` returns ``name`` and :func:`child` returns ``root / name`` only for a single,
+plain path component (not empty, not ``.`` or ``..``, no ``/``, NUL or other control character), so the
+result always sits directly inside ``root``; anything else raises ``InvalidArgument`` naming ``what``.
+:func:`inside` resolves a path (following symlinks) and raises ``InvalidArgument`` unless it stays under
+``root``. Neither touches the filesystem beyond ``resolve``.
 """
 
 from __future__ import annotations
@@ -19,12 +19,18 @@ _UNSAFE = re.compile(r"[/\x00-\x1f\x7f]")
 MAX_COMPONENT_BYTES = 255
 
 
-def child(root: Path, name: str, what: str) -> Path:
-    """``root / name`` for a plain single component ``name``; see the module docstring."""
+def component(name: str, what: str) -> str:
+    """``name`` itself when it is a plain single path component (see the module docstring), so that joining it
+    to a folder's path with one ``/`` names an entry directly inside that folder; else ``InvalidArgument``."""
     if not name or name in (".", "..") or _UNSAFE.search(name) or len(name.encode()) > MAX_COMPONENT_BYTES:
         raise InvalidArgument(f"{what} {name[:300]!r} cannot name an object (empty, '.', '..', '/', control "
                               f"characters or over {MAX_COMPONENT_BYTES} bytes)")
-    path = root / name
+    return name
+
+
+def child(root: Path, name: str, what: str) -> Path:
+    """``root / name`` for a plain single component ``name``; see the module docstring."""
+    path = root / component(name, what)
     if path.parent != root:
         raise InvalidArgument(f"{what} {name[:300]!r} escapes {root}")
     return path

@@ -10,6 +10,7 @@ import contextvars
 import logging
 import re
 import sys
+import time
 
 request_id: contextvars.ContextVar[str] = contextvars.ContextVar("request_id", default="-")
 volume_id: contextvars.ContextVar[str] = contextvars.ContextVar("volume_id", default="-")
@@ -32,15 +33,32 @@ class ContextFilter(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         record.request_id = escape(request_id.get())
         record.volume_id = escape(volume_id.get())
-        message = record.getMessage()
+        message = record.getMessage()  # formatted once here; the formatter then finds no arguments left
         if _CONTROL.search(message) or "\n" in message:
-            record.msg, record.args = escape(message), ()
+            message = escape(message)
+        record.msg, record.args = message, ()
         return True
+
+
+class Formatter(logging.Formatter):
+    """``FORMAT`` with the time text made once per second (not once per line), milliseconds appended."""
+
+    def __init__(self) -> None:
+        super().__init__(FORMAT)
+        self._second: tuple[int, str] = (-1, "")
+
+    def formatTime(self, record: logging.LogRecord, datefmt: str | None = None) -> str:
+        whole = int(record.created)
+        second, text = self._second  # one tuple read and one write: threads never see a torn pair
+        if second != whole:
+            text = time.strftime("%Y-%m-%d %H:%M:%S", self.converter(whole))
+            self._second = (whole, text)
+        return f"{text},{int(record.msecs):03d}"
 
 
 def install(level: str) -> None:
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter(FORMAT))
+    handler.setFormatter(Formatter())
     handler.addFilter(ContextFilter())
     root = logging.getLogger()
     root.handlers[:] = [handler]

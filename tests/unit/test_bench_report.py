@@ -59,3 +59,12 @@ def test_the_profile_of_the_agent_is_shown_largest_part_first(tmp_path: Path) ->
     text = (tmp_path / "bench-report.md").read_text()
     assert "900 samples over 120 create+delete cycles of 101.5 ms, 70.0 ms of agent CPU each" in text
     assert "such as fsync): gRPC and threads 30%, state records 12%, log lines 10%; pathlib objects in 8%" in text
+
+
+def test_the_contract_floor_is_shown_when_measured(tmp_path: Path) -> None:
+    (tmp_path / "bench-provision.json").write_text(json.dumps({
+        "contract_ms_per_create": 30.5, "contract_ms_per_delete": 28.0, "ratio_contract_vs_durable": 1.21,
+        "ratio_floor_contract_grpc": 1.8, "ratio_agent_vs_contract_grpc": 1.3}))
+    assert main([str(tmp_path)]) == 0
+    text = (tmp_path / "bench-report.md").read_text()
+    assert "30.5 / 28.0 ms, 1.21x the durable script; with a bare round trip per call 1.8x. The agent is 1.3x" in text

@@ -55,6 +55,11 @@ def test_atomic_write_never_follows_a_symlink_planted_as_its_temp_file(tmp_path:
     assert victim.read_bytes() == b"keep" and not (tmp_path / "rec.json").exists()
 
 
+def test_atomic_write_makes_missing_folders(tmp_path: Path) -> None:
+    atomic.write_atomic(tmp_path / "a" / "b" / "rec.json", b"x")
+    assert (tmp_path / "a" / "b" / "rec.json").read_bytes() == b"x"
+
+
 def test_atomic_read_absent_and_remove(tmp_path: Path) -> None:
     assert atomic.read_json(tmp_path / "none.json") is None
     atomic.write_atomic(tmp_path / "a", b"x")

@@ -69,6 +69,29 @@ def test_request_values_cannot_forge_log_lines() -> None:
     assert stream.getvalue().count("\n") == 1 and "\\n2026-11-30" in stream.getvalue()
 
 
+def test_log_lines_keep_the_standard_time_text_and_format_their_arguments_once() -> None:
+    import logging
+
+    from nvmeof_csi.rpc import logctx
+
+    class Counted:
+        calls = 0
+
+        def __str__(self) -> str:
+            Counted.calls += 1
+            return "pvc-1"
+
+    ours, standard = logctx.Formatter(), logging.Formatter(logctx.FORMAT)
+    for created in (1764633600.25, 1764633600.999, 1764633601.0, 1764633659.5):  # same second, then the next ones
+        record = logging.LogRecord("nvmeof_csi.rpc", logging.INFO, __file__, 1, "volume %s deleted", (Counted(),),
+                                   None)
+        record.created, record.msecs = created, (created - int(created)) * 1000
+        assert logctx.ContextFilter().filter(record)
+        line = ours.format(record)
+        assert line == standard.format(record) and line.endswith("req=- vol=- volume pvc-1 deleted")
+    assert Counted.calls == 4  # once per line, in the filter
+
+
 async def test_owner_only_socket_has_its_mode_from_the_first_moment(tmp_path: pathlib.Path) -> None:
     """No window between bind and chmod in which another local user could connect to the agent's socket."""
     import os
