@@ -141,6 +141,19 @@ def profile(client: AgentClient, pid: int, seconds: int) -> dict[str, object]:
             "top_leaves": leaves(raw)}
 
 
+def timed_batch(
+    totals: dict[str, float], batch: int, create: Callable[[int], str], delete: Callable[[str], None]
+) -> None:
+    """``batch`` creates, then their deletes, each phase's seconds added to ``totals``."""
+    begin = time.perf_counter()
+    made = [create(i) for i in range(batch)]
+    totals["create"] += time.perf_counter() - begin
+    begin = time.perf_counter()
+    for vol in made:
+        delete(vol)
+    totals["delete"] += time.perf_counter() - begin
+
+
 def main() -> None:
     sock, rounds, batch, pool = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), Path(sys.argv[4])
     pid, concurrency, cycles, profile_s = int(sys.argv[5]), int(sys.argv[6]), int(sys.argv[7]), int(sys.argv[8])
@@ -157,34 +170,13 @@ def main() -> None:
     with connect() as client:
         client.health()
         for r in range(rounds):
-            t = time.perf_counter()
-            made = [client.create_volume(f"bench-{r}-{i}", SIZE).uuid for i in range(batch)]
-            agent_t["create"] += time.perf_counter() - t
-            t = time.perf_counter()
-            for vol in made:
-                client.delete_volume(vol)
-            agent_t["delete"] += time.perf_counter() - t
-            t = time.perf_counter()
-            raw = [raw_create(pool, ports) for _ in range(batch)]
-            raw_t["create"] += time.perf_counter() - t
-            t = time.perf_counter()
-            for vol in raw:
-                raw_delete(pool, ports, vol)
-            raw_t["delete"] += time.perf_counter() - t
-            t = time.perf_counter()
-            raw = [raw_create(pool, ports, durable=True) for _ in range(batch)]
-            durable_t["create"] += time.perf_counter() - t
-            t = time.perf_counter()
-            for vol in raw:
-                raw_delete(pool, ports, vol, durable=True)
-            durable_t["delete"] += time.perf_counter() - t
-            t = time.perf_counter()
-            raw = [contract_create(pool, ports) for _ in range(batch)]
-            contract_t["create"] += time.perf_counter() - t
-            t = time.perf_counter()
-            for vol in raw:
-                contract_delete(pool, ports, vol)
-            contract_t["delete"] += time.perf_counter() - t
+            timed_batch(agent_t, batch, lambda i, r=r: client.create_volume(f"bench-{r}-{i}", SIZE).uuid,
+                        client.delete_volume)
+            timed_batch(raw_t, batch, lambda _: raw_create(pool, ports), lambda vol: raw_delete(pool, ports, vol))
+            timed_batch(durable_t, batch, lambda _: raw_create(pool, ports, durable=True),
+                        lambda vol: raw_delete(pool, ports, vol, durable=True))
+            timed_batch(contract_t, batch, lambda _: contract_create(pool, ports),
+                        lambda vol: contract_delete(pool, ports, vol))
         one, cpu_one = throughput(connect, 1, concurrency * 2, pid)
         many, cpu_many = throughput(connect, concurrency, 2, pid)
         script_one = script_throughput(pool, ports, 1, concurrency * 2)

@@ -3,7 +3,9 @@ at queue depth 8 runs inside stand-in pod cgroups on volumes published through t
 
 1. the raw IOPS of a volume with no limit (read and write), then achieved vs limit at three limits spread over
    them (15%, 30%, 45% of the lowest raw run: TCG's capacity swings), each set live through
-   ControllerModifyVolume and each measured next to an unlimited run;
+   ControllerModifyVolume and each measured next to an unlimited run. Achieved is the median of fio's
+   per-second IOPS: the rate the limit holds the pod to; a second in which the TCG guest stalls lowers a run's
+   mean without saying anything about the limit (the means are kept beside it);
 2. the time from ControllerModifyVolume's reply to the new io.max line (the node's reconcile loop);
 3. a noisy neighbour: pod A's p99 read latency alone, next to an unlimited pod B, and next to pod B limited.
 
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import time
 from typing import Any
 
@@ -32,10 +35,18 @@ POD_B = "b0b0b0b0-1111-4222-8333-000000000002"
 SHARES = (0.15, 0.3, 0.45)
 
 
-def fio_argv(device: str, rw: str, seconds: int) -> list[str]:
+def fio_argv(device: str, rw: str, seconds: int, iops_log: str = "") -> list[str]:
+    """fio's argv; with ``iops_log``, fio also writes the IOPS of every second (after the ramp) to
+    ``<iops_log>_iops.1.log``."""
+    logged = [f"--write_iops_log={iops_log}", "--log_avg_msec=1000"] if iops_log else []
     return ["fio", "--name=bench", f"--filename={device}", f"--rw={rw}", "--bs=4k", "--direct=1",
             "--ioengine=libaio", "--iodepth=8", "--time_based", "--ramp_time=1", f"--runtime={seconds}",
-            "--size=48M", "--output-format=json"]
+            "--size=48M", "--output-format=json", *logged]
+
+
+def per_second(log: str) -> list[float]:
+    """The IOPS values of a fio IOPS log (``msec, value, direction, size, offset`` per line)."""
+    return [float(line.split(",")[1]) for line in log.splitlines() if line.count(",") >= 1]
 
 
 def prefill(stack: GuestDriver, pod: str, device: str) -> None:
@@ -57,8 +68,14 @@ class Bench:
         self.errors = 0
 
     def fio(self, pod: str, device: str, rw: str) -> dict[str, float]:
-        out = self.vm.check(in_pod(pod, fio_argv(device, rw, self.seconds)), timeout=self.seconds + 300)
+        """One fio run: its IOPS over the run (``iops``), the median of its per-second IOPS (``iops_median``:
+        what a limit holds the pod to, robust to the lab's second-long stalls under TCG), p99, errors."""
+        log = "/tmp/bench-qos-fio"
+        out = self.vm.check(in_pod(pod, fio_argv(device, rw, self.seconds, log)), timeout=self.seconds + 300)
         result = parse(out, rw)
+        seconds = per_second(self.vm.read(f"{log}_iops.1.log"))
+        self.vm.check(["rm", "-f", f"{log}_iops.1.log"])
+        result["iops_median"] = round(statistics.median(seconds), 1) if seconds else result["iops"]
         self.errors += int(result["errors"])
         return result
 
@@ -110,11 +127,12 @@ def run(stack: GuestDriver, seconds: int) -> dict[str, Any]:
         bench.lift("qa", pod_a)
         now_read, now_write = bench.fio(pod_a, dev_a, "randread"), bench.fio(pod_a, dev_a, "randwrite")
         limits.append({
-            "share_of_raw": share, "read_limit": read_limit, "read_achieved": read["iops"],
-            "read_error_pct": round(100 * (read["iops"] - read_limit) / read_limit, 2),
+            "share_of_raw": share, "read_limit": read_limit, "read_achieved": read["iops_median"],
+            "read_achieved_mean": read["iops"],
+            "read_error_pct": round(100 * (read["iops_median"] - read_limit) / read_limit, 2),
             "read_unlimited_next_to_it": now_read["iops"],
-            "write_limit": write_limit, "write_achieved": write["iops"],
-            "write_error_pct": round(100 * (write["iops"] - write_limit) / write_limit, 2),
+            "write_limit": write_limit, "write_achieved": write["iops_median"], "write_achieved_mean": write["iops"],
+            "write_error_pct": round(100 * (write["iops_median"] - write_limit) / write_limit, 2),
             "write_unlimited_next_to_it": now_write["iops"],
         })
 
@@ -134,11 +152,14 @@ def run(stack: GuestDriver, seconds: int) -> dict[str, Any]:
     for pod in (pod_a, pod_b):
         vm.run(["rmdir", pod], 30)
     worst = max(abs(x) for row in limits for x in (row["read_error_pct"], row["write_error_pct"]))
+    worst_mean = max(abs(100 * (row[f"{d}_achieved_mean"] - row[f"{d}_limit"]) / row[f"{d}_limit"])
+                     for row in limits for d in ("read", "write"))
     return {
         "fio": "4k random, direct, libaio, queue depth 8, 1 job, in the pod's cgroup, region written first",
         "seconds_per_run": seconds,
         "raw_read_iops": raw_read, "raw_write_iops": raw_write, "limits": limits,
-        "worst_error_pct": worst, "goal_error_pct": 5.0,
+        "achieved": "median of fio's per-second IOPS (the run's mean beside it, *_achieved_mean)",
+        "worst_error_pct": worst, "worst_error_pct_of_means": round(worst_mean, 2), "goal_error_pct": 5.0,
         "modify_to_in_force_s": in_force, "reconcile_period_s": QOS_PERIOD,
         "goal_in_force_s": QOS_PERIOD + 1.0,
         "noisy_neighbour": {
