@@ -7,9 +7,10 @@ operations as a script, with no agent, no gRPC, no logging.
 - ``contract_*``: every system call the agent makes for a volume without hosts, in its order: the record saved
   ``creating`` before anything is made, the image through a temp file, the subsystem with its identity
   attributes, the namespace with all of its, the host grants listed, the port links, then the record renamed
-  ``ready`` (a folder flush); on delete the record renamed ``deleting`` first, the links, namespace and subsystem
-  removed, the image removed durably, the record unlinked. The agent's own floor for its contract, with the
-  cost of doing it from Python and nothing else.
+  ``ready``; on delete the record renamed ``deleting`` first (a folder flush), the links, namespace and
+  subsystem removed, the image removed durably, the record unlinked (neither the rename to ``ready`` nor the
+  final unlink is flushed: ``nvmeof_csi/agent/state.py`` says why losing them is harmless). The agent's own
+  floor for its contract, with the cost of doing it from Python and nothing else.
 """
 
 from __future__ import annotations
@@ -93,8 +94,7 @@ def contract_create(pool: Path, ports: list[str]) -> str:
     os.listdir(sub / "allowed_hosts")
     for port in ports:
         (CFS / "ports" / port / "subsystems" / sub.name).symlink_to(sub)
-    os.replace(records / f"{vol}.creating.json", records / f"{vol}.json")
-    fsync_dir(records)
+    os.replace(records / f"{vol}.creating.json", records / f"{vol}.json")  # not flushed: see agent.state
     return vol
 
 

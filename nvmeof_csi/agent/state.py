@@ -9,9 +9,12 @@ deleting) is one rename and a folder fsync, not a rewrite; a content change is a
 rename, fsync the folder) under the record's current name, then the rename if the status changed too. A removed
 record is unlinked and the folder fsynced, except when every removed record was ``deleting``: then the unlink is
 left to the next fsync of the folder (a power cut that loses it brings back a ``deleting`` record, whose delete the
-agent's start finishes again: every step of a teardown is idempotent), which saves a disk flush per delete. A state
-saved by an older agent as one document (``<folder>/agent-state.json``) is split into record files on load, the
-document removed last.
+agent's start finishes again: every step of a teardown is idempotent), which saves a disk flush per delete. For
+the same reason the agent may ask (``flush_renames=False``) not to flush a ``creating -> ready`` rename of a
+volume that has nothing to fill: a lost rename brings back a ``creating`` volume, which the agent's start
+finishes creating (every step idempotent, the image is durable already); a snapshot or a volume with a fill
+always flushes (finishing those again would copy or fill again). A state saved by an older agent as one
+document (``<folder>/agent-state.json``) is split into record files on load, the document removed last.
 
 Contract: :class:`StateStore` loads the last saved state (an empty state when none exists);
 :meth:`StateStore.commit` is durable when it returns (a removed ``deleting`` record: see above) and writes only the
@@ -225,21 +228,22 @@ class StateStore:
     def current(self) -> AgentState:
         return self._state
 
-    def commit(self, change: Callable[[AgentState], AgentState]) -> AgentState:
+    def commit(self, change: Callable[[AgentState], AgentState], flush_renames: bool = True) -> AgentState:
         """Apply ``change`` to the current state, persist what it changed durably, then make it current;
-        returns the current state with the change in it."""
+        returns the current state with the change in it. ``flush_renames=False``: a status change that is only
+        a rename is not flushed (the caller knows that losing it is harmless, see the module docstring)."""
         with self._lock:
             delta = Delta.between(self._state, change(self._state))
-        self._persist(delta)
+        self._persist(delta, flush_renames)
         with self._lock:
             self._state = delta.onto(self._state)
             return self._state
 
-    def _persist(self, delta: Delta) -> None:
+    def _persist(self, delta: Delta, flush_renames: bool = True) -> None:
         for kind in KINDS:
             folder = self.folder / kind
             for old, new in delta.put[kind].values():
-                self._save(folder, old, new)
+                self._save(folder, old, new, flush_renames)
             for old in delta.gone[kind].values():
                 (folder / file_name(old)).unlink(missing_ok=True)
             if any(old.status != DELETING for old in delta.gone[kind].values()):
@@ -248,7 +252,7 @@ class StateStore:
             write_atomic(self.folder / "ana.json", (json.dumps(dict(delta.ana), sort_keys=True) + "\n").encode())
 
     @staticmethod
-    def _save(folder: Path, old: Record | None, new: Record) -> None:
+    def _save(folder: Path, old: Record | None, new: Record, flush_rename: bool = True) -> None:
         """A new record written; a changed one rewritten under its current name, then renamed when its status
         changed (a status change alone is only the rename): every step leaves exactly one complete file."""
         if old is None:
@@ -258,10 +262,11 @@ class StateStore:
             write_atomic(folder / file_name(old), record_json(new))
         if file_name(old) != file_name(new):
             os.replace(folder / file_name(old), folder / file_name(new))
-            fsync_dir(folder)
+            if flush_rename:
+                fsync_dir(folder)
 
-    def put_volume(self, rec: VolumeRecord) -> VolumeRecord:
-        self.commit(lambda s: s.with_volume(rec))
+    def put_volume(self, rec: VolumeRecord, flush_renames: bool = True) -> VolumeRecord:
+        self.commit(lambda s: s.with_volume(rec), flush_renames)
         return rec
 
     def drop_volume(self, vol_uuid: str) -> None:

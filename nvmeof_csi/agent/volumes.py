@@ -169,8 +169,8 @@ class VolumeOps:
             p.nvmet.deny(nqn, host_nqn)
         for portal in p.portals:
             p.nvmet.link(portal.port_id, nqn)
-        if rec.status != READY:
-            rec = p.state.put_volume(rec.evolve(status=READY))
+        if rec.status != READY:  # not flushed unless a fill would have to run again (see agent.state)
+            rec = p.state.put_volume(rec.evolve(status=READY), flush_renames=filler is not None)
             self._discard_work(rec)
         return rec
 

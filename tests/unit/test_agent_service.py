@@ -114,6 +114,25 @@ def test_a_delete_whose_record_removal_a_power_cut_lost_is_finished_again(tmp_pa
         restarted.get_volume(gone.uuid)
 
 
+def test_a_create_whose_ready_rename_a_power_cut_lost_is_finished_again(tmp_path: Path) -> None:
+    agent = make_agent(tmp_path)
+    agent.converge()
+    rec = agent.create_volume("kept", MiB, {}, {}).record
+    agent.allow_host(rec.uuid, HOST)
+    with open(agent.store.volume_path(rec.uuid), "r+b") as image:
+        image.write(b"the pod's bytes")
+    folder = tmp_path / "state" / "volumes"
+    (folder / f"{rec.uuid}.json").rename(folder / f"{rec.uuid}.creating.json")  # the unflushed rename, lost
+    restarted = make_agent(tmp_path)
+    report = restarted.converge()
+    assert any("finished creating" in a for a in report.applied) and report.problems == []
+    again = restarted.get_volume(rec.uuid).record
+    assert again.status == "ready" and again.name == "kept" and dict(again.hosts) == {HOST: ""}
+    assert restarted.nvmet.allowed_hosts(volume_nqn(rec.uuid)) == [HOST]
+    assert agent.store.volume_path(rec.uuid).read_bytes()[:15] == b"the pod's bytes"
+    assert restarted.create_volume("kept", MiB, {}, {}).record.uuid == rec.uuid  # a retried create finds it
+
+
 def test_unknown_objects_reported_then_pruned(tmp_path: Path) -> None:
     agent = make_agent(tmp_path)
     agent.converge()
@@ -221,6 +240,29 @@ class BrokenFiller:
 
     def release(self, parameters: Any, others: Any) -> None:
         return None
+
+
+class QuickFiller(BrokenFiller):
+    def fill(self, vol_uuid: str, parameters: Any, backing: Path, capacity: int) -> dict[str, str]:
+        return {"dataset.files": "1"}
+
+
+def test_only_a_volume_without_a_fill_leaves_its_ready_rename_unflushed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Finishing a create again after a power cut is harmless, filling a volume again is not."""
+    from nvmeof_csi.agent import state as state_module
+
+    agent = make_agent(tmp_path)
+    agent = TargetAgent(agent.name, agent.nvmet, agent.store, agent.state, agent.portals, filler=QuickFiller())
+    agent.converge()
+    flushed: list[Path] = []
+    real = state_module.fsync_dir
+    monkeypatch.setattr(state_module, "fsync_dir", lambda folder: (flushed.append(folder), real(folder)))
+    agent.create_volume("plain", MiB, {}, {})
+    assert flushed == []  # the creating record was written durably by write_atomic; the rename is not flushed
+    agent.create_volume("ds", MiB, {"dataset.path": "/datasets/x"}, {})
+    assert flushed == [tmp_path / "state" / "volumes"]
 
 
 def test_any_fill_failure_removes_the_half_made_volume(tmp_path: Path) -> None:

@@ -111,3 +111,17 @@ def test_only_the_removal_of_a_deleting_record_skips_the_folder_flush(
     assert flushed == [] and not (tmp_path / "volumes" / f"{B}.deleting.json").exists()
     store.drop_volume(A)  # a lost unlink would bring back a volume whose create was refused: flushed
     assert flushed == [tmp_path / "volumes"]
+
+
+def test_a_rename_is_flushed_unless_the_caller_says_losing_it_is_harmless(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = StateStore(tmp_path)
+    store.put_volume(VolumeRecord(A, "a", 1 << 20))
+    store.put_volume(VolumeRecord(B, "b", 1 << 20))
+    flushed: list[Path] = []
+    monkeypatch.setattr(state_module, "fsync_dir", flushed.append)
+    store.put_volume(store.current.volumes[A].evolve(status=READY), flush_renames=False)
+    assert flushed == [] and (tmp_path / "volumes" / f"{A}.json").exists()
+    store.put_volume(store.current.volumes[B].evolve(status=READY))
+    assert flushed == [tmp_path / "volumes"]
