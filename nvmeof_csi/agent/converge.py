@@ -208,6 +208,7 @@ class Applier:
         elif action.kind != VOLUME_FILL_LATER:  # fills resume once the agent serves (they can take minutes)
             self._volume(action)
         report.applied.append(action.text)
+        log.info("converge: %s", action.text)  # what a start after a crash or a power cut put right, one by one
 
     def _port(self, action: Action) -> None:
         p = self._p

@@ -84,6 +84,32 @@ def test_restart_changes_nothing_and_reboot_restores_everything(
     lab_vm.check(["cmp", "-n", str(4 * MiB), "/scratch/pattern", head])
 
 
+def test_a_power_cut_right_after_acknowledged_calls_loses_none_of_them(
+    lab_vm: LabVM, fabric: Fabric, agent: GuestTargetAgent, report: Reporter
+) -> None:
+    """The agent leaves two steps unflushed (agent/state.py): removing a deleting record and renaming a new volume
+    ready. Pulling the plug right after the last call returns (ext4 commits every 5 s, so its unflushed rename is
+    most likely lost) must bring back every acknowledged volume, ready and exported, and no deleted one."""
+    kept = agent.ops("create", "pvc-cut-kept", str(32 * MiB), lab_vm.hostnqn)
+    gone = agent.ops("create", "pvc-cut-gone", str(32 * MiB))
+    lab_vm.check(["sync"])
+    agent.ops("delete", gone["uuid"])
+    late = agent.ops("create", "pvc-cut-late", str(32 * MiB))  # the last call (no host grant after it): the plug
+    report("power cut: boot-to-ready after pulling the plug", f"{lab_vm.reboot(hard=True):.1f}s")
+    Fabric(lab_vm).load(rdma=True)
+    agent.start()
+    replayed = f"finished creating volume {late['uuid']}" in agent.log_tail()
+    report("power cut: the last create's ready rename was lost and finished by the agent's start", str(replayed))
+    listed = {v["name"]: v for v in agent.ops("list")}
+    assert set(listed) == {"pvc-cut-kept", "pvc-cut-late"}
+    assert [listed[n]["uuid"] for n in ("pvc-cut-kept", "pvc-cut-late")] == [kept["uuid"], late["uuid"]]
+    assert all(v["status"] == "ready" for v in listed.values())
+    assert sorted(agent.ops("dump")["subsystems"]) == sorted([kept["nqn"], late["nqn"]])
+    assert agent.ops("create", "pvc-cut-late", str(32 * MiB), lab_vm.hostnqn)["uuid"] == late["uuid"]  # a retry
+    fabric.connect(P1, late["nqn"])
+    assert lab_vm.read(f"/sys/block/{_head(fabric, late['nqn']).removeprefix('/dev/')}/uuid").strip() == late["uuid"]
+
+
 def test_fifty_concurrent_creates_over_ten_names(lab_vm: LabVM, agent: GuestTargetAgent) -> None:
     result = agent.ops("concurrent", "50", "10", str(MiB))
     assert result == {"calls": 50, "distinct_uuids": 10, "volumes": 10}
