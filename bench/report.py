@@ -162,12 +162,13 @@ def notes(docs: Mapping[str, Doc]) -> list[str]:
                    f"one such round trip per create and per delete is already {prov['ratio_floor_any_grpc_agent']}x "
                    "the script: no agent served over gRPC in Python gets below that here.")
     with contextlib.suppress(KeyError):
-        out.append(f"- the agent's contract as a script (every system call the agent makes, in its order: both "
-                   f"status renames flushed, all identity attributes; bench/provision_scripts.py): "
+        out.append(f"- the agent's contract as a script (every system call the agent makes, in its order: the "
+                   f"status renames, all identity attributes; bench/provision_scripts.py): "
                    f"{prov['contract_ms_per_create']} / {prov['contract_ms_per_delete']} ms, "
                    f"{prov['ratio_contract_vs_durable']}x the durable script; with a bare round trip per call "
                    f"{prov['ratio_floor_contract_grpc']}x. The agent is {prov['ratio_agent_vs_contract_grpc']}x that "
-                   "floor: what is left is its Python per call (log lines, validation, state objects).")
+                   "floor: what is left is per call in Python (gRPC's threads and messages, log lines, "
+                   "validation, state objects; see the profile below).")
     with contextlib.suppress(KeyError):
         where = prov["profile"]
         parts = sorted(where["share"].items(), key=lambda kv: -float(kv[1]))
