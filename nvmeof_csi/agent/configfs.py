@@ -147,7 +147,7 @@ class Nvmet(ConfigfsTree):
         """Unlink from every port, drop host grants, disable and remove namespaces, remove the subsystem."""
         sub = self._sub(nqn)
         for port in self.ports():
-            self._unlink(f"{self._port(port)}/subsystems/{component(nqn, 'subsystem NQN')}")
+            self._unlink(self._port_link(port, nqn))
         for host in self._names(f"{sub}/allowed_hosts"):
             self._unlink(self._grant(nqn, host))
         for nsid in self.namespaces(nqn):
@@ -193,6 +193,10 @@ class Nvmet(ConfigfsTree):
     def _port(self, port_id: int) -> str:
         return f"{self._ports}/{port_id:d}"
 
+    def _port_link(self, port_id: int, nqn: str) -> str:
+        """The link that exports subsystem ``nqn`` on port ``port_id``."""
+        return f"{self._port(port_id)}/subsystems/{component(nqn, 'subsystem NQN')}"
+
     def ensure_port(self, spec: PortSpec) -> None:
         """Port with the spec's address; an address change briefly unlinks the port's subsystems (the
         kernel refuses to change a bound port) and links them again."""
@@ -216,10 +220,10 @@ class Nvmet(ConfigfsTree):
         return self._names(f"{self._port(port_id)}/subsystems")
 
     def link(self, port_id: int, nqn: str) -> None:
-        self._link(self._sub(nqn), f"{self._port(port_id)}/subsystems/{component(nqn, 'subsystem NQN')}")
+        self._link(self._sub(nqn), self._port_link(port_id, nqn))
 
     def unlink(self, port_id: int, nqn: str) -> None:
-        self._unlink(f"{self._port(port_id)}/subsystems/{component(nqn, 'subsystem NQN')}")
+        self._unlink(self._port_link(port_id, nqn))
 
     def set_ana(self, port_id: int, state: str, group: int = DEFAULT_ANA_GROUP) -> bool:
         if state not in ANA_STATES:
