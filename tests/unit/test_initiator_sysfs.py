@@ -105,3 +105,37 @@ def test_identity_made_on_another_machine_is_replaced(tmp_path: Path) -> None:
     assert ensure_identity(old, etc, mid) == (first, "saved")
     assert json.loads((old / "host-identity.json").read_text())["machine"]
     assert ensure_identity(old, etc, tmp_path / "no-machine-id") == (first, "saved")  # no ID: no binding
+
+
+def test_an_nqn_is_read_once_per_subsystem_and_a_new_subsystem_under_the_same_name_afresh(tmp_path: Path) -> None:
+    fake_sys(tmp_path, 1, "nqn.x:a", {1: ("live", "traddr=127.0.0.1,trsvcid=4420", "optimized")}, UUID_A)
+    sysfs = NvmeSysfs(tmp_path)
+    assert sysfs.subsystem("nqn.x:a") is not None
+    folder = tmp_path / "class" / "nvme-subsystem"
+    # the kernel never rewrites an NQN in place; doing it here shows the first read is what is remembered
+    write(folder / "nvme-subsys1" / "subsysnqn", "nqn.x:rewritten")
+    assert sysfs.subsystem("nqn.x:a") is not None and sysfs.subsystem("nqn.x:rewritten") is None
+    # a subsystem removed and another made under the same name is a new folder entry (a new inode): read afresh
+    fresh = folder / "nvme-subsys1.next"
+    write(fresh / "subsysnqn", "nqn.x:b")
+    (fresh / "nvme1").mkdir()
+    (folder / "nvme-subsys1" / "subsysnqn").unlink()
+    for child in (folder / "nvme-subsys1").iterdir():
+        child.rmdir()
+    (folder / "nvme-subsys1").rmdir()
+    fresh.rename(folder / "nvme-subsys1")
+    assert sysfs.subsystem("nqn.x:a") is None
+    sub = sysfs.subsystem("nqn.x:b")
+    assert sub is not None and [c.name for c in sub.controllers] == ["nvme1"]
+    assert [s.nqn for s in sysfs.subsystems()] == ["nqn.x:b"]
+
+
+def test_a_namespace_is_found_only_through_the_subsystem_that_lists_its_head(tmp_path: Path) -> None:
+    fake_sys(tmp_path, 3, "nqn.x:a", {4: ("live", "traddr=127.0.0.1,trsvcid=4420", "optimized")}, UUID_A)
+    sysfs = NvmeSysfs(tmp_path)
+    ns = sysfs.find_namespace(UUID_A)
+    assert ns is not None and ns.device == "/dev/nvme3n1" and [p.controller for p in ns.paths] == ["nvme4"]
+    (tmp_path / "class" / "nvme-subsystem" / "nvme-subsys3" / "nvme3n1").rmdir()  # the head is going away
+    assert sysfs.find_namespace(UUID_A) is None
+    write(tmp_path / "block" / "nvme3c4n1" / "uuid", UUID_A)  # a path device is never taken for a head
+    assert sysfs.find_namespace(UUID_A) is None
