@@ -28,6 +28,7 @@ RESULTS = Path(__file__).resolve().parents[2] / "results"
 KEY_PANELS = ("IOPS", "Live paths vs portals", "ANA state per path", "Read IOPS: limit vs achieved",
               "Write IOPS: limit vs achieved", "RPC latency p50 / p99", "Pool used vs size", "Latency (mean per I/O)")
 ALERT = "NvmeofCsiVolumePathDegraded"
+FIO_STOP = "/tmp/monitoring-fio.stop"
 
 
 def polled(stack: GuestDriver, prom: GuestPrometheus, name: str) -> str:
@@ -58,9 +59,11 @@ def test_prometheus_panels_answer_and_the_path_alert_fires_and_resolves(
                            "params": {"readIops": "400", "writeIops": "300"}, "pod": POD})
         nqn, target = steps[0]["nqn"], steps[0]["target"]
         fabric.wait_paths(nqn, live=2)
-        fio = vm.submit(in_pod(pod, [
+        vm.run(["rm", "-f", FIO_STOP])
+        fio = vm.submit(in_pod(pod, [  # runs until the test writes FIO_STOP (600 s at most)
             "fio", "--name=mon", f"--filename={target}/fio.dat", "--size=32M", "--rw=randrw", "--bs=4k",
-            "--direct=1", "--ioengine=psync", "--time_based", "--runtime=170", "--output-format=json"]), timeout=600)
+            "--direct=1", "--ioengine=psync", "--time_based", "--runtime=600", f"--trigger-file={FIO_STOP}",
+            "--output-format=json"]), timeout=900)
         time.sleep(20)
         lost = prom.now()
         fabric.unlink(P1.port_id, nqn)
@@ -76,6 +79,8 @@ def test_prometheus_panels_answer_and_the_path_alert_fires_and_resolves(
         assert resolved, f"{ALERT} still active after the path came back"
         assert alert_state(prom, "NvmeofCsiAgentDown") == "" and alert_state(prom, "NvmeofCsiVolumeInaccessible") == ""
 
+        time.sleep(8)  # I/O on both paths again, in the panels
+        vm.write(FIO_STOP, "")  # fio stops its job, reports and exits 0 once this file exists (a signal: rc 128)
         out = fio.check()
         run = json.loads(out[out.index("{"):])["jobs"][0]
         assert run["error"] == 0, run
@@ -96,6 +101,7 @@ def test_prometheus_panels_answer_and_the_path_alert_fires_and_resolves(
             render(title, chosen, doc["range"], start, RESULTS / f"panel-{slug(title)}.png", marks)
         report("panels drawn", ", ".join(f"results/panel-{slug(t)}.png" for t in KEY_PANELS))
     finally:
+        vm.run(["pkill", "-x", "fio"], timeout=30)  # a failed step leaves no fio behind for the next test
         try:
             prom.stop()
         finally:
