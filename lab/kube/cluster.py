@@ -138,6 +138,7 @@ def running_cluster(mem_mb: int = 6144) -> Iterator[KubeCluster]:
         timed("lab VM boot", vm.start)
         node = KubeNode(vm, cp, all_images, NODE_LABELS, aliases={"localhost/nvmeof-csi:lab": tag})
         timed("node Ready (containerd, images, kubelet)", node.start)
+        say("node: " + ", ".join(f"{what} {seconds}s" for what, seconds in node.phases.items()))
         cluster = KubeCluster(cp, vm, node)
         timed("driver deployed (deploy/overlays/lab) and Ready", cluster.deploy)
         yield cluster
