@@ -180,15 +180,18 @@ class KubeNode:
             time.sleep(2)
         raise KubeError(f"node not Ready in {timeout:.0f}s\n{self.logs()}")
 
+    @staticmethod
+    def ctr_argv(*args: str) -> list[str]:
+        """``ctr`` on the node's containerd, in the namespace kubelet uses."""
+        return [str(binary("ctr")), "--address", CONTAINERD_SOCK, "-n", "k8s.io", *args]
+
     def ctr(self, *args: str, timeout: float = 600) -> str:
-        return self.vm.check([str(binary("ctr")), "--address", CONTAINERD_SOCK, "-n", "k8s.io", *args],
-                             timeout=timeout)
+        return self.vm.check(self.ctr_argv(*args), timeout=timeout)
 
     def import_images(self) -> None:
         """Every image at once (containerd takes concurrent imports; unpacking under TCG is CPU-bound and the
         guest has two vCPUs), then one listing proves each reference is there."""
-        ctr = [str(binary("ctr")), "--address", CONTAINERD_SOCK, "-n", "k8s.io"]
-        pending = [self.vm.submit([*ctr, "images", "import", "--base-name", ref.rsplit(":", 1)[0], str(tar)],
+        pending = [self.vm.submit(self.ctr_argv("images", "import", "--base-name", ref.rsplit(":", 1)[0], str(tar)),
                                   timeout=900) for ref, tar in self.images.items()]
         for job in pending:
             job.check()

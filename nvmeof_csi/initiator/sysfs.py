@@ -21,18 +21,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 
-def _read(path: Path) -> str:
-    try:
-        return path.read_text().strip()
-    except (FileNotFoundError, NotADirectoryError, ProcessLookupError):
-        return ""
-    except OSError:
-        return ""
-
-
-def _read_text(path: str) -> str:
-    """One small sysfs attribute, stripped; "" when it is gone or unreadable (plain ``os`` calls: this runs
-    once per new folder entry in a scan)."""
+def _read(path: Path | str) -> str:
+    """One small sysfs attribute, stripped; "" when it is gone or unreadable (plain ``os`` calls: a scan runs
+    this once per new folder entry)."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     except OSError:
@@ -72,7 +63,7 @@ class _Listing:
                     key = (entry.name, entry.inode())
                 except OSError:
                     continue
-                value = known.get(key) or _read_text(f"{self._folder}/{entry.name}/{self._attribute}")
+                value = known.get(key) or _read(f"{self._folder}/{entry.name}/{self._attribute}")
                 if value:
                     seen[key] = value
         self._known = seen
@@ -138,7 +129,8 @@ class NvmeSysfs:
 
     def __init__(self, root: Path = Path("/sys")) -> None:
         self.root = root
-        self._subsystems = _Listing(root / "class" / "nvme-subsystem", "subsysnqn",
+        self._subsys_dir = root / "class" / "nvme-subsystem"
+        self._subsystems = _Listing(self._subsys_dir, "subsysnqn",
                                     lambda name: name.startswith("nvme-subsys"))
         self._heads = _Listing(root / "block", "uuid", lambda name: HEAD.fullmatch(name) is not None)
 
@@ -171,8 +163,7 @@ class NvmeSysfs:
 
     def _entries(self) -> list[tuple[Path, str]]:
         """Every NVMe subsystem folder with its NQN (an NQN read only for a subsystem not seen before)."""
-        base = self.root / "class" / "nvme-subsystem"
-        return [(base / name, nqn) for name, nqn in self._subsystems.entries()]
+        return [(self._subsys_dir / name, nqn) for name, nqn in self._subsystems.entries()]
 
     @staticmethod
     def _children(entry: Path) -> tuple[list[str], list[str]] | None:
@@ -201,9 +192,8 @@ class NvmeSysfs:
 
     def subsystem(self, nqn: str) -> Subsystem | None:
         """The subsystem with exactly this NQN (``vol1`` never matches ``vol10``); only it is read in full."""
-        base = self.root / "class" / "nvme-subsystem"
-        return next((self._parse(base / name, found) for name, found in self._subsystems.entries() if found == nqn),
-                    None)
+        return next((self._parse(self._subsys_dir / name, found) for name, found in self._subsystems.entries()
+                     if found == nqn), None)
 
     def find_namespace(self, ns_uuid: str) -> Namespace | None:
         """The head device whose namespace UUID is ``ns_uuid`` (UUIDs read only for heads not seen before; the
@@ -213,7 +203,7 @@ class NvmeSysfs:
             if found.lower() != wanted:
                 continue
             instance = HEAD.fullmatch(head)
-            entry = self.root / "class" / "nvme-subsystem" / f"nvme-subsys{instance[1] if instance else ''}"
+            entry = self._subsys_dir / f"nvme-subsys{instance[1] if instance else ''}"
             listed = self._children(entry)
             if listed is not None and head in listed[1]:
                 return self._namespace(entry.name.removeprefix("nvme-subsys"), head, listed[0])
