@@ -9,9 +9,9 @@ from lab.build import BuildError, BuildInfo, build
 from lab.fabric import Fabric, PathState, Portal
 from lab.host import lab_qemu_pids
 from lab.probe import IoProbe, ProbeResult
-from lab.vm import GuestError, GuestTimeout, LabError, LabVM, Result
+from lab.vm import GuestError, GuestTimeout, LabError, LabVM, Result, VMExited
 
 __all__ = [
     "BuildError", "BuildInfo", "Fabric", "GuestError", "GuestTimeout", "IoProbe", "LabError", "LabVM",
-    "PathState", "Portal", "ProbeResult", "Result", "build", "lab_qemu_pids",
+    "PathState", "Portal", "ProbeResult", "Result", "VMExited", "build", "lab_qemu_pids",
 ]

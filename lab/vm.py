@@ -12,6 +12,7 @@ Contract:
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import os
@@ -39,7 +40,12 @@ class LabError(RuntimeError):
     """The VM could not be started or the agent connection broke."""
 
 
-class BootCrash(LabError):
+class VMExited(LabError):
+    """QEMU is gone while we still talk to the guest: the guest kernel panicked (``panic=-1`` with
+    ``-no-reboot`` ends QEMU) or the process was killed. The message carries the console's tail."""
+
+
+class BootCrash(VMExited):
     """QEMU exited before the guest agent was ready: the guest kernel crashed (or panicked) while booting."""
 
 
@@ -213,6 +219,20 @@ class LabVM:
                 pending._box.put({"rc": -1, "out": "", "err": "[host] guest connection closed"})
             self._pending.clear()
 
+    def alive(self) -> bool:
+        """QEMU is running (started and not exited)."""
+        return self.proc is not None and self.proc.poll() is None
+
+    def ensure_alive(self, doing: str) -> None:
+        """Raise :class:`VMExited` (with the console's tail) if QEMU has exited; ``doing`` names the step."""
+        if self.proc is not None and not self.alive():
+            raise VMExited(self.exit_report(doing))
+
+    def exit_report(self, doing: str) -> str:
+        rc = self.proc.poll() if self.proc is not None else None
+        return (f"the lab VM exited (qemu rc={rc}) while {doing}; console:\n{self._tail('console.log')}\n"
+                f"qemu:\n{self._tail('qemu.out', 1500)}")
+
     def _tail(self, name: str, size: int = 4000) -> str:
         try:
             return (self.rundir / name).read_bytes()[-size:].decode(errors="replace")
@@ -226,7 +246,7 @@ class LabVM:
             try:
                 self._send({"id": -1, "op": "poweroff"})
                 proc.wait(timeout=15)
-            except (OSError, subprocess.TimeoutExpired):
+            except (OSError, LabError, subprocess.TimeoutExpired):
                 pass
         self._kill()
 
@@ -269,7 +289,13 @@ class LabVM:
     def _send(self, request: Mapping[str, Any]) -> None:
         if self._sock is None:
             raise LabError("the VM is not running")
-        self._sock.sendall((json.dumps(request) + "\n").encode())
+        try:
+            self._sock.sendall((json.dumps(request) + "\n").encode())
+        except OSError as err:  # the guest end is gone: say why, with the console, rather than a broken pipe
+            if self.proc is not None:
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    self.proc.wait(timeout=5)
+            raise VMExited(self.exit_report(f"sending {request.get('op')} ({err})")) from err
 
     def _request(self, what: str, timeout: float, **request: Any) -> Pending:
         rid = next(self._ids)

@@ -14,6 +14,7 @@ import json
 import os
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -28,7 +29,7 @@ from lab.kube.control_plane import ControlPlane, KubeError
 from lab.kube.images import build_images
 from lab.kube.node import NODE_IP, KubeNode, qemu_netdev
 from lab.kube.pki import Pair, signed
-from lab.vm import LabVM
+from lab.vm import LabVM, VMExited
 
 DRIVER = "csi.nvmeof.io"
 NAMESPACE = "nvmeof-csi"
@@ -97,12 +98,24 @@ class KubeCluster:
         self.wait_driver_ready()
 
     def wait_driver_ready(self, timeout: float = 900) -> None:
+        """Every workload rolled out and the node plugin registered with kubelet; a VM that exits meanwhile
+        is raised at once (:class:`VMExited`), not after ``timeout``."""
+        deadline = time.monotonic() + timeout
         for kind, name in (("daemonset", "nvmeof-csi-agent"), ("daemonset", "nvmeof-csi-node"),
                            ("deployment", "nvmeof-csi-controller"), ("deployment", "snapshot-controller")):
-            self.kubectl("-n", NAMESPACE, "rollout", "status", f"{kind}/{name}", f"--timeout={int(timeout)}s",
-                         timeout=timeout + 30)
-        deadline = time.monotonic() + timeout  # the node plugin registers with kubelet once it serves
-        while time.monotonic() < deadline:
+            while True:
+                self.vm.ensure_alive(f"waiting for {kind}/{name} to roll out")
+                left = deadline - time.monotonic()
+                step = int(max(1, min(20, left)))
+                try:
+                    self.kubectl("-n", NAMESPACE, "rollout", "status", f"{kind}/{name}", f"--timeout={step}s",
+                                 timeout=step + 30)
+                    break
+                except KubeError:
+                    if left <= step:
+                        raise
+        while time.monotonic() < deadline:  # the node plugin registers with kubelet once it serves
+            self.vm.ensure_alive("waiting for the node plugin to register")
             drivers = self.cp.get("csinode", NODE).get("spec", {}).get("drivers") or []
             if any(d.get("name") == DRIVER for d in drivers):
                 return
@@ -123,8 +136,22 @@ class KubeCluster:
         return "\n".join(out)
 
 
+def bring_up(cp: ControlPlane, vm: LabVM, images: Mapping[str, Path], tag: str) -> KubeCluster:
+    """Boot ``vm``, make it the Ready node (``images`` imported, ``tag`` deployed as ``:lab``), deploy the
+    driver; the cluster with every driver pod Ready."""
+    timed("lab VM boot", vm.start)
+    node = KubeNode(vm, cp, images, NODE_LABELS, aliases={"localhost/nvmeof-csi:lab": tag})
+    timed("node Ready (containerd, images, kubelet)", node.start)
+    say("node: " + ", ".join(f"{what} {seconds}s" for what, seconds in node.phases.items()))
+    cluster = KubeCluster(cp, vm, node)
+    timed("driver deployed (deploy/overlays/lab) and Ready", cluster.deploy)
+    return cluster
+
+
 @contextmanager
-def running_cluster(mem_mb: int = 6144) -> Iterator[KubeCluster]:
+def running_cluster(mem_mb: int = 6144, attempts: int = 2) -> Iterator[KubeCluster]:
+    """The cluster, up; a lab VM that exits while it is being brought up (before the caller has it) is
+    replaced by a fresh one, up to ``attempts`` boots in all, each exit's console printed to stderr."""
     image = current_image()
     images: Mapping[str, Path] = timed("local images", build_images)
     tag = f"localhost/nvmeof-csi:{image['tag']}"
@@ -134,13 +161,21 @@ def running_cluster(mem_mb: int = 6144) -> Iterator[KubeCluster]:
     vm: LabVM | None = None
     try:
         timed("control plane (etcd, apiserver, controller-manager, scheduler)", cp.start)
-        vm = LabVM(mem_mb=mem_mb, cpus=2, scratch_gb=24, nic=qemu_netdev(cp.api_port))
-        timed("lab VM boot", vm.start)
-        node = KubeNode(vm, cp, all_images, NODE_LABELS, aliases={"localhost/nvmeof-csi:lab": tag})
-        timed("node Ready (containerd, images, kubelet)", node.start)
-        say("node: " + ", ".join(f"{what} {seconds}s" for what, seconds in node.phases.items()))
-        cluster = KubeCluster(cp, vm, node)
-        timed("driver deployed (deploy/overlays/lab) and Ready", cluster.deploy)
+        for attempt in range(1, attempts + 1):
+            vm = LabVM(mem_mb=mem_mb, cpus=2, scratch_gb=24, nic=qemu_netdev(cp.api_port))
+            try:
+                cluster = bring_up(cp, vm, all_images, tag)
+                break
+            except VMExited as gone:
+                # the guest kernel died under TCG before any test ran: nothing of the tier's is lost by a
+                # fresh VM (a fresh scratch disk, the Node object dropped so the new kubelet registers anew)
+                vm.close()
+                vm = None
+                if attempt == attempts:
+                    raise
+                print(f"kube: the lab VM exited during bring-up (attempt {attempt} of {attempts}); "
+                      f"starting a fresh one. {gone}", file=sys.stderr, flush=True)
+                cp.kubectl("delete", "node", NODE, "--ignore-not-found", "--wait=false")
         yield cluster
     finally:
         if vm is not None:

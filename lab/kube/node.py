@@ -171,6 +171,7 @@ class KubeNode:
         step("kubelet serving")
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
+            self.vm.ensure_alive("waiting for the Node to be Ready")
             nodes = self.cp.get("nodes").get("items", [])
             for node in nodes:
                 conds = {c["type"]: c["status"] for c in node["status"].get("conditions", [])}
@@ -203,6 +204,9 @@ class KubeNode:
             self.ctr("images", "tag", "--force", ref, alias)
 
     def logs(self, lines: int = 60) -> str:
+        """kubelet's and containerd's log tails, or, when the VM has exited, its console's."""
+        if not self.vm.alive():
+            return self.vm.exit_report("reading the node's logs")
         out = []
         for name in ("kubelet", "containerd"):
             out.append(f"--- {name}\n" + self.vm.run(["tail", "-n", str(lines), f"{LOGS}/{name}.log"], 10).out)

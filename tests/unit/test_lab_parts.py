@@ -4,7 +4,10 @@ the probe's pattern, and the fabric helpers' argument checks."""
 from __future__ import annotations
 
 import importlib.util
+import socket
+import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from types import ModuleType
@@ -81,3 +84,82 @@ def test_a_guest_kernel_crash_at_boot_is_booted_once_more_and_a_second_one_raise
     outcomes[:] = [LabError("timeout 300s")]  # not a crash: no second boot
     with pytest.raises(LabError, match="timeout"):
         vm.start()
+
+
+def test_a_vm_that_exits_is_raised_with_its_console_not_a_broken_pipe(tmp_path: Path) -> None:
+    from lab.vm import LabError, LabVM, VMExited
+
+    vm = LabVM.__new__(LabVM)  # no QEMU: a process that has exited and a connection whose far end closed
+    vm.rundir = tmp_path
+    (tmp_path / "console.log").write_text("Kernel panic - not syncing: Attempted to kill init!\n")
+    vm.proc = subprocess.Popen(["true"])
+    vm.proc.wait()
+    ours, theirs = socket.socketpair()
+    theirs.close()
+    vm._sock = ours
+    vm._ids = iter(range(1, 10))  # type: ignore[assignment]
+    vm._pending, vm._lock = {}, threading.Lock()
+    assert not vm.alive()
+    with pytest.raises(VMExited, match="Attempted to kill init"):
+        vm.ensure_alive("waiting for the Node")
+    with pytest.raises(VMExited, match="qemu rc=0"):
+        for _ in range(3):  # the first send may still land in the socket's buffer
+            vm.run(["true"])
+    assert issubclass(VMExited, LabError)
+    ours.close()
+
+
+def test_the_cluster_replaces_a_vm_that_exits_during_bring_up_once(monkeypatch: pytest.MonkeyPatch,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    from lab.kube import cluster
+    from lab.vm import VMExited
+
+    events: list[str] = []
+
+    class FakeVM:
+        def __init__(self, **_: object) -> None:
+            events.append("vm")
+
+        def close(self) -> None:
+            events.append("close")
+
+    class FakeCP:
+        def __init__(self, *_: object) -> None:
+            self.rundir = Path("/nowhere")
+
+        api_port = 0
+
+        def start(self) -> None:
+            events.append("cp")
+
+        def stop(self) -> None:
+            events.append("cp-stop")
+
+        def kubectl(self, *args: str, **_: object) -> str:
+            events.append(" ".join(args[:2]))
+            return ""
+
+    outcomes: list[Exception | None] = [VMExited("Oops: int3 in sched_clock_cpu"), None]
+
+    def bring_up(cp: object, vm: object, images: object, tag: str) -> object:
+        events.append("bring-up")
+        outcome = outcomes.pop(0)
+        if outcome is not None:
+            raise outcome
+        return "cluster"
+
+    monkeypatch.setattr(cluster, "current_image", lambda: {"tag": "t", "tar": "/x.tar"})
+    monkeypatch.setattr(cluster, "build_images", lambda: {})
+    monkeypatch.setattr(cluster, "ControlPlane", FakeCP)
+    monkeypatch.setattr(cluster, "LabVM", FakeVM)
+    monkeypatch.setattr(cluster, "qemu_netdev", lambda port: [])
+    monkeypatch.setattr(cluster, "bring_up", bring_up)
+    with cluster.running_cluster() as up:
+        assert up == "cluster"
+    assert events == ["cp", "vm", "bring-up", "close", "delete node", "vm", "bring-up", "close", "cp-stop"]
+    assert "starting a fresh one" in capsys.readouterr().err
+    events.clear()
+    outcomes[:] = [VMExited("first"), VMExited("second")]
+    with pytest.raises(VMExited, match="second"), cluster.running_cluster():
+        pass
+    assert events.count("bring-up") == 2 and events[-1] == "cp-stop"
