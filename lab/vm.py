@@ -36,6 +36,15 @@ AGENT = LAB_DIR / "guest" / "agent.py"
 MARGIN = 30.0
 
 
+#: Kernel arguments for a guest under TCG on a busy host: ``no_timer_check`` skips the boot-time IO-APIC timer
+#: probe, which panics ("IO-APIC + timer doesn't work!") when the vCPU is descheduled through it (2 of 3 boots
+#: while the host was busy); ``tsc=reliable`` takes the TSC off the clocksource watchdog (QEMU derives the
+#: guest TSC from the host clock: monotonic and the same on every vCPU), so a stalled vCPU can never read as
+#: skew and get the TSC marked unstable at run time, which flips the ``sched_clock`` static key: TCG's
+#: cross-CPU code patching has oopsed the kernel on that key (``int3`` in ``sched_clock_cpu``).
+TCG_SAFE_BOOT = ("no_timer_check", "tsc=reliable")
+
+
 class LabError(RuntimeError):
     """The VM could not be started or the agent connection broke."""
 
@@ -136,7 +145,7 @@ class LabVM:
             accel = ["-accel", "tcg,thread=multi", "-cpu", "max"]
         qboot = Path("/usr/share/qemu/qboot.rom")
         python = os.environ.get("LAB_GUEST_PYTHON", "/usr/bin/python3")
-        append = f"console=ttyS0 quiet panic=-1 lab.agent={AGENT} lab.python={python}"
+        append = f"console=ttyS0 quiet panic=-1 {' '.join(TCG_SAFE_BOOT)} lab.agent={AGENT} lab.python={python}"
         return [
             "qemu-system-x86_64", "-name", VM_NAME, *accel, *(["-bios", str(qboot)] if qboot.exists() else []),
             "-M", "q35", "-m", str(self.mem_mb), "-smp", str(self.cpus),
