@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 import subprocess
 import sys
 import time
@@ -57,11 +58,22 @@ def start_agent(work: Path, extra: Sequence[str] = (), name: str = "store-a", po
     log = open(work / "agent.log", "ab")  # noqa: SIM115
     proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
     deadline = time.monotonic() + 30
-    while not sock.exists():
+    tcp = [extra[i + 1] for i, arg in enumerate(extra[:-1]) if arg == "--listen-tcp"]
+    while not (sock.exists() and all(_accepts(url) for url in tcp)):  # every listener, not only the first bound
         assert proc.poll() is None, (work / "agent.log").read_text()
         assert time.monotonic() < deadline
         time.sleep(0.05)
     return Running(proc, work, f"unix://{sock}")
+
+
+def _accepts(url: str) -> bool:
+    """A TCP connection to ``tcp://HOST:PORT`` is accepted (the agent listens there)."""
+    host, _, port = url.removeprefix("tcp://").rpartition(":")
+    try:
+        with socket.create_connection((host, int(port)), timeout=1):
+            return True
+    except OSError:
+        return False
 
 
 class LocalAgent:
