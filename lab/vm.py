@@ -25,15 +25,17 @@ import tempfile
 import threading
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from lab.build import LAB_DIR, BuildInfo
+from lab.guest_calls import BootCrash, GuestError, GuestTimeout, LabError, Pending, Result, VMExited
 from lab.host import VM_NAME, die_with_parent, kvm_usable
 
+__all__ = ["TCG_SAFE_BOOT", "BootCrash", "GuestError", "GuestTimeout", "LabError", "LabVM", "Pending",
+           "Result", "VMExited"]
+
 AGENT = LAB_DIR / "guest" / "agent.py"
-MARGIN = 30.0
 
 
 #: Kernel arguments for a guest under TCG on a busy host: ``no_timer_check`` skips the boot-time IO-APIC timer
@@ -43,66 +45,6 @@ MARGIN = 30.0
 #: skew and get the TSC marked unstable at run time, which flips the ``sched_clock`` static key: TCG's
 #: cross-CPU code patching has oopsed the kernel on that key (``int3`` in ``sched_clock_cpu``).
 TCG_SAFE_BOOT = ("no_timer_check", "tsc=reliable")
-
-
-class LabError(RuntimeError):
-    """The VM could not be started or the agent connection broke."""
-
-
-class VMExited(LabError):
-    """QEMU is gone while we still talk to the guest: the guest kernel panicked (``panic=-1`` with
-    ``-no-reboot`` ends QEMU) or the process was killed. The message carries the console's tail."""
-
-
-class BootCrash(VMExited):
-    """QEMU exited before the guest agent was ready: the guest kernel crashed (or panicked) while booting."""
-
-
-class GuestError(RuntimeError):
-    """A guest command failed (non-zero exit)."""
-
-    def __init__(self, what: str, result: Result) -> None:
-        self.result = result
-        super().__init__(f"{what} -> rc={result.rc}\n{result.out[-2000:]}{result.err[-2000:]}")
-
-
-class GuestTimeout(GuestError):
-    """No answer from the guest within the command's timeout plus a margin."""
-
-
-@dataclass(frozen=True)
-class Result:
-    rc: int
-    out: str
-    err: str
-    seconds: float
-
-
-@dataclass
-class Pending:
-    """A command running in the guest; :meth:`wait` returns its :class:`Result`."""
-
-    what: str
-    timeout: float
-    _box: queue.Queue[dict[str, Any]] = field(default_factory=lambda: queue.Queue(1))
-
-    def wait(self, timeout: float | None = None) -> Result:
-        """The command's result; waits at most ``timeout`` (default: the command's own timeout + a margin)."""
-        try:
-            msg = self._box.get(timeout=self.timeout + MARGIN if timeout is None else timeout)
-        except queue.Empty as exc:
-            raise GuestTimeout(self.what, Result(-9, "", "no reply from the guest", self.timeout)) from exc
-        return Result(int(msg.get("rc", -1)), msg.get("out", ""), msg.get("err", ""), float(msg.get("t", 0.0)))
-
-    def done(self) -> bool:
-        """True once the command has finished (its result is waiting)."""
-        return not self._box.empty()
-
-    def check(self) -> str:
-        res = self.wait()
-        if res.rc != 0:
-            raise GuestError(self.what, res)
-        return res.out
 
 
 class LabVM:
