@@ -140,13 +140,14 @@ def test_the_cluster_replaces_a_vm_that_exits_during_bring_up_once(monkeypatch: 
             return ""
 
     outcomes: list[Exception | None] = [VMExited("Oops: int3 in sched_clock_cpu"), None]
+    sentinel = object()  # the cluster bring_up made
 
     def bring_up(cp: object, vm: object, images: object, tag: str) -> object:
         events.append("bring-up")
         outcome = outcomes.pop(0)
         if outcome is not None:
             raise outcome
-        return "cluster"
+        return sentinel
 
     monkeypatch.setattr(cluster, "current_image", lambda: {"tag": "t", "tar": "/x.tar"})
     monkeypatch.setattr(cluster, "build_images", lambda: {})
@@ -155,7 +156,7 @@ def test_the_cluster_replaces_a_vm_that_exits_during_bring_up_once(monkeypatch: 
     monkeypatch.setattr(cluster, "qemu_netdev", lambda port: [])
     monkeypatch.setattr(cluster, "bring_up", bring_up)
     with cluster.running_cluster() as up:
-        assert up == "cluster"
+        assert up is sentinel
     assert events == ["cp", "vm", "bring-up", "close", "delete node", "vm", "bring-up", "close", "cp-stop"]
     assert "starting a fresh one" in capsys.readouterr().err
     events.clear()
