@@ -20,7 +20,9 @@ Contract: :class:`StateStore` loads the last saved state (an empty state when no
 :meth:`StateStore.commit` is durable when it returns (a removed ``deleting`` record: see above) and writes only the
 records the change replaced or removed. Commits of different records run their file work concurrently (no lock is
 held across a write); callers serialise commits that touch the same record (the agent's per-volume keys do) and
-portal-group ANA changes (its ports lock does). Records are immutable; the agent replaces them. Secrets
+portal-group ANA changes (its ports lock does). A commit's change becomes current only after its files are durable;
+:meth:`StateStore.settled` gives readers that must not miss a change already begun (a name lookup racing a create)
+the state after the commits in flight they care about. Records are immutable; the agent replaces them. Secrets
 (DH-HMAC-CHAP keys) are stored in the record files with mode 0600 and never logged. A record file that cannot
 be read, is misnamed, or a record saved twice under two statuses, stops the load with ``DriverError`` (never a
 silently smaller state).
@@ -28,6 +30,7 @@ silently smaller state).
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import threading
@@ -156,6 +159,10 @@ class Delta:
             gone[kind] = {k: r for k, r in before.items() if k not in after}
         return cls(put, gone, dict(new.ana) if new.ana != old.ana else None)
 
+    def names(self, kind: str) -> set[str]:
+        """The names of the ``kind`` records this change adds, replaces or removes."""
+        return {new.name for _, new in self.put[kind].values()} | {old.name for old in self.gone[kind].values()}
+
     def onto(self, state: AgentState) -> AgentState:
         """``state`` with this change applied (other records, changed meanwhile by other commits, kept)."""
         merged = {}
@@ -175,6 +182,9 @@ class StateStore:
     def __init__(self, folder: Path) -> None:
         self.folder = folder
         self._lock = threading.Lock()  # guards the in-memory copy only, never held across file work
+        self._settled = threading.Condition(self._lock)  # notified whenever a commit leaves flight
+        self._in_flight: dict[int, Delta] = {}  # commits being persisted, by ticket
+        self._tickets = itertools.count()
         for kind in KINDS:
             (folder / kind).mkdir(parents=True, exist_ok=True)
         self._migrate()
@@ -234,9 +244,30 @@ class StateStore:
         a rename is not flushed (the caller knows that losing it is harmless, see the module docstring)."""
         with self._lock:
             delta = Delta.between(self._state, change(self._state))
-        self._persist(delta, flush_renames)
+            ticket = next(self._tickets)
+            self._in_flight[ticket] = delta
+        try:
+            self._persist(delta, flush_renames)
+        except BaseException:
+            with self._lock:
+                del self._in_flight[ticket]
+                self._settled.notify_all()
+            raise
         with self._lock:
+            del self._in_flight[ticket]
             self._state = delta.onto(self._state)
+            self._settled.notify_all()
+            return self._state
+
+    def settled(self, involves: Callable[[Delta], bool]) -> AgentState:
+        """The current state once every commit now in flight for which ``involves`` is true has ended (made
+        current, or failed); commits that begin later are not waited for, so this never waits on a stream of
+        writers. A reader that uses it and misses a record provably looked before the record's commit began,
+        i.e. before anything ``change`` computed for it (such as a creation time) was taken."""
+        with self._settled:
+            awaited = {ticket for ticket, delta in self._in_flight.items() if involves(delta)}
+            while awaited & self._in_flight.keys():
+                self._settled.wait()
             return self._state
 
     def _persist(self, delta: Delta, flush_renames: bool = True) -> None:

@@ -85,10 +85,10 @@ class TargetAgent:
 
     def get_volume(self, vol_uuid: str = "", name: str = "") -> VolumeView:
         if name:
-            for rec in self._parts.live_volumes():
-                if rec.name == name:
-                    return self._parts.view(rec)
-            raise NotFound(f"no volume named {name!r} on agent {self.name}")
+            named = self._parts.named_volumes(name)
+            if not named:
+                raise NotFound(f"no volume named {name!r} on agent {self.name}")
+            return self._parts.view(named[0])
         return self._parts.view(self._parts.volume(vol_uuid))
 
     def list_volumes(self) -> list[VolumeView]:

@@ -51,13 +51,14 @@ class VolumeOps:
         if capacity_bytes <= 0:
             raise InvalidArgument("capacity_bytes must be positive")
         with p.keys.hold(f"name:{name}"):
-            for found in p.live_volumes():
-                if found.name == name:
-                    self._check_same(found, capacity_bytes, parameters, source_volume, source_snapshot)
-                    if found.status == CREATING:
-                        with p.keys.hold(found.uuid):
-                            found = self._finish_creating(found)  # noqa: PLW2901 - returned right away
-                    return p.view(found)
+            named = p.named_volumes(name)
+            if named:
+                found = named[0]
+                self._check_same(found, capacity_bytes, parameters, source_volume, source_snapshot)
+                if found.status == CREATING:
+                    with p.keys.hold(found.uuid):
+                        found = self._finish_creating(found)
+                return p.view(found)
             self._check_auth(parameters)
             source_size = self._source_size(source_volume, source_snapshot)
             if capacity_bytes < source_size:
@@ -83,9 +84,10 @@ class VolumeOps:
                                      f"{NO_TARGET_AUTH} (kernel {os.uname().release})")
 
     def _first_save(self, rec: VolumeRecord) -> VolumeRecord:
-        """Save before acting. The creation time is taken inside the state lock, at the moment the record
-        becomes visible, so a name lookup that did not see it is always older than its timestamp (racing
-        controllers compare these times to agree on one copy)."""
+        """Save before acting. The creation time is taken inside the commit's locked section, and name lookups
+        (``AgentParts.named_volumes``) wait for commits of that name already in flight, so a lookup that did not
+        see this record began before its timestamp (racing controllers compare these times to agree on one
+        copy). The record only becomes visible once durable, which may be well after the stamp."""
         state = self._p.state.commit(lambda s: s.with_volume(rec.evolve(created_at=self._p.clock())))
         return state.volumes[rec.uuid]
 

@@ -275,3 +275,32 @@ def test_any_fill_failure_removes_the_half_made_volume(tmp_path: Path) -> None:
         agent.create_volume("ds", MiB, {"dataset.path": "/datasets/x"}, {})
     assert agent.state.current.volumes == {} and agent.store.files() == [] and agent.nvmet.subsystems() == []
     assert len(filler.discarded) == 1
+
+
+def test_a_name_lookup_during_a_create_waits_for_it_rather_than_miss_a_copy_stamped_earlier(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Racing controllers keep the copy of a name with the earliest ``created_at``; that is only sound if a lookup
+    that misses a copy began before that copy's stamp. The stamp is taken when the first save begins; the
+    record is visible once durable. A lookup in between must wait and find it (it used to answer NOT_FOUND)."""
+    from nvmeof_csi.agent.state import StateStore
+
+    agent = make_agent(tmp_path)
+    agent.converge()
+    saving, release = threading.Event(), threading.Event()
+    real = StateStore._persist
+
+    def slow_first_save(self: StateStore, delta: Any, flush_renames: bool = True) -> None:
+        if any(old is None for old, _ in delta.put["volumes"].values()):
+            saving.set()
+            assert release.wait(10)
+        real(self, delta, flush_renames)
+
+    monkeypatch.setattr(StateStore, "_persist", slow_first_save)
+    with ThreadPoolExecutor(2) as pool:
+        created = pool.submit(agent.create_volume, "raced", MiB, {}, {})
+        assert saving.wait(10)
+        looked = pool.submit(agent.get_volume, name="raced")
+        threading.Timer(0.3, release.set).start()
+        found, made = looked.result(10).record, created.result(10).record
+    assert found.uuid == made.uuid and found.created_at == made.created_at > 0

@@ -125,3 +125,90 @@ def test_a_rename_is_flushed_unless_the_caller_says_losing_it_is_harmless(
     assert flushed == [] and (tmp_path / "volumes" / f"{A}.json").exists()
     store.put_volume(store.current.volumes[B].evolve(status=READY))
     assert flushed == [tmp_path / "volumes"]
+
+
+def _blocked_persist(monkeypatch: pytest.MonkeyPatch, release: threading.Event, entered: threading.Event) -> None:
+    """Commits of a volume named "slow" stop in their file work until ``release`` is set."""
+    real = StateStore._persist
+
+    def persist(self: StateStore, delta: state_module.Delta, flush_renames: bool = True) -> None:
+        if "slow" in delta.names("volumes"):
+            entered.set()
+            assert release.wait(10)
+        real(self, delta, flush_renames)
+
+    monkeypatch.setattr(StateStore, "_persist", persist)
+
+
+def test_a_reader_waits_for_a_commit_of_its_name_already_in_flight(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The race behind two controllers keeping different copies of one name: the record's time is taken when its
+    commit begins, but it is visible only once durable. A reader of that name must wait for it, not miss it."""
+    store = StateStore(tmp_path)
+    release, entered = threading.Event(), threading.Event()
+    _blocked_persist(monkeypatch, release, entered)
+    writer = threading.Thread(target=store.put_volume, args=(VolumeRecord(A, "slow", 4096, created_at=1.0),))
+    writer.start()
+    assert entered.wait(10)
+    assert A not in store.current.volumes  # not visible while its files are written
+    seen: list[set[str]] = []
+    reader = threading.Thread(target=lambda: seen.append(set(store.settled(lambda d: "slow" in d.names("volumes"))
+                                                             .volumes)))
+    reader.start()
+    reader.join(0.3)
+    assert reader.is_alive() and not seen  # waiting for the commit in flight
+    other = store.settled(lambda d: "other" in d.names("volumes"))  # another name does not wait
+    assert A not in other.volumes
+    release.set()
+    writer.join(10)
+    reader.join(10)
+    assert seen == [{A}]
+
+
+def test_a_reader_does_not_wait_for_commits_that_begin_after_it_looked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A stream of writers of one name cannot starve a reader: it waits only for what was in flight."""
+    store = StateStore(tmp_path)
+    gates = {A: threading.Event(), B: threading.Event()}
+    entered = {A: threading.Event(), B: threading.Event()}
+    real = StateStore._persist
+
+    def persist(self: StateStore, delta: state_module.Delta, flush_renames: bool = True) -> None:
+        (uuid,) = delta.put["volumes"]
+        entered[uuid].set()
+        assert gates[uuid].wait(10)
+        real(self, delta, flush_renames)
+
+    monkeypatch.setattr(StateStore, "_persist", persist)
+    first = threading.Thread(target=store.put_volume, args=(VolumeRecord(A, "slow", 4096),))
+    first.start()
+    assert entered[A].wait(10)
+    seen: list[set[str]] = []
+    reader = threading.Thread(target=lambda: seen.append(set(store.settled(lambda d: "slow" in d.names("volumes"))
+                                                             .volumes)))
+    reader.start()
+    reader.join(0.2)
+    second = threading.Thread(target=store.put_volume, args=(VolumeRecord(B, "slow", 4096),))
+    second.start()
+    assert entered[B].wait(10)
+    gates[A].set()
+    reader.join(10)
+    assert seen == [{A}]  # returned with the first commit, while the second is still being written
+    gates[B].set()
+    first.join(10)
+    second.join(10)
+    assert set(store.current.volumes) == {A, B}
+
+
+def test_a_failed_commit_releases_its_readers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    store = StateStore(tmp_path)
+
+    def broken(self: StateStore, delta: state_module.Delta, flush_renames: bool = True) -> None:
+        raise OSError("disk full")
+
+    monkeypatch.setattr(StateStore, "_persist", broken)
+    with pytest.raises(OSError, match="disk full"):
+        store.put_volume(VolumeRecord(A, "slow", 4096))
+    assert store.settled(lambda d: True).volumes == {}  # nothing left in flight, nothing made current
