@@ -67,6 +67,7 @@ def version() -> str:
 
 def source_digest() -> str:
     digest = hashlib.sha256(PACKAGES.read_bytes())
+    digest.update(UNUSED.read_bytes())
     digest.update(Path(__file__).read_bytes())
     for name in SOURCES:
         root = REPO / name
@@ -138,6 +139,42 @@ def install_driver(root: Path, work: Path) -> None:
         link.symlink_to(f"{PREFIX}/bin/{tool}")
 
 
+UNUSED = REPO / "image" / "unused.txt"
+
+
+def unused(kind: str) -> list[str]:
+    """The ``kind`` ("package" or "path") entries of ``image/unused.txt``."""
+    found = []
+    for line in UNUSED.read_text().splitlines():
+        if not line.strip() or line.startswith("#"):
+            continue
+        what, _, entry = line.strip().partition(" ")
+        if what not in ("package", "path") or not entry or " " in entry:
+            raise ImageError(f"image/unused.txt: {line!r} is not 'package NAME' or 'path PATH'")
+        if what == kind:
+            found.append(entry)
+    return found
+
+
+def slim(root: Path) -> None:
+    """Drop what the driver never runs (``image/unused.txt``), so every node unpacks less, and pip and
+    setuptools from the driver's venv (nothing installs at run time). A listed path must stay inside ``root``."""
+    env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "HOME": "/root", "LANG": "C.UTF-8"}
+    run(["chroot", str(root), "dpkg", "--purge", "--force-depends", *unused("package")], env=env)
+    for rel in unused("path"):
+        path = root / rel
+        if ".." in Path(rel).parts or Path(rel).is_absolute():
+            raise ImageError(f"image/unused.txt: {rel!r} is not a path inside the image")
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path)
+        else:
+            path.unlink(missing_ok=True)
+    run(["chroot", str(root), f"{PREFIX}/bin/python", "-m", "pip", "uninstall", "-q", "-y", "setuptools", "pip"],
+        env=env)
+    for tool in ("pip", "pip3", "pip3.11"):
+        (root / PREFIX.lstrip("/") / "bin" / tool).unlink(missing_ok=True)
+
+
 def pack(root: Path, out: Path, tag: str) -> None:
     """``root`` as a one-layer OCI image ``out:tag`` with the driver as entrypoint."""
     layout = out / "oci"
@@ -171,6 +208,7 @@ def build(force: bool = False) -> dict[str, object]:
         work = Path(tmp)
         root = base_root(work)
         install_driver(root, work)
+        slim(root)
         pack(root, out, version())
     size = sum(p.stat().st_size for p in (out / "oci" / "blobs").rglob("*") if p.is_file())
     info = {"layout": str(out / "oci"), "tag": version(), "tar": str(out / "nvmeof-csi.oci.tar"),
