@@ -10,6 +10,7 @@ errors cross the shared edge interceptor (one error boundary).
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable, Mapping
 from typing import TypeVar
@@ -167,7 +168,10 @@ class AgentServicer(pb_grpc.AgentServicer):
         key = request.WhichOneof("key")
         require(key, "uuid or name")
         uuid, name = _uuid(request.uuid, "uuid"), _name(request.name, "name") if request.name else ""
-        view = self._agent.get_volume(uuid, name)
+        seen = request.seen_created_at
+        if not math.isfinite(seen) or seen < 0:
+            raise InvalidArgument(f"seen_created_at must be a finite time >= 0, not {seen!r}")
+        view = self._agent.get_volume(uuid, name, seen if name else 0.0)
         if not self._visible(view):
             raise NotFound(f"volume {uuid or name!r} does not exist on agent {self._agent.name}")
         return volume_with_health(self._agent, view)

@@ -105,8 +105,10 @@ class AgentClient:
     def modify_volume(self, vol_uuid: str, parameters: Mapping[str, str]) -> pb.Volume:
         return self._call(self._stub.ModifyVolume, pb.ModifyVolumeRequest(uuid=vol_uuid, parameters=dict(parameters)))
 
-    def get_volume(self, vol_uuid: str = "", name: str = "") -> pb.Volume:
-        request = pb.GetVolumeRequest(name=name) if name else pb.GetVolumeRequest(uuid=vol_uuid)
+    def get_volume(self, vol_uuid: str = "", name: str = "", seen_created_at: float = 0.0) -> pb.Volume:
+        """By UUID, or by name (``seen_created_at``: see ``GetVolumeRequest`` in the agent's proto)."""
+        request = (pb.GetVolumeRequest(name=name, seen_created_at=seen_created_at) if name
+                   else pb.GetVolumeRequest(uuid=vol_uuid))
         return self._call(self._stub.GetVolume, request)
 
     def list_volumes(self) -> list[pb.Volume]:

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 import os
 import threading
 from collections.abc import Callable, Mapping
@@ -185,6 +186,7 @@ class StateStore:
         self._settled = threading.Condition(self._lock)  # notified whenever a commit leaves flight
         self._in_flight: dict[int, Delta] = {}  # commits being persisted, by ticket
         self._tickets = itertools.count()
+        self._time_floor = 0.0  # the latest creation time a reader reported to settled()
         for kind in KINDS:
             (folder / kind).mkdir(parents=True, exist_ok=True)
         self._migrate()
@@ -259,16 +261,23 @@ class StateStore:
             self._settled.notify_all()
             return self._state
 
-    def settled(self, involves: Callable[[Delta], bool]) -> AgentState:
+    def settled(self, involves: Callable[[Delta], bool], seen_time: float = 0.0) -> AgentState:
         """The current state once every commit now in flight for which ``involves`` is true has ended (made
         current, or failed); commits that begin later are not waited for, so this never waits on a stream of
         writers. A reader that uses it and misses a record provably looked before the record's commit began,
-        i.e. before anything ``change`` computed for it (such as a creation time) was taken."""
+        i.e. before anything ``change`` computed for it was taken; and a creation time taken later with
+        :meth:`creation_time` is later than ``seen_time`` (the reader's latest seen), whatever the clock says."""
         with self._settled:
+            self._time_floor = max(self._time_floor, seen_time)
             awaited = {ticket for ticket, delta in self._in_flight.items() if involves(delta)}
             while awaited & self._in_flight.keys():
                 self._settled.wait()
             return self._state
+
+    def creation_time(self, now: float) -> float:
+        """``now``, or just after the latest time a reader reported to :meth:`settled` if that is later (a clock
+        behind another agent's). Call it only inside a ``change`` given to :meth:`commit` (the lock is held)."""
+        return max(now, math.nextafter(self._time_floor, math.inf))
 
     def _persist(self, delta: Delta, flush_renames: bool = True) -> None:
         for kind in KINDS:

@@ -83,9 +83,10 @@ class TargetAgent:
         """(status, reason, message) of what is wrong with the volume here (``agent/health.py``)."""
         return volume_health(self._parts, self._parts.volume(vol_uuid))
 
-    def get_volume(self, vol_uuid: str = "", name: str = "") -> VolumeView:
+    def get_volume(self, vol_uuid: str = "", name: str = "", seen_created_at: float = 0.0) -> VolumeView:
+        """By UUID, or by name (``AgentParts.named_volumes``: waits for a create of that name under way)."""
         if name:
-            named = self._parts.named_volumes(name)
+            named = self._parts.named_volumes(name, seen_created_at)
             if not named:
                 raise NotFound(f"no volume named {name!r} on agent {self.name}")
             return self._parts.view(named[0])

@@ -88,7 +88,8 @@ class VolumeOps:
         (``AgentParts.named_volumes``) wait for commits of that name already in flight, so a lookup that did not
         see this record began before its timestamp (racing controllers compare these times to agree on one
         copy). The record only becomes visible once durable, which may be well after the stamp."""
-        state = self._p.state.commit(lambda s: s.with_volume(rec.evolve(created_at=self._p.clock())))
+        store = self._p.state
+        state = store.commit(lambda s: s.with_volume(rec.evolve(created_at=store.creation_time(self._p.clock()))))
         return state.volumes[rec.uuid]
 
     @staticmethod

@@ -114,13 +114,19 @@ class AgentBackend:
         found = self._all_named(name, scope if parameters is not None else lambda _: True)
         return found[0] if found else None
 
-    def _all_named(self, name: str, could_hold: Callable[[AgentEntry], bool] = lambda _: True) -> list[Volume]:
+    def _all_named(self, name: str, could_hold: Callable[[AgentEntry], bool] = lambda _: True,
+                   seen_created_at: float = 0.0) -> list[Volume]:
         """Every copy of ``name`` on every agent, winner (first created) first. An unreachable agent fails the
-        lookup (UNAVAILABLE) unless ``could_hold`` says no copy of this request could ever have been put there."""
+        lookup (UNAVAILABLE) unless ``could_hold`` says no copy of this request could ever have been put there.
+
+        Racing controllers agree on the winner: each looks again after its own create, passing its copy's time
+        as ``seen_created_at``; an agent answers a name lookup only after the creates of that name under way
+        there, and stamps any later copy after that time, so a copy a controller misses is created after its
+        own, on any agent's clock."""
         found = []
         for entry in self.fabric.agents:
             try:
-                vol = self._client(entry).get_volume(name=name)
+                vol = self._client(entry).get_volume(name=name, seen_created_at=seen_created_at)
             except NotFound:
                 continue
             except Unavailable as err:
@@ -168,7 +174,7 @@ class AgentBackend:
             raise Aborted(f"volume {name!r} is still being filled on agent {entry.name}; the fill goes on "
                           "and a retry returns the volume once it is ready") from None
         mine = volume_of(entry, created)
-        winner = self._all_named(name, could_hold)[0]
+        winner = self._all_named(name, could_hold, created.created_at)[0]
         if winner.ref != mine.ref:
             log.info("volume %s: another controller created it first on %s; removing ours", name, winner.ref.location)
             self._client(entry).delete_volume(created.uuid)

@@ -27,7 +27,8 @@ def plain_configfs(root: Path) -> Path:
     return root
 
 
-def make_agent(tmp: Path, capacity: int = 0, name: str = "store-a") -> TargetAgent:
+def make_agent(tmp: Path, capacity: int = 0, name: str = "store-a", clock: Callable[[], float] = time.time,
+               ) -> TargetAgent:
     return TargetAgent(
         name=name,
         nvmet=Nvmet(plain_configfs(tmp / "nvmet"), plain_tree=True),
@@ -35,6 +36,7 @@ def make_agent(tmp: Path, capacity: int = 0, name: str = "store-a") -> TargetAge
         state=StateStore(tmp / "state"),
         portals=PORTALS,
         capacity_limit=capacity,
+        clock=clock,
     )
 
 
@@ -108,8 +110,8 @@ class LocalAgent:
     def modify_volume(self, vol_uuid: str, parameters: Mapping[str, str]) -> pb.Volume:
         return volume_msg(self.agent.modify_volume(vol_uuid, parameters))
 
-    def get_volume(self, vol_uuid: str = "", name: str = "") -> pb.Volume:
-        return volume_with_health(self.agent, self.agent.get_volume(vol_uuid, name))
+    def get_volume(self, vol_uuid: str = "", name: str = "", seen_created_at: float = 0.0) -> pb.Volume:
+        return volume_with_health(self.agent, self.agent.get_volume(vol_uuid, name, seen_created_at))
 
     def list_volumes(self) -> list[pb.Volume]:
         return [volume_msg(v) for v in self.agent.list_volumes()]

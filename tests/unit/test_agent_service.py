@@ -304,3 +304,21 @@ def test_a_name_lookup_during_a_create_waits_for_it_rather_than_miss_a_copy_stam
         threading.Timer(0.3, release.set).start()
         found, made = looked.result(10).record, created.result(10).record
     assert found.uuid == made.uuid and found.created_at == made.created_at > 0
+
+
+def test_a_name_lookup_that_reports_a_later_time_makes_the_next_copy_later_whatever_the_clock(
+    tmp_path: Path,
+) -> None:
+    """Clock skew between agents: a controller that holds a copy stamped 5000 on a fast agent looks here (clock
+    at 1000) and misses; the copy made here after that lookup must still be stamped after 5000, or the two racing
+    controllers would pick different winners."""
+    agent = make_agent(tmp_path, clock=lambda: 1000.0)
+    agent.converge()
+    with pytest.raises(NotFound):
+        agent.get_volume(name="raced", seen_created_at=5000.0)
+    late = agent.create_volume("raced", MiB, {}, {}).record
+    assert late.created_at > 5000.0
+    assert agent.create_volume("other", MiB, {}, {}).record.created_at > 5000.0  # the floor stays
+    fresh = make_agent(tmp_path / "fresh", clock=lambda: 1000.0)
+    fresh.converge()
+    assert fresh.create_volume("x", MiB, {}, {}).record.created_at == 1000.0  # no lookup reported a later time

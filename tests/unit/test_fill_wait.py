@@ -37,7 +37,7 @@ class SlowFillAgent:
         self.exists = True
         raise DeadlineExceeded("agent store-a: Deadline Exceeded")
 
-    def get_volume(self, vol_uuid: str = "", name: str = "") -> pb.Volume:
+    def get_volume(self, vol_uuid: str = "", name: str = "", seen_created_at: float = 0.0) -> pb.Volume:
         if not self.exists:
             raise NotFound(f"no volume {name or vol_uuid}")
         if vol_uuid:  # the controller watching the fill
