@@ -1,4 +1,5 @@
-"""``nvmeof-csi agent``: flags -> :class:`AgentSettings` -> :func:`serve_agent`."""
+"""``nvmeof-csi agent``: flags -> :class:`AgentSettings` -> :func:`serve_agent`. The agent's modules are imported when
+the command runs, so another command's process never loads them (start-up time on a busy node)."""
 
 from __future__ import annotations
 
@@ -7,8 +8,6 @@ from typing import Annotated
 
 import typer
 
-from nvmeof_csi.agent.portals import PortSpec
-from nvmeof_csi.cmd.agent_wiring import serve_agent
 from nvmeof_csi.cmd.exits import run_or_exit, settings_or_exit
 from nvmeof_csi.cmd.settings import AgentSettings, env_var, parse_size
 from nvmeof_csi.rpc import logctx
@@ -74,6 +73,8 @@ def agent_command(
     ] = "",
 ) -> None:
     """Run the target agent of one storage node: kernel nvmet over configfs, backing files, persistent state."""
+    from nvmeof_csi.agent.portals import PortSpec  # noqa: PLC0415 - only this command's process loads the agent
+    from nvmeof_csi.cmd.agent_wiring import serve_agent  # noqa: PLC0415
     settings = settings_or_exit("nvmeof-csi agent", lambda: AgentSettings(
             name=name,
             state_dir=state_dir.absolute(),

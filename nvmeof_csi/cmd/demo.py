@@ -9,14 +9,17 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.console import Console
-from rich.table import Table
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 
 def _render(console: Console, doc: dict[str, Any]) -> None:
+    from rich.table import Table  # noqa: PLC0415 - see demo_command
+
     phases = Table(title="nvmeof-csi demo: phases", show_lines=False)
     phases.add_column("phase")
     phases.add_column("seconds", justify="right")
@@ -48,6 +51,8 @@ def demo_command(
     """Boot the fabric lab (QEMU, stock Debian kernel) and run agent, controller and node in it: provision,
     stage, publish, write a data set, fail a path over under I/O, read it all back, expand; print a report.
     Needs root and a source checkout (the lab/ package, built by ./dev setup)."""
+    from rich.console import Console  # noqa: PLC0415 - rich is loaded by the command that prints with it only
+
     console = Console()
     checkout = Path(__file__).resolve().parents[2]  # an editable install runs from the source checkout
     if not (checkout / "lab" / "demo.py").is_file():

@@ -1,22 +1,22 @@
-"""``nvmeof-csi serve``: flags -> :class:`Settings` -> :func:`build_services` -> the CSI server."""
+"""``nvmeof-csi serve``: flags -> :class:`Settings` -> :func:`build_services` -> the CSI server. The services' modules
+are imported when the command runs, so another command's process never loads them."""
 
 from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from nvmeof_csi import DRIVER_NAME
 from nvmeof_csi.cmd.exits import run_or_exit, settings_or_exit
 from nvmeof_csi.cmd.settings import Backend, Mode, Settings, env_var, parse_size
-from nvmeof_csi.cmd.wiring import build_services
-from nvmeof_csi.csi.registration import KubeletRegistration
-from nvmeof_csi.csi.server import serve as serve_grpc
 from nvmeof_csi.rpc import logctx
 from nvmeof_csi.rpc.endpoints import Endpoint
-from nvmeof_csi.rpc.metrics import serve_metrics
+
+if TYPE_CHECKING:
+    from nvmeof_csi.csi.registration import KubeletRegistration
 
 log = logging.getLogger("nvmeof_csi")
 
@@ -112,6 +112,8 @@ def serve_command(
     logctx.install(settings.log_level)
     if settings.backend is Backend.LOOP:
         log.warning("backend 'loop' is for DEVELOPMENT ONLY: no durability, no access control")
+    from nvmeof_csi.csi.registration import KubeletRegistration  # noqa: PLC0415 - see the module docstring
+
     registration = None
     if settings.registration_dir is not None:
         registration = KubeletRegistration(settings.registration_dir, DRIVER_NAME, settings.registration_endpoint)
@@ -119,6 +121,10 @@ def serve_command(
 
 
 async def _serve(settings: Settings, registration: KubeletRegistration | None) -> None:
+    from nvmeof_csi.cmd.wiring import build_services  # noqa: PLC0415 - see the module docstring
+    from nvmeof_csi.csi.server import serve as serve_grpc  # noqa: PLC0415
+    from nvmeof_csi.rpc.metrics import serve_metrics  # noqa: PLC0415
+
     services = build_services(settings)
     if settings.metrics_listen:
         serve_metrics(settings.metrics_listen, services.registry)
