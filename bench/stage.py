@@ -27,10 +27,10 @@ def main() -> None:
     ap.add_argument("--fio-rounds", type=int, default=8, help="rounds of every fio job on every target (median)")
     ap.add_argument("--scale-rounds", type=int, default=5, help="stages timed per controller count")
     ap.add_argument("--cycles", type=int, default=500, help="stage/unstage cycles of the resource run")
-    ap.add_argument("--quick", action="store_true", help="CI: 4 rounds, 2 s fio 3 times, 40 cycles")
+    ap.add_argument("--quick", action="store_true", help="CI: 4 rounds, 2 s fio twice, 40 cycles")
     args = ap.parse_args()
     if args.quick:
-        args.rounds, args.fio_seconds, args.fio_rounds, args.scale_rounds, args.cycles = 4, 2, 3, 3, 40
+        args.rounds, args.fio_seconds, args.fio_rounds, args.scale_rounds, args.cycles = 4, 2, 2, 3, 40
     started = time.monotonic()
     with LabVM() as vm:
         Fabric(vm).load()
