@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import math
 import re
+import time
 from collections.abc import Callable, Mapping
 from typing import TypeVar
 
 import grpc
 
 from nvmeof_csi import __version__
-from nvmeof_csi.agent.authz import NODE, caller
+from nvmeof_csi.agent.authz import ADMIN, CONTROLLER, NODE, caller
 from nvmeof_csi.agent.parts import VolumeView
 from nvmeof_csi.agent.portals import PortSpec
 from nvmeof_csi.agent.state import SnapshotRecord
@@ -36,6 +37,11 @@ DEFAULT_PAGE, MAX_PAGE = 500, 1000
 T = TypeVar("T")
 MAX_MAP_ENTRIES, MAX_KEY_BYTES, MAX_VALUE_BYTES = 64, 256, 4096
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+#: how far ahead of this agent's clock a reported creation time may be (clock skew beyond it is a broken
+#: cluster, and a larger value would move every later creation time here that far)
+MAX_CLOCK_LEAD_S = 86400.0
 
 
 def _name(value: str, field: str, limit: int = MAX_NAME_BYTES) -> str:
@@ -169,8 +175,11 @@ class AgentServicer(pb_grpc.AgentServicer):
         require(key, "uuid or name")
         uuid, name = _uuid(request.uuid, "uuid"), _name(request.name, "name") if request.name else ""
         seen = request.seen_created_at
-        if not math.isfinite(seen) or seen < 0:
-            raise InvalidArgument(f"seen_created_at must be a finite time >= 0, not {seen!r}")
+        if not math.isfinite(seen) or seen < 0 or seen > time.time() + MAX_CLOCK_LEAD_S:
+            raise InvalidArgument(f"seen_created_at must be a time >= 0 and at most {MAX_CLOCK_LEAD_S:.0f} s ahead of "
+                                  f"agent {self._agent.name}'s clock, not {seen!r}")
+        if caller().role not in (CONTROLLER, ADMIN):
+            seen = 0.0  # only a controller resolving a create race may move this agent's creation times
         view = self._agent.get_volume(uuid, name, seen if name else 0.0)
         if not self._visible(view):
             raise NotFound(f"volume {uuid or name!r} does not exist on agent {self._agent.name}")

@@ -62,7 +62,7 @@ def test_api_round_trip(agent: Running) -> None:
             c.get_volume("00000000-0000-0000-0000-000000000000")
         with pytest.raises(InvalidArgument):
             c.create_volume("", MiB)
-        for hostile in (float("nan"), float("inf"), -1.0):
+        for hostile in (float("nan"), float("inf"), -1.0, 1e300):
             with pytest.raises(InvalidArgument, match="seen_created_at"):
                 c.get_volume(name="pvc-1", seen_created_at=hostile)
         assert c.get_volume(name="pvc-1", seen_created_at=vol.created_at).uuid == vol.uuid
