@@ -31,7 +31,8 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from bench.provision_guest import CFS, resources
+from bench.provision_guest import resources
+from bench.provision_scripts import CFS
 from bench.stage_guest import MKFS, MiB, find_head
 from lab.csi_ops import Csi, write_probe_file
 

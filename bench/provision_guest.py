@@ -170,8 +170,10 @@ def main() -> None:
     with connect() as client:
         client.health()
         for r in range(rounds):
-            timed_batch(agent_t, batch, lambda i, r=r: client.create_volume(f"bench-{r}-{i}", SIZE).uuid,
-                        client.delete_volume)
+            def agent_create(i: int, r: int = r) -> str:
+                return client.create_volume(f"bench-{r}-{i}", SIZE).uuid
+
+            timed_batch(agent_t, batch, agent_create, client.delete_volume)
             timed_batch(raw_t, batch, lambda _: raw_create(pool, ports), lambda vol: raw_delete(pool, ports, vol))
             timed_batch(durable_t, batch, lambda _: raw_create(pool, ports, durable=True),
                         lambda vol: raw_delete(pool, ports, vol, durable=True))

@@ -7,6 +7,7 @@ import json
 import socket
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -217,6 +218,13 @@ def test_roles_from_client_certificates(tmp_path: Path) -> None:
                 c.create_volume("nope", 8 * MiB)
             with pytest.raises(PermissionDenied, match="DenyHost needs role controller"):
                 c.deny_host(mine.uuid, NODE_NQN)
+            with pytest.raises(NotFound):  # a reader's seen_created_at must not move the agent's creation times
+                c.get_volume(name="after-reader", seen_created_at=time.time() + 3600)
+        with as_("ctrl") as c:
+            assert c.create_volume("after-reader", 8 * MiB).created_at < time.time() + 60
+            with pytest.raises(NotFound):  # a controller's does: a copy made after its lookup is stamped later
+                c.get_volume(name="after-ctrl", seen_created_at=time.time() + 3600)
+            assert c.create_volume("after-ctrl", 8 * MiB).created_at > time.time() + 3000
         with as_("node") as c:
             assert [v.uuid for v in c.list_volumes()] == [mine.uuid]
             assert c.get_volume(mine.uuid).uuid == mine.uuid
