@@ -33,11 +33,15 @@ from tests.support.datasets import make_dataset
 MiB = 1 << 20
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--rounds", type=int, default=2)
-    ap.add_argument("--files", type=int, default=500)
-    args = ap.parse_args()
+def parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--rounds", type=int, default=2, help="cold + warm rounds")
+    ap.add_argument("--files", type=int, default=500, help="files in the data set")
+    return ap
+
+
+def run(args: argparse.Namespace) -> None:
+    """The benchmark on this host (a real Alluxio on loopback, no lab VM), saved and printed."""
     with tempfile.TemporaryDirectory(prefix="bench-dataset-") as tmp:
         base = Path(tmp)
         ds = make_dataset(base / "ufs-data", files=args.files, seed=17)
@@ -84,6 +88,10 @@ def main() -> None:
     print(f"bench dataset: {args.files} files; cold hydration median {result['cold_median_s']} s, warm "
           f"{result['warm_median_s']} s -> cold/warm {result['ratio_cold_over_warm']}x "
           f"(cache hit cold {result['hit_ratio_cold']}, warm {result['hit_ratio_warm']})")
+
+
+def main() -> None:
+    run(parser().parse_args())
 
 
 if __name__ == "__main__":

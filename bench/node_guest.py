@@ -184,8 +184,8 @@ def settle() -> None:
     time.sleep(1)
 
 
-def stage_median(csi: Csi, rounds: int, tag: str) -> float:
-    """Median seconds of NodeStage+NodePublish of a fresh volume (create/attach and undo not timed)."""
+def stage_times(csi: Csi, rounds: int, tag: str) -> list[float]:
+    """Seconds of NodeStage+NodePublish of a fresh volume, ``rounds`` times (create/attach and undo not timed)."""
     times = []
     for i in range(rounds):
         name = f"sc-{tag}-{i}"
@@ -196,7 +196,7 @@ def stage_median(csi: Csi, rounds: int, tag: str) -> float:
         csi.publish(name)
         times.append(time.monotonic() - begin)
         csi.down(name)
-    return statistics.median(times)
+    return times
 
 
 def scaling(csi: Csi, levels: list[int], rounds: int) -> dict[str, Any]:
@@ -206,17 +206,19 @@ def scaling(csi: Csi, levels: list[int], rounds: int) -> dict[str, Any]:
     hostid = Path("/etc/nvme/hostid").read_text().strip()  # the kernel refuses one host NQN with two host IDs
     others = OtherControllers(hostnqn, hostid, port, (addr / "addr_traddr").read_text().strip(),
                               (addr / "addr_trsvcid").read_text().strip())
-    medians: dict[str, float] = {}
+    times: dict[str, list[float]] = {}
     connect_s: dict[str, float] = {}
     try:
         for level in sorted(levels):
             connect_s[str(level)] = round(others.grow_to(level), 2)
             settle()  # udev's work on the new devices is done before anything is timed
-            medians[str(level)] = stage_median(csi, rounds, str(level))
+            times[str(level)] = stage_times(csi, rounds, str(level))
     finally:
         others.remove()
+    medians = {k: statistics.median(v) for k, v in times.items()}
     base = medians[str(min(levels))]
     return {"rounds": rounds, "stage_median_ms": {k: round(v * 1000, 1) for k, v in medians.items()},
+            "stage_ms": {k: [round(t * 1000, 1) for t in v] for k, v in times.items()},
             "ratio": {k: round(v / base, 2) for k, v in medians.items()}, "connect_seconds": connect_s}
 
 

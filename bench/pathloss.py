@@ -18,8 +18,8 @@ import statistics
 import time
 from typing import Any
 
-from bench.results import save
-from lab import Fabric, IoProbe, LabVM
+from bench.results import in_one_vm, save
+from lab import Fabric, IoProbe
 from lab.stack import GuestDriver, running_stack
 from lab.target import TWO_PORTALS
 
@@ -63,24 +63,25 @@ def one_run(stack: GuestDriver, kato: int, index: int) -> dict[str, Any]:
             "timeline_ms": TIMELINE_MS, "timeline": result.timeline}
 
 
-def main() -> None:
+def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--kato", type=int, nargs="+", default=[1, 2, 3, DEFAULT_KATO],
                     help="keep-alive timeouts to measure (seconds)")
     ap.add_argument("--rounds", type=int, default=2, help="runs per keep-alive timeout")
     ap.add_argument("--quick", action="store_true", help="CI: keep-alive 2 and 5 s, one run each")
-    args = ap.parse_args()
+    return ap
+
+
+def run(stack: GuestDriver, args: argparse.Namespace) -> None:
+    """The benchmark against a running lab stack (agent and driver); leaves no volume behind."""
     katos, rounds = ([2, DEFAULT_KATO], 1) if args.quick else (sorted(set(args.kato)), args.rounds)
-    started = time.monotonic()
+    started, vm = time.monotonic(), stack.vm
     runs: list[dict[str, Any]] = []
-    with LabVM() as vm:
-        Fabric(vm).load()
-        with running_stack(vm, "WARNING") as stack:
-            for index in range(rounds):
-                for kato in katos:
-                    runs.append(one_run(stack, kato, index))
-                    print(f"bench pathloss: keep-alive {kato}s -> stall {runs[-1]['stall_s']:.2f}s, "
-                          f"{runs[-1]['errors']} errors", flush=True)
+    for index in range(rounds):
+        for kato in katos:
+            runs.append(one_run(stack, kato, index))
+            print(f"bench pathloss: keep-alive {kato}s -> stall {runs[-1]['stall_s']:.2f}s, "
+                  f"{runs[-1]['errors']} errors", flush=True)
     slope, offset = fit([(r["keep_alive_s"], r["stall_s"]) for r in runs])
     default = [r["stall_s"] for r in runs if r["keep_alive_s"] == DEFAULT_KATO]
     result = {
@@ -93,6 +94,12 @@ def main() -> None:
     save("pathloss", result)
     print(f"bench pathloss: stall = {slope:.2f} x keep-alive + {offset:.2f}s; at the default {DEFAULT_KATO}s: "
           f"{result['default_stall_s']}s (goal {DEFAULT_KATO + 1}s), {result['errors']} errors")
+
+
+def main() -> None:
+    args = parser().parse_args()
+    with in_one_vm() as vm, running_stack(vm, "WARNING") as stack:
+        run(stack, args)
 
 
 if __name__ == "__main__":

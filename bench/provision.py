@@ -13,13 +13,13 @@ import argparse
 import json
 import time
 
-from bench.results import growth, save
-from lab import Fabric, LabVM, Portal
+from bench.results import growth, in_one_vm, save
+from lab import LabVM, Portal
 from lab.build import REPO
 from lab.target import POOL_DIR, GuestTargetAgent
 
 
-def main() -> None:
+def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rounds", type=int, default=8, help="latency rounds (batches of each kind)")
     ap.add_argument("--batch", type=int, default=25, help="volumes per batch")
@@ -27,22 +27,27 @@ def main() -> None:
     ap.add_argument("--cycles", type=int, default=500, help="create/delete cycles of the resource run")
     ap.add_argument("--profile", type=int, default=60, help="seconds of create/delete cycles sampled by py-spy")
     ap.add_argument("--quick", action="store_true", help="CI: 4 rounds, 200 resource cycles, 20 s profile")
-    args = ap.parse_args()
+    return ap
+
+
+def run(vm: LabVM, args: argparse.Namespace) -> None:
+    """The benchmark in a booted lab VM with the fabric loaded and no agent running; leaves none running."""
     if args.quick:
         args.rounds, args.cycles, args.profile = 4, 200, 20
     started = time.monotonic()
-    with LabVM() as vm:
-        Fabric(vm).load()
-        agent = GuestTargetAgent(vm, [Portal(1, "tcp", "127.0.0.1", 4420), Portal(2, "tcp", "127.0.0.2", 4421)])
-        agent.wipe()
-        agent.start()
+    agent = GuestTargetAgent(vm, [Portal(1, "tcp", "127.0.0.1", 4420), Portal(2, "tcp", "127.0.0.2", 4421)])
+    agent.wipe()
+    agent.start()
+    try:
         pid = vm.check(["cat", "/run/nvmeof-csi/agent.pid"]).strip()
         out = vm.check(
             [vm.python, "-m", "bench.provision_guest", "/run/nvmeof-csi/agent.sock", str(args.rounds), str(args.batch),
              f"{POOL_DIR}-raw", pid, str(args.concurrency), str(args.cycles), str(args.profile)],
             timeout=3600, cwd=str(REPO),
         )
+    finally:
         agent.stop()
+        agent.wipe()
     result = json.loads(out.strip().splitlines()[-1])
     result.update(kernel=vm.ready["kernel"], accel=vm.accel, wall_seconds=round(time.monotonic() - started, 1),
                   quick=args.quick, **growth(result["resources"]))
@@ -70,6 +75,13 @@ def main() -> None:
           f" {where['cycles']} cycles of {where['wall_ms_per_cycle']} ms, {where['agent_cpu_ms_per_cycle']} ms CPU): "
           + ", ".join(f"{k} {100 * v:.0f}%" for k, v in where["share"].items())
           + f"; pathlib in {100 * where['pathlib_share']:.0f}% of samples")
+
+
+def main() -> None:
+    args = parser().parse_args()
+    with in_one_vm() as vm:
+        run(vm, args)
+
 
 if __name__ == "__main__":
     main()

@@ -22,8 +22,8 @@ import statistics
 import time
 from typing import Any
 
-from bench.results import save
-from lab import Fabric, LabVM
+from bench.results import in_one_vm, save
+from lab import Fabric
 from lab.fabric import wait_until
 from lab.pods import in_pod, make_pod
 from lab.stack import QOS_PERIOD, GuestDriver, running_stack
@@ -186,15 +186,17 @@ def run(stack: GuestDriver, seconds: int, shares: tuple[float, ...] = SHARES) ->
     }
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__)
+def parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="CI: fio runs of 6 s instead of 15 s, two limits of three")
-    args = ap.parse_args()
-    started = time.monotonic()
-    with LabVM() as vm:
-        Fabric(vm).load()
-        with running_stack(vm, "WARNING") as stack:
-            result = run(stack, 6, QUICK_SHARES) if args.quick else run(stack, 15)
+    return ap
+
+
+def run_and_report(stack: GuestDriver, args: argparse.Namespace) -> None:
+    """The benchmark against a running lab stack (agent and driver), saved and printed; leaves no volume
+    behind. Raises ``SystemExit`` when an I/O failed."""
+    started, vm = time.monotonic(), stack.vm
+    result = run(stack, 6, QUICK_SHARES) if args.quick else run(stack, 15)
     result.update(kernel=vm.ready["kernel"], accel=vm.accel, wall_seconds=round(time.monotonic() - started, 1))
     save("qos", result)
     noisy = result["noisy_neighbour"]
@@ -205,6 +207,12 @@ def main() -> None:
           f"next to B limited; I/O errors {result['io_errors']}")
     if result["io_errors"]:  # a ratio off its goal is reported; an I/O error is a defect
         raise SystemExit("bench qos: I/O errors (see results/bench-qos.json)")
+
+
+def main() -> None:
+    args = parser().parse_args()
+    with in_one_vm() as vm, running_stack(vm, "WARNING") as stack:
+        run_and_report(stack, args)
 
 
 if __name__ == "__main__":

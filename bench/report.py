@@ -195,8 +195,9 @@ def notes(docs: Mapping[str, Doc]) -> list[str]:
             out.append(f"- data path noise: the raw namespace measured twice in the same run differs by up to "
                        f"{100 * node['datapath']['aa_spread']:.1f}% ({node['datapath']['aa_ratio']}): ratios within "
                        "that of 1 are the lab's noise, not the driver's cost.")
-        out.append(f"- stage with other controllers (median ms): {node['scaling']['stage_median_ms']}; connecting "
-                   f"them took {node['scaling']['connect_seconds']} s.")
+        rounds = f"; every round (ms): {node['scaling']['stage_ms']}" if "stage_ms" in node["scaling"] else ""
+        out.append(f"- stage with other controllers (median ms): {node['scaling']['stage_median_ms']}{rounds}; "
+                   f"connecting them took {node['scaling']['connect_seconds']} s.")
     return out
 
 

@@ -1,12 +1,25 @@
-"""Where every benchmark leaves its numbers: ``results/bench-<name>.json`` in the repository."""
+"""Where every benchmark leaves its numbers (``results/bench-<name>.json`` in the repository), and the lab VM
+the benchmarks run in."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from lab import Fabric, LabVM
 from lab.build import REPO
+
+
+@contextmanager
+def in_one_vm() -> Iterator[LabVM]:
+    """A booted lab VM with the NVMe-oF modules loaded, stopped and removed afterwards (a benchmark run alone;
+    ``bench.suite`` runs several in one)."""
+    with LabVM() as vm:
+        Fabric(vm).load()
+        yield vm
 
 
 def save(name: str, result: dict[str, Any]) -> Path:

@@ -14,34 +14,34 @@ import argparse
 import json
 import time
 
-from bench.results import growth, save
-from lab import Fabric, LabVM
+from bench.results import growth, in_one_vm, save
 from lab.build import REPO
-from lab.stack import DRIVER_SOCK, running_stack
+from lab.stack import DRIVER_SOCK, GuestDriver, running_stack
 
 
-def main() -> None:
+def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rounds", type=int, default=6, help="stage rounds (each kind)")
     ap.add_argument("--fio-seconds", type=float, default=4, help="seconds per fio job")
     ap.add_argument("--fio-rounds", type=int, default=8, help="rounds of every fio job on every target (median)")
     ap.add_argument("--scale-rounds", type=int, default=5, help="stages timed per controller count")
     ap.add_argument("--cycles", type=int, default=500, help="stage/unstage cycles of the resource run")
-    ap.add_argument("--quick", action="store_true", help="CI: 4 rounds, 2 s fio twice, 40 cycles")
-    args = ap.parse_args()
+    ap.add_argument("--quick", action="store_true", help="CI: 4 rounds, 2 s fio twice, 5 scaling rounds, 40 cycles")
+    return ap
+
+
+def run(stack: GuestDriver, args: argparse.Namespace) -> None:
+    """The benchmark against a running lab stack (agent and driver); leaves no volume behind."""
     if args.quick:
-        args.rounds, args.fio_seconds, args.fio_rounds, args.scale_rounds, args.cycles = 4, 2, 2, 3, 40
-    started = time.monotonic()
-    with LabVM() as vm:
-        Fabric(vm).load()
-        with running_stack(vm, "WARNING") as stack:
-            out = vm.check([vm.python, "-m", "bench.stage_guest", DRIVER_SOCK, str(args.rounds)], timeout=3600,
-                           cwd=str(REPO))
-            pid = vm.check(["cat", stack.process.pidfile]).strip()
-            node_out = vm.check(
-                [vm.python, "-m", "bench.node_guest", DRIVER_SOCK, pid, "--fio-seconds", str(args.fio_seconds),
-                 "--fio-rounds", str(args.fio_rounds), "--scale-rounds", str(args.scale_rounds),
-                 "--cycles", str(args.cycles)], timeout=7200, cwd=str(REPO))
+        args.rounds, args.fio_seconds, args.fio_rounds, args.scale_rounds, args.cycles = 4, 2, 2, 5, 40
+    started, vm = time.monotonic(), stack.vm
+    out = vm.check([vm.python, "-m", "bench.stage_guest", DRIVER_SOCK, str(args.rounds)], timeout=3600,
+                   cwd=str(REPO))
+    pid = vm.check(["cat", stack.process.pidfile]).strip()
+    node_out = vm.check(
+        [vm.python, "-m", "bench.node_guest", DRIVER_SOCK, pid, "--fio-seconds", str(args.fio_seconds),
+         "--fio-rounds", str(args.fio_rounds), "--scale-rounds", str(args.scale_rounds),
+         "--cycles", str(args.cycles)], timeout=7200, cwd=str(REPO))
     facts = {"kernel": vm.ready["kernel"], "accel": vm.accel, "quick": args.quick}
     result = json.loads(out.strip().splitlines()[-1])
     result.update(facts, wall_seconds=round(time.monotonic() - started, 1))
@@ -57,6 +57,12 @@ def main() -> None:
           f" worst {dp['worst_mount_vs_ext4']}x; stage with other controllers "
           f"{sc['ratio']} of none; node plugin over {res['cycles']} cycles: RSS {res['rss_growth_pct']:+.1f}%, "
           f"open files {res['fd_growth']:+d} after warm-up")
+
+
+def main() -> None:
+    args = parser().parse_args()
+    with in_one_vm() as vm, running_stack(vm, "WARNING") as stack:
+        run(stack, args)
 
 
 if __name__ == "__main__":

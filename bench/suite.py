@@ -1,0 +1,68 @@
+"""Every benchmark in one lab VM boot: provisioning (its own agent), then one driver stack for NodeStage and the
+node's data path and scaling, path loss and QoS; then the dataset benchmark on this host. Each writes its
+``results/bench-*.json`` as it would run alone (``python -m bench.<name>``, its own VM); one boot and one stack
+start instead of four of each is what CI's bench tier saves. A benchmark that fails is reported and the next
+one still runs; the exit code is 1 when any failed.
+
+usage: python -m bench.suite [--quick] [--only NAME ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+import traceback
+from collections.abc import Callable
+from functools import partial
+
+from bench import dataset, pathloss, provision, qos, stage
+from bench.results import in_one_vm
+from lab.stack import GuestDriver, running_stack
+
+#: the benchmarks that share the driver stack: name -> (its argument parser, its run)
+ON_STACK: dict[str, tuple[Callable[[], argparse.ArgumentParser], Callable[[GuestDriver, argparse.Namespace], None]]] = {
+    "stage": (stage.parser, stage.run), "pathloss": (pathloss.parser, pathloss.run),
+    "qos": (qos.parser, qos.run_and_report)}
+NAMES = ("provision", *ON_STACK, "dataset")
+
+
+def attempt(name: str, step: Callable[[], None], failed: list[str]) -> None:
+    """Run one benchmark; a failure is printed with its traceback and recorded in ``failed``, not raised."""
+    began = time.monotonic()
+    print(f"bench suite: {name} ...", flush=True)
+    try:
+        step()
+    except (Exception, SystemExit):  # the suite's one boundary: report, go on with the next
+        traceback.print_exc()
+        failed.append(name)
+    print(f"bench suite: {name} {'FAILED' if name in failed else 'done'} in {time.monotonic() - began:.0f} s",
+          flush=True)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="every benchmark's quick mode (CI)")
+    ap.add_argument("--only", nargs="+", choices=NAMES, default=list(NAMES), help="run these benchmarks only")
+    args = ap.parse_args()
+    flags = ["--quick"] if args.quick else []
+    failed: list[str] = []
+    in_vm = [n for n in NAMES[:-1] if n in args.only]
+    if in_vm:
+        with in_one_vm() as vm:
+            if "provision" in in_vm:
+                attempt("provision", lambda: provision.run(vm, provision.parser().parse_args(flags)), failed)
+            on_stack = {n: (ON_STACK[n][1], ON_STACK[n][0]().parse_args(flags)) for n in ON_STACK if n in in_vm}
+            if on_stack:
+                with running_stack(vm, "WARNING") as stack:
+                    for name, (bench_run, bench_args) in on_stack.items():
+                        attempt(name, partial(bench_run, stack, bench_args), failed)
+    if "dataset" in args.only:
+        attempt("dataset", lambda: dataset.run(dataset.parser().parse_args([])), failed)
+    if failed:
+        print(f"bench suite: FAILED {' '.join(failed)}", file=sys.stderr)
+        raise SystemExit(1)
+
+
+if __name__ == "__main__":
+    main()
