@@ -15,6 +15,8 @@ volume that has nothing to fill: a lost rename brings back a ``creating`` volume
 finishes creating (every step idempotent, the image is durable already); a snapshot or a volume with a fill
 always flushes (finishing those again would copy or fill again). A state saved by an older agent as one
 document (``<folder>/agent-state.json``) is split into record files on load, the document removed last.
+``<folder>/time-floor.json`` keeps a creation time a reader reported that was ahead of this agent's clock (another
+agent's clock runs ahead), so a restart does not stamp a later copy earlier than it; written only then.
 
 Contract: :class:`StateStore` loads the last saved state (an empty state when none exists);
 :meth:`StateStore.commit` is durable when it returns (a removed ``deleting`` record: see above) and writes only the
@@ -35,6 +37,7 @@ import json
 import math
 import os
 import threading
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
@@ -113,6 +116,7 @@ class AgentState:
 
 
 LEGACY_DOCUMENT = "agent-state.json"
+FLOOR_FILE = "time-floor.json"
 KINDS = ("volumes", "snapshots")
 
 
@@ -180,17 +184,28 @@ class Delta:
 class StateStore:
     """The state in ``folder`` (see the module's layout), with an in-memory copy."""
 
-    def __init__(self, folder: Path) -> None:
-        self.folder = folder
+    def __init__(self, folder: Path, clock: Callable[[], float] = time.time) -> None:
+        self.folder, self._clock = folder, clock
         self._lock = threading.Lock()  # guards the in-memory copy only, never held across file work
         self._settled = threading.Condition(self._lock)  # notified whenever a commit leaves flight
         self._in_flight: dict[int, Delta] = {}  # commits being persisted, by ticket
         self._tickets = itertools.count()
-        self._time_floor = 0.0  # the latest creation time a reader reported to settled()
+        self._floor_file = threading.Lock()  # orders writes of FLOOR_FILE (held across that file work only)
         for kind in KINDS:
             (folder / kind).mkdir(parents=True, exist_ok=True)
+        self._time_floor = self._load_floor()  # the latest creation time a reader reported to settled()
         self._migrate()
         self._state = self._load()
+
+    def _load_floor(self) -> float:
+        try:
+            doc = read_json(self.folder / FLOOR_FILE)
+        except ValueError as exc:
+            raise DriverError(f"agent state {self.folder / FLOOR_FILE} is unreadable: {exc}") from exc
+        floor = doc.get("floor") if isinstance(doc, dict) else 0.0 if doc is None else None
+        if not isinstance(floor, float | int) or isinstance(floor, bool) or not math.isfinite(floor) or floor < 0:
+            raise DriverError(f"agent state {self.folder / FLOOR_FILE} is unreadable: {doc!r}")
+        return float(floor)
 
     def _load(self) -> AgentState:
         parsed: dict[str, dict[str, Any]] = {}
@@ -266,13 +281,21 @@ class StateStore:
         current, or failed); commits that begin later are not waited for, so this never waits on a stream of
         writers. A reader that uses it and misses a record provably looked before the record's commit began,
         i.e. before anything ``change`` computed for it was taken; and a creation time taken later with
-        :meth:`creation_time` is later than ``seen_time`` (the reader's latest seen), whatever the clock says."""
+        :meth:`creation_time` is later than ``seen_time`` (the reader's latest seen), whatever the clock says,
+        also after a restart: a ``seen_time`` ahead of this agent's clock is saved durably before this returns."""
         with self._settled:
+            raised = seen_time > self._time_floor
             self._time_floor = max(self._time_floor, seen_time)
             awaited = {ticket for ticket, delta in self._in_flight.items() if involves(delta)}
             while awaited & self._in_flight.keys():
                 self._settled.wait()
-            return self._state
+            state = self._state
+        if raised and seen_time > self._clock():  # ahead of this clock: a restart must not forget it
+            with self._floor_file:
+                with self._lock:
+                    floor = self._time_floor
+                write_atomic(self.folder / FLOOR_FILE, (json.dumps({"floor": floor}) + "\n").encode())
+        return state
 
     def creation_time(self, now: float) -> float:
         """``now``, or just after the latest time a reader reported to :meth:`settled` if that is later (a clock

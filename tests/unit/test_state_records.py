@@ -212,3 +212,29 @@ def test_a_failed_commit_releases_its_readers(tmp_path: Path, monkeypatch: pytes
     with pytest.raises(OSError, match="disk full"):
         store.put_volume(VolumeRecord(A, "slow", 4096))
     assert store.settled(lambda d: True).volumes == {}  # nothing left in flight, nothing made current
+
+
+def test_a_reported_time_ahead_of_the_clock_survives_a_restart(tmp_path: Path) -> None:
+    """Another agent's clock runs an hour ahead: a controller's lookup reports its copy's time; a copy made on
+    this agent after a restart must still be stamped later than that (before, the floor lived in memory only)."""
+    now = 1_000_000.0
+    store = StateStore(tmp_path, clock=lambda: now)
+    store.settled(lambda d: False, seen_time=now + 3600)
+    assert StateStore(tmp_path, clock=lambda: now).creation_time(now) > now + 3600
+    store.settled(lambda d: False, seen_time=now + 10)  # lower than the floor: nothing to save
+    assert json.loads((tmp_path / "time-floor.json").read_text()) == {"floor": now + 3600}
+
+
+def test_a_reported_time_behind_the_clock_writes_nothing(tmp_path: Path) -> None:
+    now = 1_000_000.0
+    store = StateStore(tmp_path, clock=lambda: now)
+    store.settled(lambda d: False, seen_time=now - 5)  # the clock after any restart is past it already
+    assert store.creation_time(now - 10) > now - 5
+    assert not (tmp_path / "time-floor.json").exists()
+
+
+@pytest.mark.parametrize("text", ['{"floor": "soon"}', '{"floor": -1}', '{"floor": NaN}', "[]", '{"floor": true}'])
+def test_an_unreadable_time_floor_stops_the_load(tmp_path: Path, text: str) -> None:
+    (tmp_path / "time-floor.json").write_text(text)
+    with pytest.raises(DriverError, match=r"time-floor\.json is unreadable"):
+        StateStore(tmp_path)
