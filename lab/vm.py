@@ -58,9 +58,11 @@ class LabVM:
         boot_timeout: float | None = None,
         kernel: str | None = None,
         nic: Sequence[str] = (),
+        scratch_from: Path | None = None,
     ) -> None:
         """``nic``: QEMU arguments for a network card (the Kubernetes tier's restricted user network); the
-        default is none."""
+        default is none. ``scratch_from``: a saved scratch disk this VM starts from (a sparse copy; its size
+        must be ``scratch_gb``); the default is a blank disk."""
         self.info = BuildInfo.load(kernel)
         self.mem_mb, self.cpus = mem_mb, cpus
         self.nic = list(nic) or ["-nic", "none"]
@@ -68,7 +70,10 @@ class LabVM:
         self.boot_timeout = boot_timeout or (60.0 if self.accel == "kvm" else 300.0)
         self.rundir = Path(tempfile.mkdtemp(prefix="labvm-"))
         self.scratch = self.rundir / "scratch.img"
-        with open(self.scratch, "wb") as img:
+        if scratch_from is not None:
+            subprocess.run(["cp", "--sparse=always", "--reflink=auto", str(scratch_from), str(self.scratch)],
+                           check=True, capture_output=True, timeout=900)
+        with open(self.scratch, "ab") as img:
             img.truncate(scratch_gb << 30)
         self.console_log = self.rundir / "console.log"
         self.proc: subprocess.Popen[bytes] | None = None

@@ -19,11 +19,13 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 from image.build import current as current_image
 from lab.build import REPO
+from lab.kube import scratch_cache
 from lab.kube.build import Go, versions
 from lab.kube.control_plane import ControlPlane, KubeError
 from lab.kube.images import build_images
@@ -35,6 +37,7 @@ DRIVER = "csi.nvmeof.io"
 NAMESPACE = "nvmeof-csi"
 NODE = "lab"
 FABRIC = "lab"
+SCRATCH_GB = 24
 NODE_LABELS = {"csi.nvmeof.io/gpu-node": "true", "csi.nvmeof.io/storage-node": "true"}
 
 
@@ -136,11 +139,17 @@ class KubeCluster:
         return "\n".join(out)
 
 
-def bring_up(cp: ControlPlane, vm: LabVM, images: Mapping[str, Path], tag: str) -> KubeCluster:
-    """Boot ``vm``, make it the Ready node (``images`` imported, ``tag`` deployed as ``:lab``), deploy the
-    driver; the cluster with every driver pod Ready."""
+def bring_up(cp: ControlPlane, vm: LabVM, images: Mapping[str, Path], tag: str, disk_key: str) -> KubeCluster:
+    """Boot ``vm``, make it the Ready node (``images`` imported, ``tag`` deployed as ``:lab``; a disk that had
+    to import any is saved under ``disk_key``), deploy the driver; the cluster with every driver pod Ready."""
     timed("lab VM boot", vm.start)
     node = KubeNode(vm, cp, images, NODE_LABELS, aliases={"localhost/nvmeof-csi:lab": tag})
+
+    def save_disk(imported: list[str]) -> None:
+        if imported:  # a disk that held every image already is the saved one
+            timed("node disk saved for the next run", lambda: scratch_cache.save(vm, disk_key))
+
+    node.on_imported = save_disk
     timed("node Ready (containerd, images, kubelet)", node.start)
     say("node: " + ", ".join(f"{what} {seconds}s" for what, seconds in node.phases.items()))
     cluster = KubeCluster(cp, vm, node)
@@ -161,10 +170,14 @@ def running_cluster(mem_mb: int = 6144, attempts: int = 2) -> Iterator[KubeClust
     vm: LabVM | None = None
     try:
         timed("control plane (etcd, apiserver, controller-manager, scheduler)", cp.start)
+        disk_key = scratch_cache.key(all_images, SCRATCH_GB)
         for attempt in range(1, attempts + 1):
-            vm = LabVM(mem_mb=mem_mb, cpus=2, scratch_gb=24, nic=qemu_netdev(cp.api_port))
+            saved = scratch_cache.cached(disk_key)
+            vm = timed(f"node disk: {f'a copy of {saved}' if saved else f'blank (no saved disk {disk_key} yet)'}",
+                       partial(LabVM, mem_mb=mem_mb, cpus=2, scratch_gb=SCRATCH_GB, nic=qemu_netdev(cp.api_port),
+                               scratch_from=saved))
             try:
-                cluster = bring_up(cp, vm, all_images, tag)
+                cluster = bring_up(cp, vm, all_images, tag, disk_key)
                 break
             except VMExited as gone:
                 # the guest kernel died under TCG before any test ran: nothing of the tier's is lost by a

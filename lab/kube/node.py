@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from lab.kube.build import binary
@@ -106,6 +106,9 @@ class KubeNode:
         self.containerd = GuestProcess(vm, "containerd", [], CONTAINERD_SOCK, f"{LOGS}/containerd.log")
         self.kubelet = GuestProcess(vm, "kubelet", [], KUBELET_SOCK, f"{LOGS}/kubelet.log")
         self.phases: dict[str, float] = {}
+        #: called once the images are in containerd, with the references imported in this run (none when the
+        #: VM started from a saved disk that holds them all), before kubelet starts anything
+        self.on_imported: Callable[[list[str]], None] | None = None
 
     def _sh(self, cmd: str, timeout: float = 120) -> str:
         res = self.vm.sh(cmd, timeout)
@@ -121,8 +124,9 @@ class KubeNode:
         self._sh(f"ip link set lo up && ip link set eth0 up && ip addr add {NODE_IP}/24 dev eth0 && "
                  f"ip route add default via 10.0.2.2 && ip addr add {SERVICE_IP}/32 dev lo && "
                  "sysctl -qw net.ipv4.ip_forward=1")
-        self._sh(f"mkdir -p {LOGS} /scratch/containerd /var/lib/containerd /var/lib/kubelet /srv/nvmeof-pool "
-                 "/scratch/nvmeof-pool /etc/cni/net.d /etc/containerd /etc/kubernetes /etc/nvmeof-csi && "
+        self._sh(f"rm -rf {LOGS} && mkdir -p {LOGS} /scratch/containerd /var/lib/containerd /var/lib/kubelet "
+                 "/srv/nvmeof-pool /scratch/nvmeof-pool /etc/cni/net.d /etc/containerd /etc/kubernetes "
+                 "/etc/nvmeof-csi && "
                  "mount --bind /scratch/containerd /var/lib/containerd && "
                  "mount --bind /scratch/nvmeof-pool /srv/nvmeof-pool && "
                  "mount -t tmpfs kubelet /var/lib/kubelet && mount --make-rshared /")
@@ -161,8 +165,10 @@ class KubeNode:
                                 "--config", "/etc/containerd/config.toml"]
         self.containerd.start(timeout=180)
         step("containerd")
-        self.import_images()
-        step("images imported")
+        imported = self.import_images()
+        step("images imported" if imported else "images found on the saved disk")
+        if self.on_imported is not None:
+            self.on_imported(imported)
         self.kubelet.argv = [str(binary("kubelet")), "--config=/etc/kubernetes/kubelet.yaml",
                              f"--kubeconfig={self.cp.kubelet_config}", f"--hostname-override={self.cp.node}",
                              f"--node-ip={NODE_IP}", "--v=2",
@@ -189,11 +195,14 @@ class KubeNode:
     def ctr(self, *args: str, timeout: float = 600) -> str:
         return self.vm.check(self.ctr_argv(*args), timeout=timeout)
 
-    def import_images(self) -> None:
-        """Every image at once (containerd takes concurrent imports; unpacking under TCG is CPU-bound and the
-        guest has two vCPUs), then one listing proves each reference is there."""
+    def import_images(self) -> list[str]:
+        """Every image containerd does not hold yet, all at once (containerd takes concurrent imports; unpacking
+        under TCG is CPU-bound and the guest has two vCPUs), then one listing proves each reference is there;
+        returns the references imported."""
+        held = set(self.ctr("images", "ls", "-q").split())
+        todo = {ref: tar for ref, tar in self.images.items() if ref not in held}
         pending = [self.vm.submit(self.ctr_argv("images", "import", "--base-name", ref.rsplit(":", 1)[0], str(tar)),
-                                  timeout=900) for ref, tar in self.images.items()]
+                                  timeout=900) for ref, tar in todo.items()]
         for job in pending:
             job.check()
         listed = set(self.ctr("images", "ls", "-q").split())
@@ -202,6 +211,7 @@ class KubeNode:
             raise KubeError(f"not in containerd after importing: {', '.join(missing)}")
         for alias, ref in self.aliases.items():
             self.ctr("images", "tag", "--force", ref, alias)
+        return sorted(todo)
 
     def logs(self, lines: int = 60) -> str:
         """kubelet's and containerd's log tails, or, when the VM has exited, its console's."""

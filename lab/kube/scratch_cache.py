@@ -1,0 +1,77 @@
+"""The Kubernetes node's scratch disk with every image already imported, kept on this host between runs.
+
+Importing the tier's images into containerd (gzip layers unpacked and digests checked, under TCG) is the
+largest fixed cost of bringing the node up. The first run on a machine imports them and then saves the
+scratch disk (containerd's content store, metadata and unpacked snapshots on XFS) to
+``$NVMEOF_CSI_CACHE/kube/scratch-<key>.img``; a later run starts its VM from a copy of it, and containerd finds
+the images there: a node whose image cache is warm, as on any real cluster. ``key`` hashes every input of
+that disk: the image tars (their paths carry their content keys), containerd's binary, the lab kernel build,
+the disk size and the source of this module and of :mod:`lab.kube.node` (how the node is prepared); a changed
+input makes a new disk, and saving one removes the older ones.
+
+Contract: :func:`cached` returns the saved disk for ``key`` or ``None``; :func:`save` copies the running VM's
+scratch disk while its filesystem is frozen (consistent, nothing half-written), written to a temp file and
+renamed, so a run killed while saving leaves no disk behind that a later run would trust. A failure to save
+is reported and changes nothing else (the next run imports again).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import subprocess
+from collections.abc import Mapping
+from pathlib import Path
+
+from lab.build import BuildInfo
+from lab.kube.build import binary, cache_root
+from lab.vm import LabVM
+
+HERE = Path(__file__).resolve().parent
+
+
+def key(images: Mapping[str, Path], scratch_gb: int) -> str:
+    """The cache key of a node disk of ``scratch_gb`` GiB with ``images`` (reference -> OCI tar) imported."""
+    h = hashlib.sha256(f"{scratch_gb}\n{BuildInfo.load().inputs_sha256}\n".encode())
+    for source in ("scratch_cache.py", "node.py"):
+        h.update((HERE / source).read_bytes())
+    ctrd = binary("containerd")
+    h.update(f"{ctrd} {ctrd.stat().st_size}\n".encode())
+    for ref, tar in sorted(images.items()):
+        st = tar.stat()
+        h.update(f"{ref} {tar} {st.st_size} {st.st_mtime_ns}\n".encode())
+    return h.hexdigest()[:16]
+
+
+def _path(disk_key: str) -> Path:
+    return cache_root() / f"scratch-{disk_key}.img"
+
+
+def cached(disk_key: str) -> Path | None:
+    path = _path(disk_key)
+    return path if path.is_file() else None
+
+
+def save(vm: LabVM, disk_key: str, mount: str = "/scratch") -> Path | None:
+    """Copy ``vm``'s scratch disk (filesystem at ``mount``, frozen meanwhile) to the cache under ``disk_key``;
+    returns the saved path, or ``None`` (reported) when it could not be saved."""
+    final = _path(disk_key)
+    tmp = final.with_name(f".{final.name}.tmp")
+    froze = vm.run(["sh", "-c", f"sync && rm -f {mount}/.lab-host-identity && fsfreeze --freeze {mount}"], 120)
+    if froze.rc:
+        print(f"kube: the node disk is not saved (freeze failed: {froze.err.strip()})", flush=True)
+        return None
+    try:
+        final.parent.mkdir(parents=True, exist_ok=True)
+        copied = subprocess.run(["cp", "--sparse=always", "--reflink=auto", str(vm.scratch), str(tmp)],
+                                capture_output=True, text=True, timeout=900, check=False)
+    finally:
+        vm.check(["fsfreeze", "--unfreeze", mount], timeout=120)
+    if copied.returncode:
+        tmp.unlink(missing_ok=True)
+        print(f"kube: the node disk is not saved (cp: {copied.stderr.strip()})", flush=True)
+        return None
+    tmp.replace(final)
+    for old in final.parent.glob("scratch-*.img"):
+        if old != final:
+            old.unlink(missing_ok=True)
+    return final
