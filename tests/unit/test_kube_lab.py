@@ -6,9 +6,14 @@ from __future__ import annotations
 import json
 import tomllib
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
+import pytest
 import yaml
 
+from lab.build import BuildInfo
+from lab.kube import scratch_cache
 from lab.kube.build import components, versions
 from lab.kube.control_plane import GUEST_API, GUEST_API_PORT, SERVICE_IP, SERVICE_RANGE
 from lab.kube.node import CNI_CONFIG, NODE_IP, POD_CIDR, containerd_config, kubelet_config, qemu_netdev
@@ -62,3 +67,46 @@ def test_kubelet_config_refuses_anonymous_and_uses_cgroupfs() -> None:
     assert doc["authentication"]["anonymous"]["enabled"] is False
     assert doc["authentication"]["x509"]["clientCAFile"] == "/x/ca.crt"
     assert doc["cgroupDriver"] == "cgroupfs"
+
+
+class FakeVM:
+    """The two calls scratch_cache.save makes into the guest, recorded; ``freeze_rc`` is the freeze's exit code."""
+
+    def __init__(self, scratch: Path, freeze_rc: int = 0) -> None:
+        self.scratch, self.freeze_rc = scratch, freeze_rc
+        self.calls: list[str] = []
+
+    def run(self, argv: list[str], timeout: float) -> Any:
+        self.calls.append(argv[-1])
+        return SimpleNamespace(rc=self.freeze_rc, out="", err="fsfreeze: not supported" if self.freeze_rc else "")
+
+    def check(self, argv: list[str], timeout: float) -> str:
+        self.calls.append(" ".join(argv))
+        return ""
+
+
+def test_node_disk_key_follows_every_image_and_saving_replaces_the_older_disk(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("NVMEOF_CSI_CACHE", str(tmp_path / "cache"))
+    ctrd = tmp_path / "containerd"
+    ctrd.write_bytes(b"bin")
+    monkeypatch.setattr(scratch_cache, "binary", lambda name: ctrd)
+    monkeypatch.setattr(BuildInfo, "load", classmethod(lambda cls: SimpleNamespace(inputs_sha256="k1")))
+    tar = tmp_path / "a.tar"
+    tar.write_bytes(b"one")
+    first = scratch_cache.key({"localhost/a:1": tar}, 24)
+    assert scratch_cache.key({"localhost/a:1": tar}, 24) == first and scratch_cache.cached(first) is None
+    assert scratch_cache.key({"localhost/a:1": tar}, 8) != first
+    disk = tmp_path / "scratch.img"
+    disk.write_bytes(b"xfs with images")
+    vm = FakeVM(disk)
+    assert scratch_cache.save(vm, first) == scratch_cache.cached(first)  # type: ignore[arg-type]
+    assert "fsfreeze --freeze /scratch" in vm.calls[0] and vm.calls[-1] == "fsfreeze --unfreeze /scratch"
+    tar.write_bytes(b"two, a new image")
+    second = scratch_cache.key({"localhost/a:1": tar}, 24)
+    assert second != first
+    scratch_cache.save(FakeVM(disk), second)  # type: ignore[arg-type]
+    assert [p.name for p in (tmp_path / "cache" / "kube").iterdir()] == [f"scratch-{second}.img"]
+    assert scratch_cache.save(FakeVM(disk, freeze_rc=1), "other") is None  # type: ignore[arg-type]
+    assert scratch_cache.cached("other") is None
