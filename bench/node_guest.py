@@ -178,9 +178,11 @@ class OtherControllers:
 
 
 def settle() -> None:
-    """Wait for udev to finish the events of newly connected devices (when udev runs here)."""
+    """Wait for udev to finish the events of newly connected devices (when udev runs here) and for the page
+    cache's dirty data (the data path's writes before) to be written, so neither is timed as a stage."""
     with contextlib.suppress(FileNotFoundError):
         subprocess.run(["udevadm", "settle", "--timeout=120"], check=False, capture_output=True, timeout=150)
+    os.sync()
     time.sleep(1)
 
 
@@ -212,6 +214,7 @@ def scaling(csi: Csi, levels: list[int], rounds: int) -> dict[str, Any]:
         for level in sorted(levels):
             connect_s[str(level)] = round(others.grow_to(level), 2)
             settle()  # udev's work on the new devices is done before anything is timed
+            stage_times(csi, 1, f"{level}-warm-up")  # not counted: the first stage after a change runs cold
             times[str(level)] = stage_times(csi, rounds, str(level))
     finally:
         others.remove()
