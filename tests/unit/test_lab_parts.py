@@ -142,7 +142,8 @@ def test_the_cluster_replaces_a_vm_that_exits_during_bring_up_once(monkeypatch: 
     outcomes: list[Exception | None] = [VMExited("Oops: int3 in sched_clock_cpu"), None]
     sentinel = object()  # the cluster bring_up made
 
-    def bring_up(cp: object, vm: object, images: object, tag: str) -> object:
+    def bring_up(cp: object, vm: object, images: object, tag: str, disk_key: str) -> object:
+        assert disk_key == "k"
         events.append("bring-up")
         outcome = outcomes.pop(0)
         if outcome is not None:
@@ -155,6 +156,8 @@ def test_the_cluster_replaces_a_vm_that_exits_during_bring_up_once(monkeypatch: 
     monkeypatch.setattr(cluster, "LabVM", FakeVM)
     monkeypatch.setattr(cluster, "qemu_netdev", lambda port: [])
     monkeypatch.setattr(cluster, "bring_up", bring_up)
+    monkeypatch.setattr(cluster.scratch_cache, "key", lambda images, gb: "k")
+    monkeypatch.setattr(cluster.scratch_cache, "cached", lambda key: None)
     with cluster.running_cluster() as up:
         assert up is sentinel
     assert events == ["cp", "vm", "bring-up", "close", "delete node", "vm", "bring-up", "close", "cp-stop"]
