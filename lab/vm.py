@@ -47,6 +47,13 @@ AGENT = LAB_DIR / "guest" / "agent.py"
 TCG_SAFE_BOOT = ("no_timer_check", "tsc=reliable")
 
 
+def copy_disk(source: Path, target: Path) -> subprocess.CompletedProcess[str]:
+    """``cp`` of a disk image that keeps it sparse (a reflink where the filesystem offers one); the finished
+    process, stderr captured, not checked."""
+    return subprocess.run(["cp", "--sparse=always", "--reflink=auto", str(source), str(target)],
+                          capture_output=True, text=True, timeout=900, check=False)
+
+
 class LabVM:
     """One lab VM. Use as a context manager, or call :meth:`start` and :meth:`stop`."""
 
@@ -71,8 +78,7 @@ class LabVM:
         self.rundir = Path(tempfile.mkdtemp(prefix="labvm-"))
         self.scratch = self.rundir / "scratch.img"
         if scratch_from is not None:
-            subprocess.run(["cp", "--sparse=always", "--reflink=auto", str(scratch_from), str(self.scratch)],
-                           check=True, capture_output=True, timeout=900)
+            copy_disk(scratch_from, self.scratch).check_returncode()
         with open(self.scratch, "ab") as img:
             img.truncate(scratch_gb << 30)
         self.console_log = self.rundir / "console.log"

@@ -18,13 +18,12 @@ is reported and changes nothing else (the next run imports again).
 from __future__ import annotations
 
 import hashlib
-import subprocess
 from collections.abc import Mapping
 from pathlib import Path
 
 from lab.build import BuildInfo
 from lab.kube.build import binary, cache_root
-from lab.vm import LabVM
+from lab.vm import LabVM, copy_disk
 
 HERE = Path(__file__).resolve().parent
 
@@ -62,8 +61,7 @@ def save(vm: LabVM, disk_key: str, mount: str = "/scratch") -> Path | None:
         return None
     try:
         final.parent.mkdir(parents=True, exist_ok=True)
-        copied = subprocess.run(["cp", "--sparse=always", "--reflink=auto", str(vm.scratch), str(tmp)],
-                                capture_output=True, text=True, timeout=900, check=False)
+        copied = copy_disk(vm.scratch, tmp)
     finally:
         vm.check(["fsfreeze", "--unfreeze", mount], timeout=120)
     if copied.returncode:
