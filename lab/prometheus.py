@@ -6,7 +6,8 @@ Host side: :class:`GuestPrometheus` writes its configuration, starts the binary 
 same on this host, on loopback, for the host tiers (the alluxio tier's dataset panels).
 
 Guest side: ``python -m lab.prometheus URL REQUEST_JSON`` runs a batch of queries and prints one JSON line:
-``{"ready": bool, "instant": {expr: result}, "range": {expr: result}, "alerts": [...]}`` where a request is
+``{"ready": true, "instant": {expr: result}, "range": {expr: result}, "alerts": [...]}`` (only ``{"ready": false}``
+while ``/-/ready`` does not answer 200: nothing else is asked then) where a request is
 ``{"instant": [expr...], "range": [expr...], "start": unix, "end": unix, "step": seconds}``.
 
 Contract: :meth:`Prometheus.start` returns once ``/-/ready`` answers and every scrape target is up (or
@@ -26,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import requests
+import yaml
 
 from lab.build import REPO
 from lab.vm import LabError, LabVM, Pending
@@ -37,8 +39,23 @@ RULES = REPO / "deploy" / "prometheus" / "alerts.yaml"
 BINARY = REPO / "tools" / "bin" / "prometheus"
 
 
-def config(targets: dict[str, str], interval: str, rules: Path = RULES) -> str:
-    """A Prometheus configuration: one job per ``{job name: HOST:PORT}`` and our alert rules."""
+def rules_text(hold: str | None = None) -> str:
+    """Our shipped alert rules; with ``hold`` (e.g. ``"12s"``) every rule's ``for:`` replaced by it, a test copy
+    that fires the very same expressions without waiting minutes (promtool's unit tests in the alerts tier keep
+    checking the shipped ``for:`` values)."""
+    text = RULES.read_text()
+    if hold is None:
+        return text
+    doc = yaml.safe_load(text)
+    for group in doc["groups"]:
+        for rule in group["rules"]:
+            if "for" in rule:
+                rule["for"] = hold
+    return str(yaml.safe_dump(doc, sort_keys=False))
+
+
+def config(targets: dict[str, str], interval: str, rules: Path | str = RULES) -> str:
+    """A Prometheus configuration: one job per ``{job name: HOST:PORT}`` and the alert rules in ``rules``."""
     jobs = "".join(
         f"  - job_name: {job}\n    static_configs:\n      - targets: ['{target}']\n" for job, target in targets.items()
     )
@@ -51,9 +68,12 @@ class Prometheus(ABC):
     say where the process runs (:class:`GuestPrometheus`, :class:`HostPrometheus`)."""
 
     url = URL
+    ready_wait = 60.0
 
-    def __init__(self, targets: dict[str, str], interval: str) -> None:
+    def __init__(self, targets: dict[str, str], interval: str, rules: str | None = None) -> None:
+        """``rules``: the alert rules' text (default: the shipped ``deploy/prometheus/alerts.yaml``)."""
         self.targets, self.interval = dict(targets), interval
+        self.rules = rules_text() if rules is None else rules
 
     def argv(self, work: str, listen: str) -> list[str]:
         if not BINARY.exists():
@@ -68,7 +88,7 @@ class Prometheus(ABC):
         while time.monotonic() - begin < timeout:
             if self._exited():
                 break
-            doc = self.query(instant=["up"])
+            doc = self._query(self._request(instant=["up"]))
             ups = {r["metric"].get("job"): r["value"][1] for r in doc.get("instant", {}).get("up", [])}
             if doc.get("ready") and len(ups) == len(self.targets) and all(v == "1" for v in ups.values()):
                 return time.monotonic() - begin
@@ -77,9 +97,23 @@ class Prometheus(ABC):
 
     def query(self, instant: Sequence[str] = (), ranged: Sequence[str] = (), start: float = 0, end: float = 0,
               step: float = 2) -> dict[str, Any]:
-        """Instant and range queries in one batch, and the alerts (see the module docstring)."""
-        return self._query({"instant": list(instant), "range": list(ranged), "start": start, "end": end,
-                            "step": step})
+        """Instant and range queries in one batch, and the alerts (see the module docstring). A Prometheus that
+        stopped answering ready (``/-/ready``: 503 while it is busy) is asked again for up to ``ready_wait``
+        seconds; after that :class:`LabError` with its log."""
+        request = self._request(instant, ranged, start, end, step)
+        deadline = time.monotonic() + self.ready_wait
+        while True:
+            doc = self._query(request)
+            if doc.get("ready"):
+                return doc
+            if self._exited() or time.monotonic() > deadline:
+                raise LabError(f"Prometheus did not answer ready within {self.ready_wait:.0f} s:\n{self.log_tail()}")
+            time.sleep(1)
+
+    @staticmethod
+    def _request(instant: Sequence[str] = (), ranged: Sequence[str] = (), start: float = 0, end: float = 0,
+                 step: float = 2) -> dict[str, Any]:
+        return {"instant": list(instant), "range": list(ranged), "start": start, "end": end, "step": step}
 
     @abstractmethod
     def _launch(self) -> None: ...
@@ -104,8 +138,8 @@ class Prometheus(ABC):
 class GuestPrometheus(Prometheus):
     """Prometheus inside the lab VM (queries run in the guest: the VM has no network card)."""
 
-    def __init__(self, vm: LabVM, targets: dict[str, str], interval: str = "2s") -> None:
-        super().__init__(targets, interval)
+    def __init__(self, vm: LabVM, targets: dict[str, str], interval: str = "2s", rules: str | None = None) -> None:
+        super().__init__(targets, interval, rules)
         self.vm = vm
         self._pending: Pending | None = None
 
@@ -113,7 +147,8 @@ class GuestPrometheus(Prometheus):
         argv = self.argv(WORK, f"127.0.0.1:{PORT}")
         self.vm.run(["rm", "-rf", WORK], 30)
         self.vm.mkdir(f"{WORK}/data")
-        self.vm.write(f"{WORK}/prometheus.yml", config(self.targets, self.interval))
+        self.vm.write(f"{WORK}/alerts.yaml", self.rules)
+        self.vm.write(f"{WORK}/prometheus.yml", config(self.targets, self.interval, f"{WORK}/alerts.yaml"))
         self._pending = self.vm.submit(
             ["sh", "-c", f'echo $$ > {WORK}/pid; exec "$@" >{WORK}/log 2>&1', "prometheus", *argv], timeout=7200)
 
@@ -144,8 +179,8 @@ class GuestPrometheus(Prometheus):
 class HostPrometheus(Prometheus):
     """Prometheus on this host, listening on loopback only (scrapes loopback targets of the host tiers)."""
 
-    def __init__(self, work: Path, targets: dict[str, str], interval: str = "1s") -> None:
-        super().__init__(targets, interval)
+    def __init__(self, work: Path, targets: dict[str, str], interval: str = "1s", rules: str | None = None) -> None:
+        super().__init__(targets, interval, rules)
         self.work = work
         with socket.socket() as probe:  # a free loopback port
             probe.bind(("127.0.0.1", 0))
@@ -155,7 +190,8 @@ class HostPrometheus(Prometheus):
     def _launch(self) -> None:
         argv = self.argv(str(self.work), self.url.removeprefix("http://"))
         (self.work / "data").mkdir(parents=True, exist_ok=True)
-        (self.work / "prometheus.yml").write_text(config(self.targets, self.interval))
+        (self.work / "alerts.yaml").write_text(self.rules)
+        (self.work / "prometheus.yml").write_text(config(self.targets, self.interval, self.work / "alerts.yaml"))
         with (self.work / "log").open("wb") as log:
             self._process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
 
@@ -188,8 +224,10 @@ def _run(url: str, request: dict[str, Any]) -> dict[str, Any]:
     try:
         ready = requests.get(f"{url}/-/ready", timeout=10).status_code == 200
     except requests.RequestException:
+        ready = False
+    if not ready:  # starting, or busy: its API answers 503 until it is ready again; the caller asks again
         return {"ready": False}
-    out: dict[str, Any] = {"ready": ready, "instant": {}, "range": {}}
+    out: dict[str, Any] = {"ready": True, "instant": {}, "range": {}}
     for expr in request.get("instant", []):
         out["instant"][expr] = get("/api/v1/query", query=expr)["result"]
     for expr in request.get("range", []):

@@ -1,0 +1,115 @@
+"""The lab's Prometheus client asks nothing of a Prometheus that is not ready (its API answers 503 then), and a
+query waits for it to be ready again instead of failing on the first 503."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import pytest
+
+from lab import prometheus
+from lab.vm import LabError
+
+
+class FakePrometheus(BaseHTTPRequestHandler):
+    """``/-/ready`` answers 503 for the first ``not_ready`` asks, then 200; the API answers 503 while not ready
+    (as Prometheus does) and records every API path asked."""
+
+    not_ready = 0
+    asked: list[str] = []  # noqa: RUF012 - replaced per test by the fixture
+
+    def do_GET(self) -> None:
+        server = type(self)
+        if self.path.startswith("/-/ready"):
+            ready = server.not_ready <= 0
+            server.not_ready -= 1
+            self.send_response(200 if ready else 503)
+            self.end_headers()
+            return
+        server.asked.append(self.path.split("?")[0])
+        if server.not_ready > 0:
+            self.send_response(503)
+            self.end_headers()
+            return
+        body: dict[str, Any] = {"data": {"result": [], "alerts": []}}
+        self.send_response(200)
+        self.end_headers()
+        self.wfile.write(json.dumps(body).encode())
+
+    def log_message(self, *args: object) -> None:
+        return
+
+
+@pytest.fixture
+def server() -> Iterator[tuple[str, type[FakePrometheus]]]:
+    handler = type("Handler", (FakePrometheus,), {"not_ready": 0, "asked": []})
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{httpd.server_address[1]}", handler
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+
+
+def test_a_prometheus_that_is_not_ready_is_not_queried(server: tuple[str, type[FakePrometheus]]) -> None:
+    url, handler = server
+    handler.not_ready = 1
+    assert prometheus._run(url, {"instant": ["up"]}) == {"ready": False}
+    assert handler.asked == []  # the 503 of the API was never met
+    doc = prometheus._run(url, {"instant": ["up"]})
+    assert doc["ready"] is True and doc["instant"] == {"up": []} and handler.asked == ["/api/v1/query", "/api/v1/alerts"]
+
+
+class Scripted(prometheus.Prometheus):
+    """A Prometheus whose replies are scripted (the base class's waiting, without a process)."""
+
+    def __init__(self, replies: list[dict[str, Any]]) -> None:
+        super().__init__({"job": "127.0.0.1:1"}, "1s")
+        self.replies = replies
+
+    def _launch(self) -> None:
+        return
+
+    def _exited(self) -> bool:
+        return False
+
+    def _query(self, request: dict[str, Any]) -> dict[str, Any]:
+        return self.replies.pop(0)
+
+    def log_tail(self) -> str:
+        return "the log"
+
+    def stop(self) -> None:
+        return
+
+
+def test_a_query_waits_for_ready_and_then_answers(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(prometheus.time, "sleep", lambda _: None)
+    prom = Scripted([{"ready": False}, {"ready": False}, {"ready": True, "alerts": ["a"]}])
+    assert prom.query()["alerts"] == ["a"] and prom.replies == []
+
+
+def test_a_query_that_never_gets_ready_raises_with_the_log(monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = iter(range(0, 1000, 30))
+    monkeypatch.setattr(prometheus.time, "sleep", lambda _: None)
+    monkeypatch.setattr(prometheus.time, "monotonic", lambda: float(next(clock)))
+    prom = Scripted([{"ready": False}] * 10)
+    with pytest.raises(LabError, match="did not answer ready within 60 s:\nthe log"):
+        prom.query()
+
+
+def test_the_test_copy_of_the_rules_changes_only_their_hold() -> None:
+    import yaml
+
+    shipped, fast = (yaml.safe_load(t) for t in (prometheus.rules_text(), prometheus.rules_text("12s")))
+    rules = [(a, b) for ga, gb in zip(shipped["groups"], fast["groups"], strict=True)
+             for a, b in zip(ga["rules"], gb["rules"], strict=True)]
+    assert rules and all(b["for"] == "12s" for _, b in rules)
+    assert any(a["for"] != "12s" for a, _ in rules)
+    assert all({k: v for k, v in a.items() if k != "for"} == {k: v for k, v in b.items() if k != "for"} for a, b in rules)
