@@ -3,7 +3,7 @@ logic (plain configfs tree, real backing files, mkfs.ext4 -d) and a real Alluxio
 frees the data set, hydrates volume A (cold: load jobs pull it from the under-store) and then volume B (warm:
 every byte from the cache); rounds alternate in one run. Writes results/bench-dataset.json.
 
-usage: python -m bench.dataset [--rounds 2] [--files 500]
+usage: python -m bench.dataset [--rounds 2] [--files 500] [--smoke]
 """
 
 from __future__ import annotations
@@ -37,11 +37,14 @@ def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rounds", type=int, default=2, help="cold + warm rounds")
     ap.add_argument("--files", type=int, default=500, help="files in the data set")
+    ap.add_argument("--smoke", action="store_true", help="CI: one round of 20 files; not a measurement")
     return ap
 
 
 def run(args: argparse.Namespace) -> None:
     """The benchmark on this host (a real Alluxio on loopback, no lab VM), saved and printed."""
+    if args.smoke:
+        args.rounds, args.files = 1, 20
     with tempfile.TemporaryDirectory(prefix="bench-dataset-") as tmp:
         base = Path(tmp)
         ds = make_dataset(base / "ufs-data", files=args.files, seed=17)
@@ -78,7 +81,7 @@ def run(args: argparse.Namespace) -> None:
                 for view in agent.list_volumes():
                     agent.delete_volume(view.record.uuid)
     result = {
-        "files": args.files, "rounds": args.rounds, "cold_s": [round(t, 2) for t in cold],
+        "smoke": args.smoke, "files": args.files, "rounds": args.rounds, "cold_s": [round(t, 2) for t in cold],
         "warm_s": [round(t, 2) for t in warm], "cold_median_s": round(statistics.median(cold), 2),
         "warm_median_s": round(statistics.median(warm), 2),
         "ratio_cold_over_warm": round(statistics.median(cold) / statistics.median(warm), 2),

@@ -4,7 +4,8 @@ in one lab VM run (TCG: compare the ratio, not the absolute times); then through
 clients vs one, and the agent's RSS and open files over many create/delete cycles (bench/provision_guest.py).
 Writes results/bench-provision.json.
 
-usage: python -m bench.provision [--rounds 8] [--batch 25] [--concurrency 16] [--cycles 500] [--profile 60] [--quick]
+usage: python -m bench.provision [--rounds 8] [--batch 25] [--concurrency 16] [--cycles 500] [--profile 60]
+                                 [--quick | --smoke]
 """
 
 from __future__ import annotations
@@ -26,7 +27,10 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--concurrency", type=int, default=16, help="clients of the throughput run")
     ap.add_argument("--cycles", type=int, default=500, help="create/delete cycles of the resource run")
     ap.add_argument("--profile", type=int, default=60, help="seconds of create/delete cycles sampled by py-spy")
-    ap.add_argument("--quick", action="store_true", help="CI: 4 rounds, 200 resource cycles, 20 s profile")
+    ap.add_argument("--quick", action="store_true", help="4 rounds, 200 resource cycles, 20 s profile")
+    ap.add_argument("--smoke", action="store_true",
+                    help="CI: every step once at its smallest size (1 round of 2, 2 clients, 10 cycles, 3 s profile);"
+                         " not a measurement")
     return ap
 
 
@@ -34,6 +38,8 @@ def run(vm: LabVM, args: argparse.Namespace) -> None:
     """The benchmark in a booted lab VM with the fabric loaded and no agent running; leaves none running."""
     if args.quick:
         args.rounds, args.cycles, args.profile = 4, 200, 20
+    if args.smoke:
+        args.rounds, args.batch, args.concurrency, args.cycles, args.profile = 1, 2, 2, 10, 3
     started = time.monotonic()
     agent = GuestTargetAgent(vm, [Portal(1, "tcp", "127.0.0.1", 4420), Portal(2, "tcp", "127.0.0.2", 4421)])
     agent.wipe()
@@ -50,7 +56,7 @@ def run(vm: LabVM, args: argparse.Namespace) -> None:
         agent.wipe()
     result = json.loads(out.strip().splitlines()[-1])
     result.update(kernel=vm.ready["kernel"], accel=vm.accel, wall_seconds=round(time.monotonic() - started, 1),
-                  quick=args.quick, **growth(result["resources"]))
+                  quick=args.quick, smoke=args.smoke, **growth(result["resources"]))
     save("provision", result)
     print(f"bench provision: agent {result['agent_ms_per_create']} ms/create {result['agent_ms_per_delete']} ms/delete"
           f" vs raw {result['raw_ms_per_create']} / {result['raw_ms_per_delete']} ms"

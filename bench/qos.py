@@ -11,7 +11,7 @@ at queue depth 8 runs inside stand-in pod cgroups on volumes published through t
 
 Writes results/bench-qos.json. ``--quick`` (CI) runs fio for fewer seconds, at the lowest and highest limit only.
 
-usage: python -m bench.qos [--quick]
+usage: python -m bench.qos [--quick | --smoke]
 """
 
 from __future__ import annotations
@@ -33,7 +33,8 @@ MiB = 1 << 20
 POD_A = "a0a0a0a0-1111-4222-8333-000000000001"
 POD_B = "b0b0b0b0-1111-4222-8333-000000000002"
 SHARES = (0.15, 0.3, 0.45)
-QUICK_SHARES = (0.15, 0.45)  # CI: the lowest and the highest limit
+QUICK_SHARES = (0.15, 0.45)  # the lowest and the highest limit
+SMOKE_SHARES = (0.3,)  # CI: the code path once
 # blk-throttle grants whole I/Os per 100 ms slice (DFL_THROTL_SLICE_HD = HZ / 10) and trims used slices with
 # integer arithmetic, so a pod is held to the multiple of 10 IOPS at or below its limit: 249 -> 240, 84 -> 80
 # (measured: every achieved median within 3 IOPS of that multiple). The bench's limits are such multiples, so
@@ -188,7 +189,8 @@ def run(stack: GuestDriver, seconds: int, shares: tuple[float, ...] = SHARES) ->
 
 def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--quick", action="store_true", help="CI: fio runs of 6 s instead of 15 s, two limits of three")
+    ap.add_argument("--quick", action="store_true", help="fio runs of 6 s instead of 15 s, two limits of three")
+    ap.add_argument("--smoke", action="store_true", help="CI: fio runs of 2 s, one limit; not a measurement")
     return ap
 
 
@@ -196,8 +198,12 @@ def run_and_report(stack: GuestDriver, args: argparse.Namespace) -> None:
     """The benchmark against a running lab stack (agent and driver), saved and printed; leaves no volume
     behind. Raises ``SystemExit`` when an I/O failed."""
     started, vm = time.monotonic(), stack.vm
-    result = run(stack, 6, QUICK_SHARES) if args.quick else run(stack, 15)
-    result.update(kernel=vm.ready["kernel"], accel=vm.accel, wall_seconds=round(time.monotonic() - started, 1))
+    if args.smoke:
+        result = run(stack, 2, SMOKE_SHARES)
+    else:
+        result = run(stack, 6, QUICK_SHARES) if args.quick else run(stack, 15)
+    result.update(smoke=args.smoke, kernel=vm.ready["kernel"], accel=vm.accel,
+                  wall_seconds=round(time.monotonic() - started, 1))
     save("qos", result)
     noisy = result["noisy_neighbour"]
     print(f"bench qos: raw {result['raw_read_iops']} read / {result['raw_write_iops']} write IOPS; achieved vs limit "

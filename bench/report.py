@@ -202,8 +202,13 @@ def notes(docs: Mapping[str, Doc]) -> list[str]:
 
 
 def render(rows: list[tuple[Figure, float | None]], docs: Mapping[str, Doc]) -> str:
-    lines = ["# Benchmark report", "",
-             "Ratios against a baseline run side by side in the same run (TCG lab: absolute times mean little).",
+    smoke = sorted(name for name, doc in docs.items() if doc.get("smoke"))
+    lines = ["# Benchmark report" + (" — smoke: not a measurement" if smoke else ""), ""]
+    if smoke:
+        lines += [f"**Smoke run** ({', '.join(smoke)}): every benchmark's code path ran once at its smallest sizes"
+                  " (CI's bench tier). The figures below prove only that the benchmarks work; the goals are judged"
+                  " on `./dev bench`.", ""]
+    lines += ["Ratios against a baseline run side by side in the same run (TCG lab: absolute times mean little).",
              "", "![figures against goals](bench-goals.png)", "",
              "| figure | measured | goal | holds |", "|---|---|---|---|"]
     for fig, v in rows:
@@ -231,7 +236,8 @@ def main(argv: list[str] | None = None) -> int:
     (results / "bench-report.md").write_text(render(rows, docs))
     held = sum(1 for f, v in rows if v is not None and f.holds(v))
     got = sum(1 for _, v in rows if v is not None)
-    print(f"bench report: {held} of {got} measured figures meet their goal ({len(rows) - got} not measured, "
+    smoke = " (smoke run: not a measurement)" if any(d.get("smoke") for d in docs.values()) else ""
+    print(f"bench report{smoke}: {held} of {got} measured figures meet their goal ({len(rows) - got} not measured, "
           f"{len(NOT_YET)} figures without a benchmark yet); {results / 'bench-report.md'}")
     return 0
 

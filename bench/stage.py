@@ -5,7 +5,8 @@ data path through the driver vs the raw namespace (fio), stage latency with 64 a
 the node, and the node plugin's RSS and open files over many stage/unstage cycles.
 Writes results/bench-stage.json and results/bench-node.json.
 
-usage: python -m bench.stage [--rounds 6] [--fio-seconds 4] [--fio-rounds 8] [--scale-rounds 5] [--cycles 500] [--quick]
+usage: python -m bench.stage [--rounds 6] [--fio-seconds 4] [--fio-rounds 8] [--scale-rounds 5] [--cycles 500]
+                             [--controllers 64 128] [--quick | --smoke]
 """
 
 from __future__ import annotations
@@ -26,7 +27,11 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--fio-rounds", type=int, default=8, help="rounds of every fio job on every target (median)")
     ap.add_argument("--scale-rounds", type=int, default=5, help="stages timed per controller count")
     ap.add_argument("--cycles", type=int, default=500, help="stage/unstage cycles of the resource run")
-    ap.add_argument("--quick", action="store_true", help="CI: 4 rounds, 2 s fio twice, 5 scaling rounds, 40 cycles")
+    ap.add_argument("--controllers", type=int, nargs="+", default=[64, 128], help="other controllers to stage beside")
+    ap.add_argument("--quick", action="store_true", help="4 rounds, 2 s fio twice, 5 scaling rounds, 40 cycles")
+    ap.add_argument("--smoke", action="store_true",
+                    help="CI: every step once at its smallest size (1 round, 1 s fio once, 2 other controllers,"
+                         " 5 cycles); not a measurement")
     return ap
 
 
@@ -34,6 +39,9 @@ def run(stack: GuestDriver, args: argparse.Namespace) -> None:
     """The benchmark against a running lab stack (agent and driver); leaves no volume behind."""
     if args.quick:
         args.rounds, args.fio_seconds, args.fio_rounds, args.scale_rounds, args.cycles = 4, 2, 2, 5, 40
+    if args.smoke:
+        args.rounds, args.fio_seconds, args.fio_rounds, args.scale_rounds, args.cycles = 1, 1, 1, 1, 5
+        args.controllers = [2]
     started, vm = time.monotonic(), stack.vm
     out = vm.check([vm.python, "-m", "bench.stage_guest", DRIVER_SOCK, str(args.rounds)], timeout=3600,
                    cwd=str(REPO))
@@ -41,8 +49,8 @@ def run(stack: GuestDriver, args: argparse.Namespace) -> None:
     node_out = vm.check(
         [vm.python, "-m", "bench.node_guest", DRIVER_SOCK, pid, "--fio-seconds", str(args.fio_seconds),
          "--fio-rounds", str(args.fio_rounds), "--scale-rounds", str(args.scale_rounds),
-         "--cycles", str(args.cycles)], timeout=7200, cwd=str(REPO))
-    facts = {"kernel": vm.ready["kernel"], "accel": vm.accel, "quick": args.quick}
+         "--cycles", str(args.cycles), "--controllers", *map(str, args.controllers)], timeout=7200, cwd=str(REPO))
+    facts = {"kernel": vm.ready["kernel"], "accel": vm.accel, "quick": args.quick, "smoke": args.smoke}
     result = json.loads(out.strip().splitlines()[-1])
     result.update(facts, wall_seconds=round(time.monotonic() - started, 1))
     save("stage", result)

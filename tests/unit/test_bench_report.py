@@ -68,3 +68,15 @@ def test_the_contract_floor_is_shown_when_measured(tmp_path: Path) -> None:
     assert main([str(tmp_path)]) == 0
     text = (tmp_path / "bench-report.md").read_text()
     assert "30.5 / 28.0 ms, 1.21x the durable script; with a bare round trip per call 1.8x. The agent is 1.3x" in text
+
+
+def test_a_smoke_run_is_marked_not_a_measurement_and_a_full_run_is_not(tmp_path: Path) -> None:
+    (tmp_path / "bench-provision.json").write_text(json.dumps({"ratio_total": 1.1, "smoke": True}))
+    (tmp_path / "bench-stage.json").write_text(json.dumps({"ratio_median": 1.1, "smoke": False}))
+    assert main([str(tmp_path)]) == 0
+    text = (tmp_path / "bench-report.md").read_text()
+    assert text.startswith("# Benchmark report — smoke: not a measurement")
+    assert "**Smoke run** (provision)" in text and "`./dev bench`" in text
+    (tmp_path / "bench-provision.json").write_text(json.dumps({"ratio_total": 1.1, "smoke": False}))
+    assert main([str(tmp_path)]) == 0
+    assert "smoke" not in (tmp_path / "bench-report.md").read_text().lower()
