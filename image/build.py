@@ -221,6 +221,25 @@ def build(force: bool = False) -> dict[str, object]:
     return info
 
 
+def unpacked(info: dict[str, object]) -> Path:
+    """The built image ``info`` unpacked once (``umoci unpack``: ``rootfs/`` and ``config.json``) into
+    ``bundle/`` next to its layout in the machine-wide cache; later calls return it at once. A lab VM runs it
+    from there over its read-only share of this host instead of unpacking it itself under TCG (minutes).
+    Idempotent; unpacked into a temporary folder and renamed, so a crash never leaves half a bundle."""
+    layout = Path(str(info["layout"]))
+    out = layout.parent / "bundle"
+    if (out / "config.json").exists():
+        return out
+    tmp = layout.parent / f"bundle.tmp-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    run(["umoci", "unpack", "--image", f"{layout}:{info['tag']}", str(tmp)], timeout=600)
+    try:
+        tmp.rename(out)
+    except OSError:  # another run unpacked it meanwhile
+        shutil.rmtree(tmp, ignore_errors=True)
+    return out
+
+
 def current() -> dict[str, object]:
     """The description of the image built from this checkout (``ImageError`` when it is not built)."""
     described = CACHE / source_digest() / "image.json"
