@@ -1,6 +1,8 @@
 """Kubernetes 1.37 drives the driver: the scheduler, kubelet and the real CSI sidecars are the clients, on the
-real kernel fabric in the lab VM. The scenarios run in order on one cluster (later ones use earlier volumes)
-and each prints its duration."""
+real kernel fabric in the lab VM. Every scenario's claims and pods are applied at once (``started``), so their
+provisioning, attaching, staging and pod starts run side by side as they would in a cluster, and each scenario
+then checks its own; any one of them runs alone too (``pytest tests/k8s -k test_5``). Each prints its
+duration."""
 
 from __future__ import annotations
 
@@ -35,6 +37,51 @@ WRITE = ("set -e; dd if=/dev/urandom of=/data/blob bs=1M count=32 2>/dev/null; s
          "sha256sum /data/blob | cut -d' ' -f1 > /dev/termination-log")
 SLOW, FAST = 40, 120  # read IOPS limits of the two VolumeAttributesClasses (the lab's raw 4k QD1 rate is higher)
 READ = "set -e; sha256sum /data/blob | cut -d' ' -f1 > /dev/termination-log"
+RAW_IO = ("set -e; dd if=/dev/urandom of=/tmp/in bs=1M count=8 2>/dev/null; "
+          "dd if=/tmp/in of=/dev/xvda bs=1M oflag=direct conv=fsync 2>/dev/null; "
+          "dd if=/dev/xvda of=/tmp/out bs=1M count=8 iflag=direct 2>/dev/null; "
+          "a=$(sha256sum /tmp/in | cut -d' ' -f1); b=$(sha256sum /tmp/out | cut -d' ' -f1); "
+          "echo \"$a $b\" > /dev/termination-log; test \"$a\" = \"$b\"")
+STEADY = ("i=0; e=0; while true; do i=$((i+1)); "
+          "if dd if=/dev/urandom of=/data/f.$((i % 4)) bs=64k count=4 conv=fsync 2>/dev/null; then :; "
+          "else e=$((e+1)); fi; echo \"$i $e\" > /data/progress; sleep 0.2; done")
+READS = ("dd if=/dev/urandom of=/data/f bs=1M count=16 2>/dev/null; sync; "
+         "while true; do dd if=/data/f of=/dev/null bs=4k iflag=direct 2>/dev/null; done")
+
+
+def workloads() -> list[dict[str, object]]:
+    """Every StorageClass, VolumeAttributesClass, claim, Job and pod the scenarios use, in one list."""
+    tuned = pvc("tuned", SC)
+    tuned["spec"]["volumeAttributesClassName"] = "lab-slow"
+    raw_io = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "raw-io", "namespace": NS},
+              "spec": {"backoffLimit": 0, "template": {"spec": {**pod("x", "raw", RAW_IO, block=True)["spec"]}}}}
+    return [
+        storage_class(SC, [FABRIC]), storage_class("lab-nowhere", ["rack-9"]),
+        *({"apiVersion": "storage.k8s.io/v1", "kind": "VolumeAttributesClass", "metadata": {"name": name},
+           "driverName": DRIVER, "parameters": {"readIops": str(riops), "writeIops": "0"}}
+          for name, riops in (("lab-slow", SLOW), ("lab-fast", FAST))),
+        pvc("train-data", SC), job("writer", "train-data", WRITE + "; sleep 5"),  # test 2 (and 5)
+        pvc("nowhere", "lab-nowhere"), pod("nowhere", "nowhere", "true"),  # test 3
+        pvc("grow", SC, "1Gi"), pod("grower", "grow", "sleep 100000"),  # test 4
+        pvc("raw", SC, block=True), raw_io,  # test 6
+        pvc("steady", SC), pod("steady-io", "steady", STEADY),  # test 7
+        tuned, pod("tuned-io", "tuned", READS),  # test 7b
+    ]
+
+
+@pytest.fixture(scope="module")
+def started(kube: KubeCluster) -> KubeCluster:
+    """The cluster with every scenario's objects applied in one go."""
+    kube.cp.apply({"apiVersion": "v1", "kind": "List", "items": workloads()})
+    return kube
+
+
+@pytest.fixture(scope="module")
+def written(started: KubeCluster) -> str:
+    """The checksum the training Job ``writer`` wrote to ``train-data`` (it has succeeded)."""
+    written = termination_message(wait_job(started, "writer"))
+    assert len(written) == 64, f"writer's checksum: {written!r}"
+    return written
 
 
 @pytest.fixture(autouse=True)
@@ -57,18 +104,16 @@ def test_1_driver_deployed(kube: KubeCluster) -> None:
     assert TOPOLOGY_KEY in drivers[DRIVER]["topologyKeys"], drivers[DRIVER]
     labels = kube.cp.get("node", NODE)["metadata"]["labels"]
     assert labels.get(TOPOLOGY_KEY) == FABRIC, labels
-    kube.cp.apply(storage_class(SC, [FABRIC]))
 
 
-def test_2_training_job_writes_and_a_second_pod_reads(kube: KubeCluster) -> None:
-    kube.cp.apply(pvc("train-data", SC))
-    kube.cp.apply(job("writer", "train-data", WRITE + "; sleep 5"))
-    seen_attached: list[str] = []
+def test_2_training_job_writes_and_a_second_pod_reads(started: KubeCluster) -> None:
+    kube = started
+    attached: set[str] = set()  # PersistentVolumes seen attached while the writer ran
 
     def done() -> dict[str, object] | None:
         for va in kube.cp.get("volumeattachments")["items"]:
             if va.get("status", {}).get("attached"):
-                seen_attached.append(va["metadata"]["name"])
+                attached.add(va["spec"]["source"].get("persistentVolumeName", ""))
         status = kube.cp.get("job", "-n", NS, "writer").get("status", {})
         assert not status.get("failed"), job_pod(kube, "writer")["status"]
         return job_pod(kube, "writer") if status.get("succeeded") else None
@@ -82,15 +127,13 @@ def test_2_training_job_writes_and_a_second_pod_reads(kube: KubeCluster) -> None
     terms = pv["spec"]["nodeAffinity"]["required"]["nodeSelectorTerms"]
     exprs = [e for t in terms for e in t["matchExpressions"]]
     assert {"key": TOPOLOGY_KEY, "operator": "In", "values": [FABRIC]} in exprs, exprs
-    assert seen_attached, "no VolumeAttachment was seen attached while the writer ran"
+    assert pv_name in attached, f"the writer's volume {pv_name} was not seen attached while it ran ({attached})"
     kube.cp.apply(job("reader", "train-data", READ))
     assert termination_message(wait_job(kube, "reader")) == written
 
 
-def test_3_unreachable_fabric_stays_pending_with_a_reason(kube: KubeCluster) -> None:
-    kube.cp.apply(storage_class("lab-nowhere", ["rack-9"]))
-    kube.cp.apply(pvc("nowhere", "lab-nowhere"))
-    kube.cp.apply(pod("nowhere", "nowhere", "true"))
+def test_3_unreachable_fabric_stays_pending_with_a_reason(started: KubeCluster) -> None:
+    kube = started
 
     def reason() -> str | None:
         p = kube.cp.get("pod", "-n", NS, "nowhere")
@@ -101,16 +144,15 @@ def test_3_unreachable_fabric_stays_pending_with_a_reason(kube: KubeCluster) -> 
 
     message = wait_for("the scheduler's reason", reason, 120)
     assert "0/1 nodes are available" in message, message
-    time.sleep(10)  # still nothing: not bound, not scheduled, no volume created
+    time.sleep(10)  # still nothing: not bound, not scheduled, no volume created (the others were meanwhile)
     assert phase(kube, "pod", "nowhere") == "Pending"
     assert phase(kube, "pvc", "nowhere") == "Pending"
     print(f"scheduler: {message}")
     kube.kubectl("-n", NS, "delete", "pod/nowhere", "pvc/nowhere", "--wait=true", timeout=180)
 
 
-def test_4_online_expansion_grows_the_filesystem_in_the_running_pod(kube: KubeCluster) -> None:
-    kube.cp.apply(pvc("grow", SC, "1Gi"))
-    kube.cp.apply(pod("grower", "grow", "sleep 100000"))
+def test_4_online_expansion_grows_the_filesystem_in_the_running_pod(started: KubeCluster) -> None:
+    kube = started
     wait_for("pod grower Running", lambda: phase(kube, "pod", "grower") == "Running", 900)
 
     def size_kib() -> int:
@@ -128,7 +170,8 @@ def test_4_online_expansion_grows_the_filesystem_in_the_running_pod(kube: KubeCl
     kube.kubectl("-n", NS, "delete", "pod/grower", "--wait=true", timeout=300)
 
 
-def test_5_snapshot_then_a_volume_from_it(kube: KubeCluster) -> None:
+def test_5_snapshot_then_a_volume_from_it(started: KubeCluster, written: str) -> None:
+    kube = started
     kube.cp.apply({"apiVersion": "snapshot.storage.k8s.io/v1", "kind": "VolumeSnapshotClass",
                    "metadata": {"name": "lab-snap"}, "driver": DRIVER, "deletionPolicy": "Delete"})
     kube.cp.apply({"apiVersion": "snapshot.storage.k8s.io/v1", "kind": "VolumeSnapshot",
@@ -140,30 +183,16 @@ def test_5_snapshot_then_a_volume_from_it(kube: KubeCluster) -> None:
     kube.cp.apply(pvc("restored", SC, source={"apiGroup": "snapshot.storage.k8s.io", "kind": "VolumeSnapshot",
                                               "name": "train-snap"}))
     kube.cp.apply(job("restored-reader", "restored", READ))
-    original = termination_message(job_pod(kube, "reader"))
-    assert termination_message(wait_job(kube, "restored-reader")) == original
+    assert termination_message(wait_job(kube, "restored-reader")) == written
 
 
-def test_6_block_volume_write_and_read_back(kube: KubeCluster) -> None:
-    kube.cp.apply(pvc("raw", SC, block=True))
-    script = ("set -e; dd if=/dev/urandom of=/tmp/in bs=1M count=8 2>/dev/null; "
-              "dd if=/tmp/in of=/dev/xvda bs=1M oflag=direct conv=fsync 2>/dev/null; "
-              "dd if=/dev/xvda of=/tmp/out bs=1M count=8 iflag=direct 2>/dev/null; "
-              "a=$(sha256sum /tmp/in | cut -d' ' -f1); b=$(sha256sum /tmp/out | cut -d' ' -f1); "
-              "echo \"$a $b\" > /dev/termination-log; test \"$a\" = \"$b\"")
-    kube.cp.apply({"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "raw-io", "namespace": NS},
-                   "spec": {"backoffLimit": 0, "template": {"spec": {
-                       **pod("x", "raw", script, block=True)["spec"]}}}})
-    a, b = termination_message(wait_job(kube, "raw-io")).split()
+def test_6_block_volume_write_and_read_back(started: KubeCluster) -> None:
+    a, b = termination_message(wait_job(started, "raw-io")).split()
     assert a == b and len(a) == 64
 
 
-def test_7_node_plugin_restart_under_io(kube: KubeCluster) -> None:
-    kube.cp.apply(pvc("steady", SC))
-    loop = ("i=0; e=0; while true; do i=$((i+1)); "
-            "if dd if=/dev/urandom of=/data/f.$((i % 4)) bs=64k count=4 conv=fsync 2>/dev/null; then :; "
-            "else e=$((e+1)); fi; echo \"$i $e\" > /data/progress; sleep 0.2; done")
-    kube.cp.apply(pod("steady-io", "steady", loop))
+def test_7_node_plugin_restart_under_io(started: KubeCluster) -> None:
+    kube = started
     wait_for("pod steady-io Running", lambda: phase(kube, "pod", "steady-io") == "Running", 900)
 
     def progress() -> tuple[int, int]:
@@ -195,20 +224,11 @@ def test_7_node_plugin_restart_under_io(kube: KubeCluster) -> None:
     assert "steady" not in mounts and pv_of(kube, "steady") not in mounts
 
 
-def test_7b_attributes_class_change_moves_the_running_pods_iops(kube: KubeCluster) -> None:
+def test_7b_attributes_class_change_moves_the_running_pods_iops(started: KubeCluster) -> None:
     """The QoS issue's Kubernetes scenario: a VolumeAttributesClass change on a bound PVC reaches
     ControllerModifyVolume through the real external-resizer; the running pod's io.max and its measured read
     IOPS (the kernel's own per-cgroup counters) move to the new limit without a restart."""
-    for name, riops in (("lab-slow", SLOW), ("lab-fast", FAST)):
-        kube.cp.apply({"apiVersion": "storage.k8s.io/v1", "kind": "VolumeAttributesClass",
-                       "metadata": {"name": name}, "driverName": DRIVER,
-                       "parameters": {"readIops": str(riops), "writeIops": "0"}})
-    claim = pvc("tuned", SC)
-    claim["spec"]["volumeAttributesClassName"] = "lab-slow"
-    kube.cp.apply(claim)
-    reads = ("dd if=/dev/urandom of=/data/f bs=1M count=16 2>/dev/null; sync; "
-             "while true; do dd if=/data/f of=/dev/null bs=4k iflag=direct 2>/dev/null; done")
-    kube.cp.apply(pod("tuned-io", "tuned", reads))
+    kube = started
     wait_for("pod tuned-io Running", lambda: phase(kube, "pod", "tuned-io") == "Running", 900)
     uid = kube.cp.get("pod", "-n", NS, "tuned-io")["metadata"]["uid"]
     cgroup = kube.vm.sh(f"ls -d /sys/fs/cgroup/kubepods/*/pod{uid} /sys/fs/cgroup/kubepods/pod{uid} 2>/dev/null",
