@@ -143,10 +143,11 @@ def bring_up(cp: ControlPlane, vm: LabVM, images: Mapping[str, Path], tag: str, 
     """Boot ``vm``, make it the Ready node (``images`` imported, ``tag`` deployed as ``:lab``; a disk that had
     to import any is saved under ``disk_key``), deploy the driver; the cluster with every driver pod Ready."""
     timed("lab VM boot", vm.start)
-    node = KubeNode(vm, cp, images, NODE_LABELS, aliases={"localhost/nvmeof-csi:lab": tag})
+    node = KubeNode(vm, cp, images, NODE_LABELS, aliases={"localhost/nvmeof-csi:lab": tag}, always=[tag])
 
     def save_disk(imported: list[str]) -> None:
-        if imported:  # a disk that held every image already is the saved one
+        # a disk that held every image but the driver's (new with each change of the driver) is the saved one
+        if any(ref != tag for ref in imported):
             timed("node disk saved for the next run", lambda: scratch_cache.save(vm, disk_key))
 
     node.on_imported = save_disk
@@ -170,7 +171,7 @@ def running_cluster(mem_mb: int = 6144, attempts: int = 2) -> Iterator[KubeClust
     vm: LabVM | None = None
     try:
         timed("control plane (etcd, apiserver, controller-manager, scheduler)", cp.start)
-        disk_key = scratch_cache.key(all_images, SCRATCH_GB)
+        disk_key = scratch_cache.key(images, SCRATCH_GB)  # not the driver image: it changes with every commit
         for attempt in range(1, attempts + 1):
             saved = scratch_cache.cached(disk_key)
             vm = timed(f"node disk: {f'a copy of {saved}' if saved else f'blank (no saved disk {disk_key} yet)'}",

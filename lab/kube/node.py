@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from pathlib import Path
 
 from lab.kube.build import binary
@@ -98,11 +98,13 @@ volumeStatsAggPeriod: 10s
 
 class KubeNode:
     def __init__(self, vm: LabVM, cp: ControlPlane, images: Mapping[str, Path], labels: Mapping[str, str],
-                 aliases: Mapping[str, str] | None = None) -> None:
+                 aliases: Mapping[str, str] | None = None, always: Collection[str] = ()) -> None:
         """``images``: reference -> OCI tar (its one tag is the reference's); ``aliases``: extra reference ->
-        imported reference (the driver image is built with its package version and deployed as ``:lab``)."""
+        imported reference (the driver image is built with its package version and deployed as ``:lab``);
+        ``always``: references imported even when containerd holds them (the driver's image keeps its tag,
+        the package version, while its content changes with the code)."""
         self.vm, self.cp, self.images, self.labels = vm, cp, images, labels
-        self.aliases = dict(aliases or {})
+        self.aliases, self.always = dict(aliases or {}), frozenset(always)
         self.containerd = GuestProcess(vm, "containerd", [], CONTAINERD_SOCK, f"{LOGS}/containerd.log")
         self.kubelet = GuestProcess(vm, "kubelet", [], KUBELET_SOCK, f"{LOGS}/kubelet.log")
         self.phases: dict[str, float] = {}
@@ -196,11 +198,11 @@ class KubeNode:
         return self.vm.check(self.ctr_argv(*args), timeout=timeout)
 
     def import_images(self) -> list[str]:
-        """Every image containerd does not hold yet, all at once (containerd takes concurrent imports; unpacking
-        under TCG is CPU-bound and the guest has two vCPUs), then one listing proves each reference is there;
-        returns the references imported."""
+        """Every image containerd does not hold yet (and those of ``always``), all at once (containerd takes
+        concurrent imports; unpacking under TCG is CPU-bound and the guest has two vCPUs), then one listing
+        proves each reference is there; returns the references imported."""
         held = set(self.ctr("images", "ls", "-q").split())
-        todo = {ref: tar for ref, tar in self.images.items() if ref not in held}
+        todo = {ref: tar for ref, tar in self.images.items() if ref not in held or ref in self.always}
         pending = [self.vm.submit(self.ctr_argv("images", "import", "--base-name", ref.rsplit(":", 1)[0], str(tar)),
                                   timeout=900) for ref, tar in todo.items()]
         for job in pending:

@@ -4,8 +4,10 @@ Importing the tier's images into containerd (gzip layers unpacked and digests ch
 largest fixed cost of bringing the node up. The first run on a machine imports them and then saves the
 scratch disk (containerd's content store, metadata and unpacked snapshots on XFS) to
 ``$NVMEOF_CSI_CACHE/kube/scratch-<key>.img``; a later run starts its VM from a copy of it, and containerd finds
-the images there: a node whose image cache is warm, as on any real cluster. ``key`` hashes every input of
-that disk: the image tars (their paths carry their content keys), containerd's binary, the lab kernel build,
+the images there: a node whose image cache is warm, as on any real cluster. The driver's own image changes with
+every commit, so it is left out of the key: a later run imports only it (one image instead of all) and does not
+save the disk again for it. ``key`` hashes every other input of that disk: the other image tars (their paths
+carry their content keys), containerd's binary, the lab kernel build,
 the disk size and the source of this module and of :mod:`lab.kube.node` (how the node is prepared); a changed
 input makes a new disk, and saving one removes the older ones.
 

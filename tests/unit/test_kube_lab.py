@@ -110,3 +110,38 @@ def test_node_disk_key_follows_every_image_and_saving_replaces_the_older_disk(
     assert [p.name for p in (tmp_path / "cache" / "kube").iterdir()] == [f"scratch-{second}.img"]
     assert scratch_cache.save(FakeVM(disk, freeze_rc=1), "other") is None  # type: ignore[arg-type]
     assert scratch_cache.cached("other") is None
+
+
+class CtrVM:
+    """The node's ``ctr``: a listing of what containerd holds, and every import asked of it."""
+
+    def __init__(self, held: set[str]) -> None:
+        self.held = held
+        self.imported: list[str] = []
+
+    def check(self, argv: list[str], timeout: float) -> str:
+        if argv[-2:] == ["ls", "-q"]:
+            return "\n".join(sorted(self.held))
+        return ""
+
+    def submit(self, argv: list[str], timeout: float) -> SimpleNamespace:
+        ref = f"{argv[argv.index('--base-name') + 1]}:{Path(argv[-1]).stem}"
+        self.imported.append(ref)
+        self.held.add(ref)
+        return SimpleNamespace(check=lambda: "")
+
+
+def test_the_node_imports_what_it_lacks_and_always_the_driver_image(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from lab.kube import node as node_mod
+
+    monkeypatch.setattr(node_mod, "binary", lambda name: tmp_path / name)
+    images = {f"localhost/{name}:{tag}": tmp_path / f"{tag}.tar" for name, tag in
+              (("pause", "p1"), ("workload", "w1"), ("nvmeof-csi", "0.1.0"))}
+    vm = CtrVM({"localhost/pause:p1", "localhost/nvmeof-csi:0.1.0"})  # a saved disk with an older driver image
+    node = node_mod.KubeNode(vm, None, images, {}, always=["localhost/nvmeof-csi:0.1.0"])  # type: ignore[arg-type]
+    assert node.import_images() == ["localhost/nvmeof-csi:0.1.0", "localhost/workload:w1"]
+    assert sorted(vm.imported) == ["localhost/nvmeof-csi:0.1.0", "localhost/workload:w1"]
+    without = node_mod.KubeNode(CtrVM(set(images)), None, images, {})  # type: ignore[arg-type]
+    assert without.import_images() == []
