@@ -35,6 +35,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from nvmeof_csi.cache.client import AlluxioRest, CacheNotFound, DatasetLoader, FileStatus
 from nvmeof_csi.errors import OutOfRange, ResourceExhausted
+from nvmeof_csi.host.atomic import write_atomic
 from nvmeof_csi.host.executor import Executor
 from nvmeof_csi.host.paths import inside
 from nvmeof_csi.service.datasets import DatasetSpec
@@ -118,12 +119,12 @@ class Hydrator:
         if needed > capacity:
             raise OutOfRange(f"data set {spec.path} holds {total} bytes in {len(files)} files; the volume needs "
                              f"at least {needed} bytes, it has {capacity}")
-        self._check_room(work, total - sum(_int(d["size"]) for d in _read_journal(work / "journal.jsonl").values()))
+        journal = work / "journal.jsonl"
+        done = _read_journal(journal)  # read once: the room check and the copies both go by it
+        self._check_room(work, total - sum(_int(d["size"]) for d in done.values()))
         progress(Progress(0, len(files), 0, total, "warming the cache"))
         self._warm(spec, files)
         tree = work / "tree"
-        journal = work / "journal.jsonl"
-        done = _read_journal(journal)
         tree.mkdir(parents=True, exist_ok=True)
         cache_bytes = sum(_int(d["cached"]) for d in done.values())
         ufs_bytes = sum(_int(d["size"]) - _int(d["cached"]) for d in done.values())
@@ -159,7 +160,7 @@ class Hydrator:
         self._set_cache_policy(spec)
         workers = {loc.host for f in self.rest.files(spec.path) for loc in f.locations}  # where it is cached now
         result = HydrationResult(len(files), total, cache_bytes, ufs_bytes, tuple(sorted(workers)))
-        _write_durably(done_marker, json.dumps(result.to_json()))
+        write_atomic(done_marker, json.dumps(result.to_json()).encode())
         shutil.rmtree(tree, ignore_errors=True)
         self.metrics.record(spec, result)
         progress(Progress(len(files), len(files), total, total, "done"))
@@ -281,15 +282,6 @@ def _read_journal(path: Path) -> dict[str, dict[str, object]]:
             entry = json.loads(line)
             done[str(entry["path"])] = entry
     return done
-
-
-def _write_durably(path: Path, text: str) -> None:
-    tmp = path.with_suffix(".tmp")
-    with tmp.open("w") as fh:
-        fh.write(text)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
 
 
 def _result_from(doc: dict[str, object]) -> HydrationResult:

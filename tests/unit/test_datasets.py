@@ -299,3 +299,22 @@ def test_at_most_max_fills_volumes_hydrate_at_once_and_the_rest_say_they_wait(tm
         t.join(10)
     assert gated.most == 2 and len(labels) == 4 and all(v["dataset.files"] == "1" for v in labels)
     assert all(volumes.progress(u) == "" for u in uuids)
+
+
+def test_the_completion_marker_is_written_atomically_and_the_journal_read_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from nvmeof_csi.cache import hydrate as hydrate_mod
+
+    written: list[Path] = []
+    reads: list[Path] = []
+    real_write, real_read = hydrate_mod.write_atomic, hydrate_mod._read_journal
+    monkeypatch.setattr(hydrate_mod, "write_atomic", lambda p, d: (written.append(p), real_write(p, d))[1])
+    monkeypatch.setattr(hydrate_mod, "_read_journal", lambda p: (reads.append(p), real_read(p))[1])
+    files = {"a.bin": b"a" * 100, "b/c.bin": b"c" * 200}
+    spec = DatasetSpec("/ds", pin=False, ttl_seconds=0, medium="")
+    hydrator(FakeCache(files), FakeMkfs()).hydrate(spec, tmp_path / "vol.img", 1 << 30, tmp_path / "work",
+                                                  lambda _p: None)
+    assert written == [tmp_path / "work" / "complete.json"]  # temp file, fsync, rename, folder fsync
+    assert reads == [tmp_path / "work" / "journal.jsonl"]
+    assert json.loads((tmp_path / "work" / "complete.json").read_text())["files"] == 2
