@@ -10,13 +10,16 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from nvmeof_csi.errors import CommandError, FailedPrecondition, NotFound, ResourceExhausted
-from nvmeof_csi.host.executor import Result
+from nvmeof_csi.errors import CommandError, FailedPrecondition, NotFound, ResourceExhausted, Unimplemented
+from nvmeof_csi.host.executor import Executor, Result
 from nvmeof_csi.service.ports import (
     NO_SECRETS,
     Condition,
+    Connector,
     ContentSource,
     Health,
+    Snapshot,
+    TargetBackend,
     Topology,
     TopologyRequirement,
     Volume,
@@ -44,12 +47,13 @@ class FakeBackend:
         return Health(self.healthy, "fake")
 
     def create_volume(
-        self, name: str, capacity_bytes: int, parameters: Mapping[str, str], requirement: object = None,
-        source: object = None, wait: float | None = None,
+        self, name: str, capacity_bytes: int, parameters: Mapping[str, str],
+        requirement: TopologyRequirement | None = None, source: ContentSource | None = None,
+        wait: float | None = None,
     ) -> Volume:
         self.entered.set()
-        if requirement is not None and requirement.requisite and not any(  # type: ignore[attr-defined]
-            all(TOPO.get(k) == v for k, v in t.items()) for t in requirement.requisite  # type: ignore[attr-defined]
+        if requirement is not None and requirement.requisite and not any(
+            all(TOPO.get(k) == v for k, v in t.items()) for t in requirement.requisite
         ):
             raise ResourceExhausted("no storage in the requested topology")
         if self.gate is not None:
@@ -112,7 +116,7 @@ class FakeBackend:
             self.readonly.pop((ref.uuid, node_id), None)
             self.volumes[ref.uuid] = replace(vol, published_nodes=tuple(n for n in vol.published_nodes if n != node_id))
 
-    def available_capacity(self, segment: Topology | None, parameters: object = None) -> int:
+    def available_capacity(self, segment: Topology | None, parameters: Mapping[str, str] | None = None) -> int:
         if segment and any(TOPO.get(k) != v for k, v in segment.items()):
             return 0
         return self.capacity - sum(v.capacity_bytes for v in self.volumes.values())
@@ -123,13 +127,16 @@ class FakeBackend:
     def condition(self, ref: VolumeRef) -> Condition:
         return Condition(False, "ok")
 
-    def find_snapshot_by_name(self, name: str) -> None:
+    def create_snapshot(self, name: str, source: VolumeRef) -> Snapshot:
+        raise Unimplemented("the fake backend has no snapshots")  # as the loop backend (supports_snapshots False)
+
+    def find_snapshot_by_name(self, name: str) -> Snapshot | None:
         return None
 
-    def get_snapshot(self, ref: VolumeRef) -> None:
+    def get_snapshot(self, ref: VolumeRef) -> Snapshot | None:
         return None
 
-    def list_snapshots(self) -> list[object]:
+    def list_snapshots(self) -> list[Snapshot]:
         return []
 
     def delete_snapshot(self, ref: VolumeRef) -> None:
@@ -257,3 +264,10 @@ class FakeClock:
 
     def sleep(self, seconds: float) -> None:
         self.now += max(seconds, self._min_step)
+
+
+def _conforms(backend: FakeBackend, connector: FakeConnector, host: FakeHost) -> tuple[TargetBackend, Connector,
+                                                                                    Executor]:
+    """Never called: ``mypy --strict tests/support`` (the lint tier) checks here that each fake still
+    implements the protocol it stands in for, with the protocol's signatures."""
+    return backend, connector, host

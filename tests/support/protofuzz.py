@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
 from google.protobuf.message import Message
@@ -39,7 +39,7 @@ def _scalar(field: FieldDescriptor, text: st.SearchStrategy[str]) -> st.SearchSt
     if kind == FieldDescriptor.TYPE_BOOL:
         return st.booleans()
     if kind == FieldDescriptor.TYPE_ENUM:
-        return st.sampled_from([v.number for v in field.enum_type.values])
+        return st.sampled_from([v.number for v in _known(field.enum_type).values])
     if kind in (FieldDescriptor.TYPE_INT64, FieldDescriptor.TYPE_SINT64, FieldDescriptor.TYPE_SFIXED64):
         return st.one_of(st.sampled_from([0, -1, 1, 1 << 20, 1 << 30, 1 << 62, -(1 << 63)]),
                          st.integers(-(1 << 63), (1 << 63) - 1))
@@ -53,7 +53,7 @@ def _scalar(field: FieldDescriptor, text: st.SearchStrategy[str]) -> st.SearchSt
 
 
 def _map_entries(field: FieldDescriptor, text: st.SearchStrategy[str]) -> st.SearchStrategy[dict[Any, Any]]:
-    entry = field.message_type
+    entry = _known(field.message_type)
     key_field, value_field = entry.fields_by_name["key"], entry.fields_by_name["value"]
     if field.name == "secrets":
         return st.dictionaries(st.sampled_from(["password", "key", "dhchap"]), st.just(SECRET_MARKER), max_size=2)
@@ -72,13 +72,13 @@ def message(descriptor: Descriptor, cls: type[Message], text: st.SearchStrategy[
     fields: dict[str, st.SearchStrategy[Any]] = {}
     for field in descriptor.fields:
         if field.type == FieldDescriptor.TYPE_MESSAGE:
-            if field.message_type.GetOptions().map_entry:
+            if _known(field.message_type).GetOptions().map_entry:
                 fields[field.name] = _map_entries(field, text)
                 continue
             if depth <= 0:
                 continue
             sub_cls = _concrete(cls, field)
-            sub = message(field.message_type, sub_cls, text, depth - 1)
+            sub = message(_known(field.message_type), sub_cls, text, depth - 1)
             fields[field.name] = st.lists(sub, max_size=2) if _repeated(field) else sub
         elif _repeated(field):
             fields[field.name] = st.lists(_scalar(field, text), max_size=3)
@@ -109,6 +109,15 @@ def message(descriptor: Descriptor, cls: type[Message], text: st.SearchStrategy[
         return msg
 
     return build()
+
+
+D = TypeVar("D")
+
+
+def _known(descriptor: D | None) -> D:
+    """A field's message or enum type, which a message or enum field always has."""
+    assert descriptor is not None
+    return descriptor
 
 
 def _repeated(field: FieldDescriptor) -> bool:
