@@ -1,4 +1,5 @@
-"""Mounts: read from ``/proc/self/mountinfo``, changed with ``mount``/``umount`` argv commands.
+"""Mounts: read from ``/proc/self/mountinfo``, changed with ``mount``/``umount`` argv commands; and the mount points
+themselves (a folder for a filesystem, a file for a block device), made before a mount and removed after.
 
 Contract: every method is idempotent with respect to the state it reaches (mounting what is already
 mounted there is the caller's decision: :meth:`Mounter.mount_at` reports the existing mount). Errors from
@@ -100,3 +101,24 @@ class Mounter:
         """Unmount every mount stacked at ``target``; nothing mounted is fine."""
         while self.mount_at(target) is not None:
             self._exec.run(["umount", str(target)], timeout=MOUNT_TIMEOUT)
+
+    @staticmethod
+    def make_mount_point(path: str | Path, block: bool = False) -> None:
+        """A folder at ``path`` (``block``: an empty file, for a bind-mounted device), its parents made too;
+        one already there is fine."""
+        target = Path(path)
+        if block:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.touch(exist_ok=True)
+        else:
+            target.mkdir(parents=True, exist_ok=True)
+
+    @staticmethod
+    def remove_mount_point(path: str | Path) -> None:
+        """Remove the (unmounted) folder or file at ``path``; absent is fine. A symlink is removed itself, never
+        followed; a folder that is not empty raises ``OSError``."""
+        target = Path(path)
+        if target.is_dir() and not target.is_symlink():
+            target.rmdir()
+        elif target.exists() or target.is_symlink():
+            target.unlink()

@@ -148,7 +148,7 @@ class StagingService:
             raise FailedPrecondition(
                 f"volume {record.volume_id} holds {found}, but {fs_type} was requested; refusing to reformat"
             )
-        os.makedirs(path, exist_ok=True)
+        self._mounter.make_mount_point(path)
         self._mounter.mount(record.device, path, fs_type, mount_options(record.access, fs_type))
         return True
 
@@ -225,12 +225,11 @@ class StagingService:
         record = record.with_target(target, readonly, pod_uid)
         self._store.save(record)  # save before acting
         if access.block:
-            Path(target).parent.mkdir(parents=True, exist_ok=True)
-            Path(target).touch(exist_ok=True)
+            self._mounter.make_mount_point(target, block=True)
             source = self._connector.find_device(ref, record.context) or record.device
             self._mounter.bind(source, target, readonly)
         else:
-            os.makedirs(target, exist_ok=True)
+            self._mounter.make_mount_point(target)
             self._mounter.bind(staging_path, target, readonly, access.mount_flags)
         self._limit(record, pod_uid)
 
@@ -255,11 +254,7 @@ class StagingService:
                 others = [t for t, p in record.pods.items() if p == pod_uid and t != target]
                 if not others:  # the pod's last publish of this volume: its line goes
                     self._qos.remove(record.volume_id, pod_uid, record.device)
-            path = Path(target)
-            if path.is_dir() and not path.is_symlink():
-                path.rmdir()
-            elif path.exists() or path.is_symlink():
-                path.unlink()
+            self._mounter.remove_mount_point(target)
             self._store.save(record.without_target(target))
 
     # -- start-up ------------------------------------------------------------------------------------------

@@ -85,3 +85,21 @@ def test_executor_timeout_and_missing_tool() -> None:
     assert info.value.rc == 127
     assert SubprocessExecutor().run(["sh", "-c", "exit 4"], timeout=5, check=False).rc == 4
     assert redact(["a=s", "b"], ["s"]) == ["a=***", "b"]
+
+
+def test_mount_points_are_made_and_removed_by_the_mounter_without_following_symlinks(tmp_path: Path) -> None:
+    from nvmeof_csi.host.mounter import Mounter
+
+    folder, device = tmp_path / "a" / "b" / "mount", tmp_path / "c" / "dev"
+    for _ in range(2):  # idempotent
+        Mounter.make_mount_point(folder)
+        Mounter.make_mount_point(device, block=True)
+    assert folder.is_dir() and device.is_file() and device.stat().st_size == 0
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (tmp_path / "link").symlink_to(victim)
+    Mounter.remove_mount_point(tmp_path / "link")
+    assert victim.is_dir() and not (tmp_path / "link").exists()
+    for path in (folder, device, tmp_path / "absent"):
+        Mounter.remove_mount_point(path)
+        assert not path.exists()
