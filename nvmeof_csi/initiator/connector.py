@@ -141,7 +141,7 @@ class NvmeofConnector:
         """One path, written straight to ``/dev/nvme-fabrics`` (what ``nvme connect`` writes, without its scan of
         every controller on the node, which grows with their number; and no key on any command line).
         "Already connected" (EALREADY) returns quietly; a refused authentication raises ``PermissionDenied``,
-        other refusals ``CommandError``."""
+        any other refusal the kernel's :class:`FabricsError` (its errno)."""
         try:
             name = self._fabrics.connect(self._connect_options(portal, ctx, keys))
         except FabricsError as err:
@@ -153,7 +153,7 @@ class NvmeofConnector:
                     f"{self._identity.nqn} ({err.strerror}): the node-stage secret differs from the "
                     "controller-publish secret, or the target failed to prove its controller key"
                 ) from None
-            raise CommandError(["connect", portal.key], err.errno or 1, "", str(err)) from None
+            raise
         log.info("volume %s: %s connected%s (%s)", ref.uuid, portal.key, " with DH-HMAC-CHAP" if keys.key else "",
                  name)
 
@@ -176,10 +176,8 @@ class NvmeofConnector:
                     break
                 try:
                     self._connect_one(ref, portal, ctx, keys)
-                except CommandError as err:
-                    if "already connected" in (err.err + err.out).lower():
-                        continue
-                    errors.append(f"{portal.key}: {err.err.strip() or err}")
+                except FabricsError as err:  # this path is refused; the others may still come up
+                    errors.append(f"{portal.key}: {err}")
                     log.warning("volume %s: connect %s failed: %s", ref.uuid, portal.key, err)
             self._apply_sysfs_tunables(ctx)
             log.debug("volume %s: waiting for namespace %s (%s)", ref.uuid, ns_uuid, events.source)

@@ -164,8 +164,9 @@ def test_a_dead_portal_degrades_but_a_dead_fabric_fails(tmp_path: Path) -> None:
         state.write_text("connecting\n")
     assert [(p.status, p.reason) for p in conn.condition(VOL, ctx(VOL)).issues()] == [("inaccessible", "NoLivePath")]
     fake.refuse = {"127.0.0.1:4420", "127.0.0.2:4421"}
-    with pytest.raises(Unavailable, match="no path could be connected"):
+    with pytest.raises(Unavailable, match="no path could be connected") as refused:
         conn.connect(OTHER, ctx(OTHER), 30)
+    assert "tcp:127.0.0.1:4420: " in str(refused.value) and "ECONNREFUSED" in str(refused.value)  # each path's errno
 
 
 def test_multipath_off(tmp_path: Path) -> None:
