@@ -19,13 +19,13 @@ from prometheus_client import CollectorRegistry
 from bench.results import save
 from lab.alluxio import AlluxioCluster
 from nvmeof_csi.agent.configfs import Nvmet
+from nvmeof_csi.agent.pool import FileStore
 from nvmeof_csi.agent.portals import PortSpec
 from nvmeof_csi.agent.state import StateStore
-from nvmeof_csi.agent.store import FileStore
 from nvmeof_csi.agent.target_agent import TargetAgent
-from nvmeof_csi.cache.client import AlluxioRest, JobServiceLoader
-from nvmeof_csi.cache.hydrate import DatasetMetrics, Hydrator
-from nvmeof_csi.cache.volumes import DatasetVolumes
+from nvmeof_csi.datasets.client import AlluxioRest, JobServiceLoader
+from nvmeof_csi.datasets.fill import DatasetVolumes
+from nvmeof_csi.datasets.hydrate import DatasetMetrics, Hydrator
 from nvmeof_csi.host.executor import SubprocessExecutor
 from tests.support.agents import plain_configfs
 from tests.support.datasets import make_dataset

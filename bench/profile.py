@@ -7,7 +7,7 @@ can say "of the 70 ms of agent CPU per create+delete, 9 ms are log lines, 12 ms 
 | log lines | ``logging``, ``protobuf/text_format``, our redaction and log context (every log line) |
 | state records | ``agent/state.py``, ``host/atomic.py`` (atomic, durable writes of the agent's records) |
 | configfs | ``agent/configfs*.py`` (the nvmet objects) |
-| pool image files | ``agent/store.py`` (the volume's backing file) |
+| pool image files | ``agent/pool.py`` (the volume's backing file) |
 | authorization | ``agent/authz.py`` (the caller's role against the method) |
 | agent logic | the rest of ``nvmeof_csi/agent`` (validation, locks, responses) |
 | edge | the rest of ``nvmeof_csi/rpc`` (request ID, lock keys, metrics) |
@@ -37,7 +37,7 @@ RULES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("log lines", ("(logging/", "protobuf/text_format.py", "nvmeof_csi/rpc/redact.py", "nvmeof_csi/rpc/logctx.py")),
     ("state records", ("nvmeof_csi/agent/state.py", "nvmeof_csi/host/atomic.py")),
     ("configfs", ("nvmeof_csi/agent/configfs",)),
-    ("pool image files", ("nvmeof_csi/agent/store.py",)),
+    ("pool image files", ("nvmeof_csi/agent/pool.py",)),
     ("authorization", ("nvmeof_csi/agent/authz.py",)),
     ("agent logic", ("nvmeof_csi/agent/",)),
     ("edge", ("nvmeof_csi/rpc/",)),

@@ -1,6 +1,6 @@
 """The one seam between the agent and whatever fills a new volume with data before it is exported.
 
-A volume whose parameters carry ``dataset.*`` keys is filled (today from Alluxio, by ``nvmeof_csi.cache``);
+A volume whose parameters carry ``dataset.*`` keys is filled (today from Alluxio, by ``nvmeof_csi.datasets``);
 the agent core knows nothing about where the data comes from. It only calls a :class:`Filler`.
 
 Contract of every :class:`Filler`:

@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 
 from nvmeof_csi.agent.configfs import Nvmet
 from nvmeof_csi.agent.filler import Filler
+from nvmeof_csi.agent.pool import FileStore
 from nvmeof_csi.agent.portals import PortSpec
 from nvmeof_csi.agent.state import DELETING, StateStore, VolumeRecord
-from nvmeof_csi.agent.store import FileStore
 from nvmeof_csi.errors import NotFound
 from nvmeof_csi.nvmeof.nqn import namespace_nguid, volume_nqn
 from nvmeof_csi.rpc.locks import KeyedMutex

@@ -23,10 +23,10 @@ from nvmeof_csi.agent.filler import Filler
 from nvmeof_csi.agent.health import volume_health
 from nvmeof_csi.agent.hosts import HostOps
 from nvmeof_csi.agent.parts import AgentParts, VolumeView
+from nvmeof_csi.agent.pool import FileStore
 from nvmeof_csi.agent.portals import PortSpec
 from nvmeof_csi.agent.snapshots import SnapshotOps
 from nvmeof_csi.agent.state import SnapshotRecord, StateStore
-from nvmeof_csi.agent.store import FileStore
 from nvmeof_csi.agent.volumes import VolumeOps
 from nvmeof_csi.errors import InvalidArgument, NotFound
 

@@ -1,6 +1,6 @@
 """The controller's NVMe-oF backend: a ``TargetBackend`` over the target agents of a fabric map.
 
-Contract (in addition to ``service/ports.py``):
+Contract (in addition to ``service/contracts.py``):
 - Stateless: everything comes from the agents (a volume's CSI name is recorded with it), so a controller
   restart loses nothing.
 - Placement as in ``topology/placement.py``; a clone or a volume from a snapshot goes to its source's agent.
@@ -27,8 +27,7 @@ from nvmeof_csi.errors import Aborted, DeadlineExceeded, DriverError, NotFound, 
 from nvmeof_csi.nvmeof.context import check_auth
 from nvmeof_csi.nvmeof.dhchap import HostKeys, host_keys
 from nvmeof_csi.nvmeof.nqn import host_nqn_of
-from nvmeof_csi.service.datasets import DatasetSpec
-from nvmeof_csi.service.ports import (
+from nvmeof_csi.service.contracts import (
     NO_SECRETS,
     Condition,
     ContentSource,
@@ -40,6 +39,7 @@ from nvmeof_csi.service.ports import (
     Volume,
     VolumeRef,
 )
+from nvmeof_csi.service.datasets import DatasetSpec
 from nvmeof_csi.topology.fabric_map import AgentEntry, FabricMap
 from nvmeof_csi.topology.placement import Candidate, capacity_in, place, reachable
 

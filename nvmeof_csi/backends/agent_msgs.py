@@ -8,7 +8,7 @@ from nvmeof_csi.backends.agent_api import transport_of
 from nvmeof_csi.gen import nvmeof_agent_pb2 as pb
 from nvmeof_csi.nvmeof.context import Portal, VolumeContext, check_auth, tunables_from
 from nvmeof_csi.nvmeof.qos import limits_from
-from nvmeof_csi.service.ports import ContentSource, Snapshot, Volume, VolumeRef
+from nvmeof_csi.service.contracts import ContentSource, Snapshot, Volume, VolumeRef
 from nvmeof_csi.topology.fabric_map import AgentEntry
 from nvmeof_csi.topology.placement import volume_segment
 

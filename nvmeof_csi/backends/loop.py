@@ -2,7 +2,7 @@
 
 It exists so the whole CSI surface (controller and node, mount and block modes) runs on a machine without
 NVMe-oF, with real mkfs, mount and bind mounts. It implements exactly the ``TargetBackend`` and ``Connector``
-protocols of ``nvmeof_csi.service.ports``; it gives no durability, isolation or access control and must never
+protocols of ``nvmeof_csi.service.contracts``; it gives no durability, isolation or access control and must never
 be used for real data.
 
 Layout under ``root``: ``<uuid>.img`` (sparse backing file) and ``<uuid>.json`` (name, capacity, parameters,
@@ -30,8 +30,7 @@ from nvmeof_csi.host.atomic import read_json, remove_durably, write_json_atomic
 from nvmeof_csi.host.executor import Executor
 from nvmeof_csi.host.filesystems import device_size
 from nvmeof_csi.nvmeof.qos import limits_from
-from nvmeof_csi.service.datasets import DatasetSpec
-from nvmeof_csi.service.ports import (
+from nvmeof_csi.service.contracts import (
     NO_SECRETS,
     Condition,
     ContentSource,
@@ -42,6 +41,7 @@ from nvmeof_csi.service.ports import (
     Volume,
     VolumeRef,
 )
+from nvmeof_csi.service.datasets import DatasetSpec
 
 LOCATION = "loop"
 CTX_BACKEND = "backend"

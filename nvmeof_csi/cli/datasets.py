@@ -7,10 +7,10 @@ from typing import Annotated, Any
 
 import typer
 
-from nvmeof_csi.cache.client import AlluxioRest
-from nvmeof_csi.cache.locality import bytes_by_host, node_label
 from nvmeof_csi.cli.context import state
 from nvmeof_csi.cli.output import human_bytes, render
+from nvmeof_csi.datasets.client import AlluxioRest
+from nvmeof_csi.datasets.locality import bytes_by_host, node_label
 from nvmeof_csi.service.datasets import DatasetSpec
 
 app = typer.Typer(help="Dataset volumes (filled through Alluxio): progress and cache hit ratio.",

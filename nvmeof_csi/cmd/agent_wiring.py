@@ -19,14 +19,14 @@ from nvmeof_csi.agent.api import AGENT_LOCK_TABLE, AGENT_RPC_THREADS, AgentServi
 from nvmeof_csi.agent.authz import Authorizer, load_policy
 from nvmeof_csi.agent.configfs import Nvmet
 from nvmeof_csi.agent.metrics import AgentCollector
+from nvmeof_csi.agent.pool import FileStore
 from nvmeof_csi.agent.state import StateStore
-from nvmeof_csi.agent.store import FileStore
 from nvmeof_csi.agent.target_agent import TargetAgent
-from nvmeof_csi.cache.client import AlluxioRest, JobServiceLoader
-from nvmeof_csi.cache.holders import DatasetHolders
-from nvmeof_csi.cache.hydrate import DatasetMetrics, Hydrator
-from nvmeof_csi.cache.volumes import DatasetVolumes
 from nvmeof_csi.cmd.settings import AgentSettings
+from nvmeof_csi.datasets.client import AlluxioRest, JobServiceLoader
+from nvmeof_csi.datasets.fill import DatasetVolumes
+from nvmeof_csi.datasets.holders import DatasetHolders
+from nvmeof_csi.datasets.hydrate import DatasetMetrics, Hydrator
 from nvmeof_csi.errors import FailedPrecondition
 from nvmeof_csi.gen import nvmeof_agent_pb2_grpc as pb_grpc
 from nvmeof_csi.host.executor import SubprocessExecutor

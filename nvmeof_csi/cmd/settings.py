@@ -16,7 +16,7 @@ from pathlib import Path
 from nvmeof_csi.agent.portals import PortSpec
 from nvmeof_csi.errors import ConfigError
 from nvmeof_csi.rpc.endpoints import Endpoint, TlsFiles, is_loopback, parse_listen
-from nvmeof_csi.service.ports import valid_location
+from nvmeof_csi.service.contracts import valid_location
 
 ENV_PREFIX = "NVMEOF_CSI_"
 

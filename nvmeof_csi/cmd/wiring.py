@@ -14,10 +14,10 @@ from nvmeof_csi.backends.agent import AgentBackend
 from nvmeof_csi.backends.agent_api import HostNqnNodes
 from nvmeof_csi.backends.agent_limits import AgentLimits
 from nvmeof_csi.backends.loop import LoopConnector, LoopTargetBackend
-from nvmeof_csi.cache.client import AlluxioRest
-from nvmeof_csi.cache.locality import CacheLocality
 from nvmeof_csi.cmd.settings import Backend, Settings
 from nvmeof_csi.csi.server import CsiServices
+from nvmeof_csi.datasets.client import AlluxioRest
+from nvmeof_csi.datasets.locality import CacheLocality
 from nvmeof_csi.host.cgroups import PodCgroups
 from nvmeof_csi.host.executor import Executor, SubprocessExecutor
 from nvmeof_csi.host.filesystems import Filesystems
@@ -29,11 +29,11 @@ from nvmeof_csi.initiator.sysfs import NvmeSysfs
 from nvmeof_csi.initiator.uevents import open_block_events
 from nvmeof_csi.nvmeof.nqn import node_id_for
 from nvmeof_csi.rpc.metrics import RpcMetrics
-from nvmeof_csi.service.ports import Connector, NodeDirectory, StaticNodes, TargetBackend
+from nvmeof_csi.service.contracts import Connector, NodeDirectory, StaticNodes, TargetBackend
+from nvmeof_csi.service.provisioning import VolumeService
 from nvmeof_csi.service.qos import LimitOverrides, QosEnforcer
 from nvmeof_csi.service.records import StagingStore
 from nvmeof_csi.service.staging import StagingService
-from nvmeof_csi.service.volumes import VolumeService
 from nvmeof_csi.topology.fabric_map import load_fabric_map
 from nvmeof_csi.topology.placement import TOPOLOGY_ZONE
 

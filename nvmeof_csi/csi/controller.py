@@ -21,10 +21,10 @@ from nvmeof_csi.csi.volume_health import volume_health
 from nvmeof_csi.errors import InvalidArgument, NotFound, OutOfRange, Unimplemented
 from nvmeof_csi.gen import csi_pb2, csi_pb2_grpc
 from nvmeof_csi.rpc.calls import blocking, require
+from nvmeof_csi.service.contracts import ContentSource, Snapshot, Topology, TopologyRequirement, Volume, VolumeRef
 from nvmeof_csi.service.datasets import DatasetSpec
-from nvmeof_csi.service.ports import ContentSource, Snapshot, Topology, TopologyRequirement, Volume, VolumeRef
+from nvmeof_csi.service.provisioning import CapacityRange, VolumeService
 from nvmeof_csi.service.records import AccessSpec
-from nvmeof_csi.service.volumes import CapacityRange, VolumeService
 
 Ctx = grpc.aio.ServicerContext[Any, Any]
 RPC = csi_pb2.ControllerServiceCapability.RPC

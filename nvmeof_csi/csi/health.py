@@ -14,7 +14,7 @@ import logging
 from collections.abc import Callable, Sequence
 
 from nvmeof_csi.rpc.endpoints import parse_listen
-from nvmeof_csi.service.ports import Health
+from nvmeof_csi.service.contracts import Health
 
 log = logging.getLogger(__name__)
 READ_TIMEOUT = 5.0

@@ -13,7 +13,7 @@ from google.protobuf.wrappers_pb2 import BoolValue
 
 from nvmeof_csi import DRIVER_NAME, __version__
 from nvmeof_csi.gen import csi_pb2, csi_pb2_grpc
-from nvmeof_csi.service.ports import Health
+from nvmeof_csi.service.contracts import Health
 
 Ctx = grpc.aio.ServicerContext[Any, Any]
 Service = csi_pb2.PluginCapability.Service

@@ -54,9 +54,9 @@ class NodeServicer(csi_pb2_grpc.NodeServicer):
         if request.publish_context.get("readonly") == "true":  # attached read-only by ControllerPublishVolume
             access = replace(access, readonly=True)
         ref = volume_id.decode(request.volume_id)
-        ctx = {**request.volume_context, **request.publish_context}
+        volume_context = {**request.volume_context, **request.publish_context}
         await blocking(
-            self._staging.stage, request.volume_id, ref, request.staging_target_path, access, ctx, remaining(context),
+            self._staging.stage, request.volume_id, ref, request.staging_target_path, access, volume_context, remaining(context),
             dict(request.secrets),
         )
         return csi_pb2.NodeStageVolumeResponse()

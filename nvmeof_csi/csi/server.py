@@ -26,9 +26,9 @@ from nvmeof_csi.gen import csi_pb2_grpc
 from nvmeof_csi.rpc.edge import Observe
 from nvmeof_csi.rpc.endpoints import Endpoint
 from nvmeof_csi.rpc.server import bind, new_server, run_until_stopped
-from nvmeof_csi.service.ports import Health
+from nvmeof_csi.service.contracts import Health
+from nvmeof_csi.service.provisioning import VolumeService
 from nvmeof_csi.service.staging import StagingService
-from nvmeof_csi.service.volumes import VolumeService
 
 log = logging.getLogger(__name__)
 RECONCILE_TIMEOUT = 60.0

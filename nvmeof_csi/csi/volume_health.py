@@ -4,7 +4,7 @@ the node services). No I/O."""
 from __future__ import annotations
 
 from nvmeof_csi.gen import csi_pb2
-from nvmeof_csi.service.ports import Condition
+from nvmeof_csi.service.contracts import Condition
 
 _STATUS = {
     "degraded": csi_pb2.DEGRADED,

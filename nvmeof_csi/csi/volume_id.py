@@ -12,7 +12,7 @@ from __future__ import annotations
 import uuid
 
 from nvmeof_csi.errors import InvalidArgument, NotFound
-from nvmeof_csi.service.ports import VolumeRef, valid_location
+from nvmeof_csi.service.contracts import VolumeRef, valid_location
 
 VERSION_PREFIX = "nvmeof-v1"
 SNAPSHOT_PREFIX = "nvmeof-snap-v1"

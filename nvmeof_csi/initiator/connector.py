@@ -1,6 +1,6 @@
 """The node's ``Connector`` over the kernel NVMe-oF initiator (nvme-tcp, nvme-rdma, native multipath).
 
-Contract (in addition to ``service/ports.py``):
+Contract (in addition to ``service/contracts.py``):
 - ``connect`` makes one controller per portal of the volume context (TCP or RDMA) with bounded tunables
   (StorageClass values override the defaults), using this node's host NQN and host ID; portals that already
   have a controller are left alone ("already connected" is success). It succeeds when at least one path is up
@@ -50,7 +50,7 @@ from nvmeof_csi.initiator.uevents import EventWait, PollingWait
 from nvmeof_csi.nvmeof.context import TUNABLES, Portal, VolumeContext
 from nvmeof_csi.nvmeof.dhchap import HostKeys, host_keys
 from nvmeof_csi.nvmeof.nqn import is_driver_nqn, volume_nqn
-from nvmeof_csi.service.ports import NO_SECRETS, Condition, Health, Problem, VolumeRef
+from nvmeof_csi.service.contracts import NO_SECRETS, Condition, Health, Problem, VolumeRef
 
 log = logging.getLogger(__name__)
 CONNECT_TIMEOUT = 60.0

@@ -30,7 +30,7 @@ from nvmeof_csi.errors import DriverError
 from nvmeof_csi.host.atomic import read_json, remove_durably, write_json_atomic
 from nvmeof_csi.host.cgroups import PodCgroups
 from nvmeof_csi.nvmeof.qos import QosLimits, limits_from
-from nvmeof_csi.service.ports import VolumeRef
+from nvmeof_csi.service.contracts import VolumeRef
 from nvmeof_csi.service.records import StagingRecord
 
 #: a staged volume's current mutable parameters as its agent holds them; None when they cannot be read now

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from nvmeof_csi.host.atomic import fsync_dir, read_json, remove_durably, write_json_atomic
-from nvmeof_csi.service.ports import VolumeRef
+from nvmeof_csi.service.contracts import VolumeRef
 
 log = logging.getLogger(__name__)
 SUPPORTED_FS = ("ext4", "xfs")

@@ -25,7 +25,7 @@ from nvmeof_csi.host.filesystems import Filesystems, Usage, device_size, usage
 from nvmeof_csi.host.mounter import Mounter
 from nvmeof_csi.host.paths import confined
 from nvmeof_csi.rpc.locks import KeyedMutex
-from nvmeof_csi.service.ports import NO_SECRETS, Condition, Connector, Health, Problem, VolumeRef
+from nvmeof_csi.service.contracts import NO_SECRETS, Condition, Connector, Health, Problem, VolumeRef
 from nvmeof_csi.service.qos import LimitsSource, QosEnforcer
 from nvmeof_csi.service.records import AccessSpec, StagingRecord, StagingStore
 

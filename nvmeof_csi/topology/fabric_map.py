@@ -24,7 +24,7 @@ import yaml
 from nvmeof_csi.errors import ConfigError
 from nvmeof_csi.nvmeof.context import TRANSPORTS
 from nvmeof_csi.rpc.endpoints import Endpoint, TlsFiles
-from nvmeof_csi.service.ports import valid_location
+from nvmeof_csi.service.contracts import valid_location
 
 
 @dataclass(frozen=True)

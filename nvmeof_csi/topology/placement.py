@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from nvmeof_csi import TOPOLOGY_FABRIC, TOPOLOGY_RDMA
 from nvmeof_csi.errors import ResourceExhausted
-from nvmeof_csi.service.ports import Topology, TopologyRequirement
+from nvmeof_csi.service.contracts import Topology, TopologyRequirement
 from nvmeof_csi.topology.fabric_map import AgentEntry
 
 TOPOLOGY_ZONE = "topology.kubernetes.io/zone"

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 import pytest
 
 from lab.alluxio import AlluxioCluster, AlluxioError
-from nvmeof_csi.cache.client import AlluxioRest
+from nvmeof_csi.datasets.client import AlluxioRest
 from tests.support.datasets import Alluxio, make_dataset
 
 

@@ -22,25 +22,25 @@ from typer.testing import CliRunner
 
 from nvmeof_csi.agent.client import AgentClient, AgentTarget
 from nvmeof_csi.agent.configfs import Nvmet
+from nvmeof_csi.agent.pool import FileStore
 from nvmeof_csi.agent.state import StateStore
-from nvmeof_csi.agent.store import FileStore
 from nvmeof_csi.agent.target_agent import TargetAgent
 from nvmeof_csi.backends.agent import AgentBackend
 from nvmeof_csi.backends.agent_api import HostNqnNodes
-from nvmeof_csi.cache.client import AlluxioRest, CacheNotFound, CacheUnavailable, JobServiceLoader
-from nvmeof_csi.cache.holders import DatasetHolders
-from nvmeof_csi.cache.hydrate import DatasetMetrics, Hydrator
-from nvmeof_csi.cache.locality import CacheLocality, bytes_by_host
-from nvmeof_csi.cache.volumes import DatasetVolumes
 from nvmeof_csi.cli.main import app as cli_app
 from nvmeof_csi.csi.server import CsiServices, build_server
+from nvmeof_csi.datasets.client import AlluxioRest, CacheNotFound, CacheUnavailable, JobServiceLoader
+from nvmeof_csi.datasets.fill import DatasetVolumes
+from nvmeof_csi.datasets.holders import DatasetHolders
+from nvmeof_csi.datasets.hydrate import DatasetMetrics, Hydrator
+from nvmeof_csi.datasets.locality import CacheLocality, bytes_by_host
 from nvmeof_csi.errors import DriverError
 from nvmeof_csi.gen import csi_pb2, csi_pb2_grpc
 from nvmeof_csi.host.executor import SubprocessExecutor
 from nvmeof_csi.rpc.endpoints import Endpoint
 from nvmeof_csi.rpc.server import bind
 from nvmeof_csi.service.datasets import DatasetSpec
-from nvmeof_csi.service.volumes import VolumeService
+from nvmeof_csi.service.provisioning import VolumeService
 from nvmeof_csi.topology.fabric_map import AgentEntry, FabricMap
 from nvmeof_csi.topology.placement import Candidate, place
 from tests.support.agents import PORTALS, LocalAgent, plain_configfs, start_agent

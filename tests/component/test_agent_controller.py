@@ -21,7 +21,7 @@ from nvmeof_csi.errors import Unavailable
 from nvmeof_csi.gen import csi_pb2, csi_pb2_grpc
 from nvmeof_csi.rpc.endpoints import Endpoint
 from nvmeof_csi.rpc.server import bind
-from nvmeof_csi.service.volumes import CapacityRange, VolumeService
+from nvmeof_csi.service.provisioning import CapacityRange, VolumeService
 from nvmeof_csi.topology.fabric_map import AgentEntry, FabricMap
 from tests.support.agents import LocalAgent, local_agents
 from tests.support.requests import BAD, block_cap, mount_cap

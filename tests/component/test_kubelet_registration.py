@@ -18,7 +18,7 @@ from nvmeof_csi.gen import csi_pb2, csi_pb2_grpc
 from nvmeof_csi.gen import pluginregistration_pb2 as pb
 from nvmeof_csi.gen import pluginregistration_pb2_grpc as pb_grpc
 from nvmeof_csi.rpc.endpoints import Endpoint
-from nvmeof_csi.service.ports import Health
+from nvmeof_csi.service.contracts import Health
 from tests.support.fakes import FakeBackend
 from tests.support.stack import make_services
 

@@ -12,9 +12,9 @@ from pathlib import Path
 
 from nvmeof_csi.agent.api import snapshot_msg, volume_msg, volume_with_health
 from nvmeof_csi.agent.configfs import Nvmet
+from nvmeof_csi.agent.pool import FileStore
 from nvmeof_csi.agent.portals import PortSpec
 from nvmeof_csi.agent.state import StateStore
-from nvmeof_csi.agent.store import FileStore
 from nvmeof_csi.agent.target_agent import TargetAgent
 from nvmeof_csi.gen import nvmeof_agent_pb2 as pb
 

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from lab.alluxio import AlluxioCluster
-from nvmeof_csi.cache.client import AlluxioRest
+from nvmeof_csi.datasets.client import AlluxioRest
 
 FILES = 1000
 MIN_KIB, MAX_KIB = 64, 448  # about 250 MiB in all

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from nvmeof_csi.errors import CommandError, FailedPrecondition, NotFound, ResourceExhausted, Unimplemented
 from nvmeof_csi.host.executor import Executor, Result
-from nvmeof_csi.service.ports import (
+from nvmeof_csi.service.contracts import (
     NO_SECRETS,
     Condition,
     Connector,

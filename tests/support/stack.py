@@ -10,10 +10,10 @@ from nvmeof_csi.csi.server import CsiServices
 from nvmeof_csi.gen import csi_pb2_grpc
 from nvmeof_csi.host.filesystems import Filesystems
 from nvmeof_csi.host.mounter import Mounter
-from nvmeof_csi.service.ports import StaticNodes
+from nvmeof_csi.service.contracts import StaticNodes
+from nvmeof_csi.service.provisioning import VolumeService
 from nvmeof_csi.service.records import StagingStore
 from nvmeof_csi.service.staging import StagingService
-from nvmeof_csi.service.volumes import VolumeService
 from tests.support.fakes import TOPO, FakeBackend, FakeConnector, FakeHost
 
 

@@ -10,7 +10,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from nvmeof_csi.cache.client import AlluxioRest, CacheNotFound, CacheRequestError, CacheUnavailable
+from nvmeof_csi.datasets.client import AlluxioRest, CacheNotFound, CacheRequestError, CacheUnavailable
 
 BODY = bytes(range(256)) * 4096 * 9  # 9 MiB: more than one read chunk
 

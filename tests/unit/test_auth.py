@@ -20,7 +20,7 @@ from nvmeof_csi.errors import FailedPrecondition, InvalidArgument, PermissionDen
 from nvmeof_csi.initiator.fabrics import FabricsDevice, FabricsError
 from nvmeof_csi.nvmeof.context import VolumeContext, parse_portals
 from nvmeof_csi.nvmeof.dhchap import SECRET_KEY, HostKeys, derive, host_keys, parse_key
-from nvmeof_csi.service.ports import VolumeRef
+from nvmeof_csi.service.contracts import VolumeRef
 from nvmeof_csi.topology.fabric_map import parse_fabric_map
 from tests.support.agents import LocalAgent, make_agent
 from tests.unit.test_connector import ME, NQN_PREFIX, VOL, connector, ctx

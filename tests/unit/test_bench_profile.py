@@ -12,7 +12,7 @@ RAW = "\n".join([
     f"{_CALL};StateStore._save (nvmeof_csi/agent/state.py:252);write_atomic (nvmeof_csi/host/atomic.py:30) 6",
     f"{_CALL};Nvmet.ensure_namespace (nvmeof_csi/agent/configfs.py:90);"
     "ConfigfsTree._put (nvmeof_csi/agent/configfs_tree.py:55);PurePath.__truediv__ (pathlib.py:765) 4",
-    f"{_CALL};FileStore.create (nvmeof_csi/agent/store.py:60) 3",
+    f"{_CALL};FileStore.create (nvmeof_csi/agent/pool.py:60) 3",
     "thread (7): rpc_1;TextWriter.write (protobuf/text_format.py:109) 2",  # a stack py-spy cut short
     f"{_GRPC};call (nvmeof_csi/rpc/edge.py:199);Logger.info (logging/__init__.py:1479) 2",
     f"{_GRPC};call (nvmeof_csi/rpc/edge.py:197);Authorizer.__call__ (nvmeof_csi/agent/authz.py:120) 1",

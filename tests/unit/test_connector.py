@@ -24,7 +24,7 @@ from nvmeof_csi.initiator.sysfs import NvmeSysfs
 from nvmeof_csi.initiator.uevents import PollingWait, UdevWait
 from nvmeof_csi.nvmeof.context import parse_portals
 from nvmeof_csi.nvmeof.nqn import VOLUME_NQN_PREFIX as NQN_PREFIX
-from nvmeof_csi.service.ports import VolumeRef
+from nvmeof_csi.service.contracts import VolumeRef
 from tests.support.fakes import FakeClock
 
 VOL = VolumeRef("lab", "0b6d5bd6-4c1e-4f55-9d7a-3e0f6f1a7c01")

@@ -14,10 +14,10 @@ from types import SimpleNamespace
 import pytest
 from prometheus_client import CollectorRegistry
 
-from nvmeof_csi.cache.client import CacheUnavailable, FileStatus, JobStatus
-from nvmeof_csi.cache.hydrate import DatasetMetrics, HydrationResult, Hydrator, Progress
-from nvmeof_csi.cache.volumes import DatasetVolumes, ufs_allowed
 from nvmeof_csi.cli.datasets import summarize
+from nvmeof_csi.datasets.client import CacheUnavailable, FileStatus, JobStatus
+from nvmeof_csi.datasets.fill import DatasetVolumes, ufs_allowed
+from nvmeof_csi.datasets.hydrate import DatasetMetrics, HydrationResult, Hydrator, Progress
 from nvmeof_csi.errors import InvalidArgument, OutOfRange, PermissionDenied
 from nvmeof_csi.host.executor import Result
 from nvmeof_csi.service.datasets import DatasetSpec
@@ -148,14 +148,14 @@ class FakeFolders:
         self.folders.add(path)
 
     def delete(self, path: str, recursive: bool = False) -> None:
-        from nvmeof_csi.cache.client import CacheNotFound
+        from nvmeof_csi.datasets.client import CacheNotFound
 
         if path not in self.folders:
             raise CacheNotFound(path)
         self.folders = {f for f in self.folders if f != path and not (recursive and f.startswith(path + "/"))}
 
     def list_status(self, path: str) -> list[SimpleNamespace]:
-        from nvmeof_csi.cache.client import CacheNotFound
+        from nvmeof_csi.datasets.client import CacheNotFound
 
         children = [f for f in self.folders if f.startswith(path + "/") and "/" not in f[len(path) + 1:]]
         if not children and path not in self.folders:
@@ -164,7 +164,7 @@ class FakeFolders:
 
 
 def test_a_data_set_is_released_only_when_no_agent_holds_it(tmp_path: Path) -> None:
-    from nvmeof_csi.cache.holders import DatasetHolders
+    from nvmeof_csi.datasets.holders import DatasetHolders
 
     cache, folders = FakeCache({}), FakeFolders()
     a = DatasetVolumes(hydrator(cache, FakeMkfs()), tmp_path, holders=DatasetHolders(folders, "store-a"))  # type: ignore[arg-type]
@@ -199,7 +199,7 @@ def test_nvmeofctl_datasets_summary() -> None:
 
 
 def test_bytes_by_host_shares_a_file_over_its_blocks() -> None:
-    from nvmeof_csi.cache.locality import bytes_by_host
+    from nvmeof_csi.datasets.locality import bytes_by_host
 
     statuses = [
         FileStatus("/ds/a", False, 200, False, -1, "", 100, (), "", block_hosts=(("w1",), ("w1", "w2"))),
@@ -212,7 +212,7 @@ def test_bytes_by_host_shares_a_file_over_its_blocks() -> None:
 
 def test_placement_prefers_the_agent_next_to_the_cached_data_set() -> None:
     from nvmeof_csi.backends.agent import AgentBackend
-    from nvmeof_csi.service.ports import TopologyRequirement
+    from nvmeof_csi.service.contracts import TopologyRequirement
     from nvmeof_csi.topology.fabric_map import parse_fabric_map
     from nvmeof_csi.topology.placement import Candidate, place
 
@@ -304,7 +304,7 @@ def test_at_most_max_fills_volumes_hydrate_at_once_and_the_rest_say_they_wait(tm
 def test_the_completion_marker_is_written_atomically_and_the_journal_read_once(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from nvmeof_csi.cache import hydrate as hydrate_mod
+    from nvmeof_csi.datasets import hydrate as hydrate_mod
 
     written: list[Path] = []
     reads: list[Path] = []

@@ -6,7 +6,7 @@ import pytest
 
 from nvmeof_csi.errors import ConfigError, ResourceExhausted
 from nvmeof_csi.rpc.endpoints import Endpoint
-from nvmeof_csi.service.ports import TopologyRequirement
+from nvmeof_csi.service.contracts import TopologyRequirement
 from nvmeof_csi.topology.fabric_map import AgentEntry, load_fabric_map, parse_fabric_map
 from nvmeof_csi.topology.placement import TOPOLOGY_ZONE, Candidate, capacity_in, place, reachable, volume_segment
 

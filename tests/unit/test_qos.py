@@ -20,7 +20,7 @@ from nvmeof_csi.host.filesystems import Filesystems
 from nvmeof_csi.host.mounter import Mounter
 from nvmeof_csi.nvmeof.context import VolumeContext
 from nvmeof_csi.nvmeof.qos import limits_from
-from nvmeof_csi.service.ports import VolumeRef
+from nvmeof_csi.service.contracts import VolumeRef
 from nvmeof_csi.service.qos import LimitOverrides, QosEnforcer
 from nvmeof_csi.service.records import AccessSpec, StagingRecord, StagingStore
 from nvmeof_csi.service.staging import StagingService

@@ -6,7 +6,7 @@ import pytest
 from nvmeof_csi.errors import AlreadyExists, CommandError, FailedPrecondition, InvalidArgument, NotFound, Unavailable
 from nvmeof_csi.host.filesystems import Filesystems
 from nvmeof_csi.host.mounter import Mounter
-from nvmeof_csi.service.ports import VolumeRef
+from nvmeof_csi.service.contracts import VolumeRef
 from nvmeof_csi.service.records import AccessSpec, StagingStore
 from nvmeof_csi.service.staging import StagingService
 from tests.support.fakes import FakeConnector, FakeHost

@@ -6,7 +6,7 @@ from hypothesis import strategies as st
 
 from nvmeof_csi.csi import volume_id
 from nvmeof_csi.errors import InvalidArgument, NotFound
-from nvmeof_csi.service.ports import VolumeRef
+from nvmeof_csi.service.contracts import VolumeRef
 
 labels = st.from_regex(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?", fullmatch=True)
 

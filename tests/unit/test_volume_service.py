@@ -1,8 +1,8 @@
 import pytest
 
 from nvmeof_csi.errors import Aborted, AlreadyExists, InvalidArgument, NotFound, OutOfRange, ResourceExhausted
-from nvmeof_csi.service.ports import StaticNodes, VolumeRef
-from nvmeof_csi.service.volumes import CapacityRange, GiB, MiB, VolumeService, choose_size
+from nvmeof_csi.service.contracts import StaticNodes, VolumeRef
+from nvmeof_csi.service.provisioning import CapacityRange, GiB, MiB, VolumeService, choose_size
 from tests.support.fakes import FakeBackend
 
 

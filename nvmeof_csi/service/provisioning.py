@@ -14,7 +14,7 @@ from typing import TypeVar
 
 from nvmeof_csi.errors import Aborted, AlreadyExists, InvalidArgument, NotFound, OutOfRange, ResourceExhausted
 from nvmeof_csi.nvmeof.qos import immutable
-from nvmeof_csi.service.ports import (
+from nvmeof_csi.service.contracts import (
     NO_SECRETS,
     Condition,
     ContentSource,

@@ -23,8 +23,8 @@ import threading
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
-from nvmeof_csi.cache.holders import DatasetHolders
-from nvmeof_csi.cache.hydrate import Hydrator, Progress
+from nvmeof_csi.datasets.holders import DatasetHolders
+from nvmeof_csi.datasets.hydrate import Hydrator, Progress
 from nvmeof_csi.errors import DriverError, InvalidArgument, PermissionDenied
 from nvmeof_csi.host.paths import child
 from nvmeof_csi.nvmeof.nqn import check_uuid

@@ -17,7 +17,7 @@ import contextlib
 import hashlib
 import logging
 
-from nvmeof_csi.cache.client import AlluxioRest, CacheNotFound
+from nvmeof_csi.datasets.client import AlluxioRest, CacheNotFound
 from nvmeof_csi.service.datasets import DatasetSpec
 
 log = logging.getLogger(__name__)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 from collections import defaultdict
 
-from nvmeof_csi.cache.client import AlluxioRest
+from nvmeof_csi.datasets.client import AlluxioRest
 from nvmeof_csi.service.datasets import DatasetSpec
 
 LABEL_PREFIX = "dataset.csi.nvmeof.io/"

@@ -33,7 +33,7 @@ from pathlib import Path
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
-from nvmeof_csi.cache.client import AlluxioRest, CacheNotFound, DatasetLoader, FileStatus
+from nvmeof_csi.datasets.client import AlluxioRest, CacheNotFound, DatasetLoader, FileStatus
 from nvmeof_csi.errors import OutOfRange, ResourceExhausted
 from nvmeof_csi.host.atomic import write_atomic
 from nvmeof_csi.host.executor import Executor
