@@ -56,8 +56,8 @@ class NodeServicer(csi_pb2_grpc.NodeServicer):
         ref = volume_id.decode(request.volume_id)
         volume_context = {**request.volume_context, **request.publish_context}
         await blocking(
-            self._staging.stage, request.volume_id, ref, request.staging_target_path, access, volume_context, remaining(context),
-            dict(request.secrets),
+            self._staging.stage, request.volume_id, ref, request.staging_target_path, access, volume_context,
+            remaining(context), dict(request.secrets),
         )
         return csi_pb2.NodeStageVolumeResponse()
 
