@@ -14,11 +14,10 @@ from enum import StrEnum
 from pathlib import Path
 
 from nvmeof_csi.agent.portals import PortSpec
+from nvmeof_csi.cmd.flags import ENV_PREFIX, check_ranges, setting
 from nvmeof_csi.errors import ConfigError
 from nvmeof_csi.rpc.endpoints import Endpoint, TlsFiles, is_loopback, parse_listen
 from nvmeof_csi.service.contracts import valid_location
-
-ENV_PREFIX = "NVMEOF_CSI_"
 
 
 def env_var(name: str) -> str:
@@ -45,36 +44,65 @@ class Backend(StrEnum):
     NVMEOF = "nvmeof"  # target agents from a fabric map
 
 
+def parse_size(text: str) -> int:
+    """``10G``, ``512Mi``, ``1T`` or plain bytes -> bytes (binary units)."""
+    match = re.fullmatch(r"\s*(\d+)\s*([KMGTP]?)(i?B?)?\s*", text, re.IGNORECASE)
+    if not match:
+        raise ConfigError(f"size {text!r} must be a number with an optional K/M/G/T/P suffix")
+    power = " KMGTP".index(match.group(2).upper() or " ")
+    return int(match.group(1)) << (10 * power)
+
+
 @dataclass(frozen=True)
 class Settings:
-    """Everything ``nvmeof-csi serve`` needs; see ``--help`` for each field's flag and variable."""
+    """Everything ``nvmeof-csi serve`` needs. Each field is declared once, with its flag, environment variable,
+    help, default and range (:func:`nvmeof_csi.cmd.flags.setting`); ``serve``'s options and the README's
+    configuration table are made from these declarations."""
 
-    mode: Mode
-    endpoint: Endpoint
-    backend: Backend = Backend.LOOP
-    state_dir: Path = Path("/var/lib/nvmeof-csi")
-    node_id: str = ""
-    fabric: str = "default"
-    loop_capacity_bytes: int = 1 << 40
-    max_volumes_per_node: int = 0
-    grace_seconds: float = 30.0
-    log_level: str = "INFO"
-    fabric_map: Path | None = None
-    zone: str = ""
-    allow_single_path: bool = False
-    alluxio_proxy: str = ""
-    kubelet_root: Path = Path("/var/lib/kubelet")
-    registration_dir: Path | None = None
-    registration_endpoint: str = ""
-    health_listen: str = ""
-    metrics_listen: str = ""
-    qos_period: float = 5.0
-    cgroup_root: Path = Path("/sys/fs/cgroup")
+    mode: Mode = setting(Mode.ALL, "`controller`, `node` or `all`: which CSI services to run.")
+    endpoint: Endpoint = setting(
+        "unix:///run/nvmeof-csi/csi.sock", "`unix:///abs/path` or `tcp://127.0.0.1:PORT`; a stale socket file is "
+        "replaced, a live server is never displaced.", parse=Endpoint.parse)
+    backend: Backend = setting(Backend.LOOP, "`nvmeof` (target agents + kernel initiator) or `loop` (DEVELOPMENT "
+                               "ONLY: no durability, no access control).")
+    fabric_map: Path | None = setting(None, "Backend nvmeof, controller side: the YAML list of target agents.")
+    zone: str = setting("", "This node's `topology.kubernetes.io/zone`.")
+    alluxio_proxy: str = setting("", "Controller: the Alluxio REST proxy URL; dataset volumes are placed next to the "
+                                 "Alluxio worker caching their data set (fabric map `alluxioHost`).")
+    allow_single_path: bool = setting(False, "Stage multi-portal volumes over one path when native multipath is off "
+                                      "(otherwise FAILED_PRECONDITION).", env=False)
+    state_dir: Path = setting(Path("/var/lib/nvmeof-csi"), "Node staging records (written atomically before the "
+                              "kernel is touched), the node's host identity, loop volumes.")
+    node_id: str = setting("", "The CSI node ID (backend loop; with nvmeof the node ID is the node's host NQN).",
+                           shown="hostname")
+    fabric: str = setting("default", "This node's storage fabric, published as `topology.csi.nvmeof.io/fabric`.")
+    loop_capacity_bytes: int = setting("1T", "Capacity the loop backend offers (thin), e.g. `1T`, `512Gi`.",
+                                       parse=lambda text: parse_size(str(text)), name="loop-capacity")
+    max_volumes_per_node: int = setting(0, "Reported in NodeGetInfo and enforced at ControllerPublish (0: no limit).",
+                                        low=0, shown="`0` (no limit)")
+    grace_seconds: float = setting(30.0, "On SIGTERM, the seconds in-flight RPCs get before they are cancelled.",
+                                   low=0, high=600, low_open=True)
+    log_level: str = setting("INFO", "`DEBUG`, `INFO`, `WARNING` or `ERROR`: one line per RPC in and out, with "
+                             "request ID, volume ID, duration and status; secrets stripped.")
+    kubelet_root: Path = setting(Path("/var/lib/kubelet"), "The node touches staging and target paths only under "
+                                 "it (kubelet's root directory).")
+    registration_dir: Path | None = setting(None, "Register with kubelet ourselves through its `plugins_registry` "
+                                            "folder (where node-driver-registrar cannot run); a refusal is logged "
+                                            "and retried.")
+    registration_endpoint: str = setting("", "The CSI socket's path as kubelet (on the host) sees it.",
+                                         shown="the `--endpoint` path")
+    metrics_listen: str = setting("", "`HOST:PORT` for Prometheus `/metrics`: RPC durations "
+                                  "(`csi_plugin_operations_seconds`) and, on nodes, per-volume paths and I/O (see "
+                                  "Metrics).")
+    health_listen: str = setting("", "`HOST:PORT` answering `GET /healthz` from the Probe checks (where the "
+                                 "livenessprobe sidecar cannot run).")
+    qos_period: float = setting(5.0, "Seconds between the node's passes that bring every published pod's `io.max` "
+                                "to its volume's current limits.", low=0.2, high=300)
+    cgroup_root: Path = setting(Path("/sys/fs/cgroup"), "The cgroup v2 mount holding kubelet's pod cgroups.")
 
     def __post_init__(self) -> None:
+        check_ranges(self)
         self._check_kubelet_side()
-        if not 0.2 <= self.qos_period <= 300:
-            raise ConfigError("qos-period must be within 0.2..300 seconds")
         if not self.kubelet_root.is_absolute() or self.kubelet_root == Path("/"):
             raise ConfigError(f"kubelet-root {self.kubelet_root} must be an absolute path other than /")
         if self.alluxio_proxy and not self.alluxio_proxy.startswith(("http://", "https://")):
@@ -89,10 +117,6 @@ class Settings:
             raise ConfigError(f"fabric {self.fabric!r} must be a DNS label (lowercase letters, digits, '-')")
         if self.loop_capacity_bytes <= 0:
             raise ConfigError("loop-capacity must be a positive number of bytes")
-        if self.max_volumes_per_node < 0:
-            raise ConfigError("max-volumes-per-node must be 0 (no limit) or more")
-        if not 0 < self.grace_seconds <= 600:
-            raise ConfigError("grace-seconds must be within (0, 600]")
         if self.log_level.upper() not in ("DEBUG", "INFO", "WARNING", "ERROR"):
             raise ConfigError("log-level must be DEBUG, INFO, WARNING or ERROR")
         if not self.state_dir.is_absolute():
@@ -113,15 +137,6 @@ class Settings:
         if not path.startswith("/"):
             raise ConfigError(f"registration-endpoint {path!r} must be the CSI socket's absolute path on the host")
         object.__setattr__(self, "registration_endpoint", path)
-
-
-def parse_size(text: str) -> int:
-    """``10G``, ``512Mi``, ``1T`` or plain bytes -> bytes (binary units)."""
-    match = re.fullmatch(r"\s*(\d+)\s*([KMGTP]?)(i?B?)?\s*", text, re.IGNORECASE)
-    if not match:
-        raise ConfigError(f"size {text!r} must be a number with an optional K/M/G/T/P suffix")
-    power = " KMGTP".index(match.group(2).upper() or " ")
-    return int(match.group(1)) << (10 * power)
 
 
 @dataclass(frozen=True)

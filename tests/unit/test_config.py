@@ -65,3 +65,25 @@ def test_parse_size(text: str, value: int) -> None:
 def test_parse_size_rejects() -> None:
     with pytest.raises(ConfigError):
         parse_size("ten gigs")
+
+
+def test_the_readme_configuration_table_is_the_one_the_declarations_make() -> None:
+    from nvmeof_csi.cmd.flags import markdown_table
+    from tests.support.env import ROOT
+
+    table = markdown_table(Settings)
+    assert table in (ROOT / "README.md").read_text(), f"README's serve table differs; it should read:\n{table}"
+
+
+def test_every_serve_flag_is_declared_once_with_its_variable_default_and_range() -> None:
+    from typer.testing import CliRunner
+
+    from nvmeof_csi.cmd.main import app
+
+    shown = CliRunner().invoke(app, ["serve", "--help"], env={"COLUMNS": "400"}).output
+    for flag, env in (("--qos-period", "NVMEOF_CSI_QOS_PERIOD"), ("--loop-capacity", "NVMEOF_CSI_LOOP_CAPACITY"),
+                      ("--grace-seconds", "NVMEOF_CSI_GRACE_SECONDS")):
+        assert flag in shown and env in shown
+    assert "Range: within 0.2..300." in shown and "default: 1T" in shown
+    refused = CliRunner().invoke(app, ["serve", "--qos-period", "0.1"])
+    assert refused.exit_code == 2 and "qos-period must be within 0.2..300, got 0.1" in refused.output
