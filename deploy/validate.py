@@ -28,7 +28,6 @@ import kubernetes_validate  # type: ignore[import-untyped]
 import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
-CACHE = Path(os.environ.get("NVMEOF_CSI_CACHE", "/var/cache/nvmeof-csi"))
 
 
 def versions() -> dict[str, str]:

@@ -25,8 +25,10 @@ import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
+from lab.machine_cache import machine_cache
+
 REPO = Path(__file__).resolve().parent.parent
-CACHE = Path(os.environ.get("NVMEOF_CSI_CACHE", "/var/cache/nvmeof-csi")) / "image"
+CACHE = machine_cache() / "image"
 PACKAGES = REPO / "image" / "packages.txt"
 MIRROR = "http://deb.debian.org/debian"
 PREFIX = "/opt/nvmeof-csi"

@@ -10,8 +10,8 @@ Contract: :func:`build` is idempotent. It installs missing Debian packages, reso
 ``linux-image-amd64`` depends on today (in the flavour's suite), and rebuilds ``vmlinuz``/``initrd.img`` in
 the flavour's cache folder only when an input changed (kernel package version, module list, init script,
 busybox, this recipe). The result is described by ``build.json`` next to the images. The cache is machine-wide
-(``LAB_CACHE``, default ``/var/cache/nvmeof-csi/lab``) so a fresh clone reuses it. Needs root (apt-get,
-depmod on the unpacked tree).
+(``LAB_CACHE``, default ``lab/`` in :func:`lab.machine_cache.machine_cache`) so a fresh clone reuses it. Needs
+root (apt-get, depmod on the unpacked tree).
 """
 
 from __future__ import annotations
@@ -29,9 +29,11 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from lab.machine_cache import machine_cache
+
 LAB_DIR = Path(__file__).resolve().parent
 REPO = LAB_DIR.parent
-CACHE = Path(os.environ.get("LAB_CACHE", "/var/cache/nvmeof-csi/lab"))
+CACHE = Path(os.environ.get("LAB_CACHE") or machine_cache() / "lab")
 INIT_SCRIPT = LAB_DIR / "guest" / "init.sh"
 
 #: Host packages: QEMU, and the userland the guest uses through the 9p root share.

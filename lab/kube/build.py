@@ -32,6 +32,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from lab.machine_cache import machine_cache
+
 REPO = Path(__file__).resolve().parents[2]
 VERSIONS = REPO / "versions.env"
 
@@ -51,7 +53,7 @@ def versions(path: Path = VERSIONS) -> dict[str, str]:
 
 
 def cache_root() -> Path:
-    return Path(os.environ.get("NVMEOF_CSI_CACHE", "/var/cache/nvmeof-csi")) / "kube"
+    return machine_cache() / "kube"
 
 
 def _say(msg: str) -> None:

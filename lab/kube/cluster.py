@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import base64
 import json
-import os
 import socket
 import subprocess
 import sys
@@ -31,6 +30,7 @@ from lab.kube.control_plane import ControlPlane, KubeError
 from lab.kube.images import build_images
 from lab.kube.node import NODE_IP, KubeNode, qemu_netdev
 from lab.kube.pki import Pair, signed
+from lab.machine_cache import machine_cache
 from lab.vm import LabVM, VMExited
 
 DRIVER = "csi.nvmeof.io"
@@ -54,8 +54,7 @@ def timed(what: str, fn: Callable[[], Any]) -> Any:
 
 def kustomize() -> str:
     pins = versions()
-    cache = Path(os.environ.get("NVMEOF_CSI_CACHE", "/var/cache/nvmeof-csi"))
-    return str(cache / "tools" / f"kustomize-{pins['KUSTOMIZE_VERSION']}" / "kustomize")
+    return str(machine_cache() / "tools" / f"kustomize-{pins['KUSTOMIZE_VERSION']}" / "kustomize")
 
 
 def snapshot_crds() -> list[Path]:

@@ -167,3 +167,16 @@ def test_the_cluster_replaces_a_vm_that_exits_during_bring_up_once(monkeypatch: 
     with pytest.raises(VMExited, match="second"), cluster.running_cluster():
         pass
     assert events.count("bring-up") == 2 and events[-1] == "cp-stop"
+
+
+def test_the_machine_cache_has_one_rule(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    from lab import machine_cache as mc
+
+    monkeypatch.setenv("NVMEOF_CSI_CACHE", str(tmp_path))
+    assert mc.machine_cache() == tmp_path
+    monkeypatch.delenv("NVMEOF_CSI_CACHE")
+    monkeypatch.setattr(mc.os, "geteuid", lambda: 0)
+    assert mc.machine_cache() == Path("/var/cache/nvmeof-csi")
+    monkeypatch.setattr(mc.os, "geteuid", lambda: 1000)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert mc.machine_cache() == tmp_path / "home" / ".cache" / "nvmeof-csi"
