@@ -121,7 +121,7 @@ def _plugin(name: str) -> str | None:
 
 def compile_protos(sources: dict[str, Path], out_root: Path) -> list[Path]:
     """Compile ``{module_name: proto_file}`` into ``out_root/nvmeof_csi/gen``; return the files written."""
-    from grpc_tools import protoc  # build-time dependency
+    from grpc_tools import protoc  # type: ignore[import-untyped]  # build-time dependency
 
     mypy_grpc = _plugin("protoc-gen-mypy_grpc")
     gen_dir = out_root.joinpath(*GEN_PACKAGE)

@@ -58,7 +58,7 @@ class Stack:
     agent: TargetAgent
     registry: CollectorRegistry
     hydrator: Hydrator
-    stub: csi_pb2_grpc.ControllerStub
+    stub: csi_pb2_grpc.ControllerAsyncStub
     pool: Path
 
     async def create(self, name: str, params: dict[str, str], size: int = 512 * MiB) -> csi_pb2.Volume:
@@ -95,7 +95,7 @@ async def stack(tmp_path: Path, alluxio: Alluxio) -> AsyncIterator[Stack]:
     await server.start()
     channel = grpc.aio.insecure_channel(f"unix://{sock}")
     yield Stack(agent, registry, hydrator, csi_pb2_grpc.ControllerStub(channel), tmp_path / "pool")
-    await channel.close()
+    await channel.close(None)
     await server.stop(1)
 
 
@@ -322,7 +322,10 @@ def test_agent_killed_mid_hydration_resumes_after_restart(alluxio: Alluxio, tmp_
 
     creator = threading.Thread(target=create)
     creator.start()
-    journals = lambda: list((work / "pool" / ".hydrate").glob("*/journal.jsonl"))  # noqa: E731
+
+    def journals() -> list[Path]:
+        return list((work / "pool" / ".hydrate").glob("*/journal.jsonl"))
+
     try:
         assert wait_for(lambda: bool(journals()) and len(journals()[0].read_text().splitlines()) >= 30, 300)
         running.proc.kill()

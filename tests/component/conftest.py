@@ -26,14 +26,7 @@ async def stack(tmp_path: Path) -> AsyncIterator[Stack]:
     bind(server, Endpoint.parse(f"unix://{sock}"))
     await server.start()
     channel = grpc.aio.insecure_channel(f"unix://{sock}")
-    yield Stack(
-        backend,
-        connector,
-        host,
-        csi_pb2_grpc.IdentityStub(channel),
-        csi_pb2_grpc.ControllerStub(channel),
-        csi_pb2_grpc.NodeStub(channel),
-        tmp_path,
-    )
-    await channel.close()
+    yield Stack(backend, connector, host, csi_pb2_grpc.IdentityStub(channel), csi_pb2_grpc.ControllerStub(channel),
+                csi_pb2_grpc.NodeStub(channel), tmp_path)
+    await channel.close(None)
     await server.stop(1)

@@ -175,9 +175,10 @@ def test_hostile_host_nqn_never_reaches_a_file_outside_configfs(agent: Running, 
     hostile = str(victim) if field == "absolute" else "../../../victim"
     with client_for(agent) as c:
         vol = c.create_volume("pvc-h", 8 * MiB)
-        for call in (lambda: c.deny_host(vol.uuid, hostile), lambda: c.allow_host(vol.uuid, hostile)):
-            with pytest.raises(InvalidArgument, match="host NQN"):
-                call()
+        with pytest.raises(InvalidArgument, match="host NQN"):
+            c.deny_host(vol.uuid, hostile)
+        with pytest.raises(InvalidArgument, match="host NQN"):
+            c.allow_host(vol.uuid, hostile)
         for bad_uuid in ("../../victim", str(victim), vol.uuid.upper()):
             with pytest.raises(InvalidArgument, match="UUID"):
                 c.delete_volume(bad_uuid)

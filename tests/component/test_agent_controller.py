@@ -43,7 +43,7 @@ FABRIC = FabricMap((
 @dataclass
 class Ctl:
     agents: dict[str, LocalAgent]
-    stub: csi_pb2_grpc.ControllerStub
+    stub: csi_pb2_grpc.ControllerAsyncStub
     tmp: Path
 
 
@@ -61,7 +61,7 @@ async def ctl(tmp_path: Path) -> AsyncIterator[Ctl]:
     await server.start()
     channel = grpc.aio.insecure_channel(f"unix://{sock}")
     yield Ctl(agents, csi_pb2_grpc.ControllerStub(channel), tmp_path)
-    await channel.close()
+    await channel.close(None)
     await server.stop(1)
 
 

@@ -46,7 +46,7 @@ async def _slow_create_during_sigterm(tmp_path: Path, grace: float, hold: float)
         outcome = err.code()
     await asyncio.wait_for(server_task, 15)
     stopped_after = time.monotonic() - start
-    await channel.close()
+    await channel.close(None)
     backend.gate.set()
     return outcome, stopped_after, sock
 

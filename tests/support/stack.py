@@ -22,10 +22,11 @@ class Stack:
     backend: FakeBackend
     connector: FakeConnector
     host: FakeHost
-    identity: csi_pb2_grpc.IdentityStub
-    controller: csi_pb2_grpc.ControllerStub
-    node: csi_pb2_grpc.NodeStub
+    identity: csi_pb2_grpc.IdentityAsyncStub
+    controller: csi_pb2_grpc.ControllerAsyncStub
+    node: csi_pb2_grpc.NodeAsyncStub
     tmp: Path
+
 
 
 def make_services(tmp: Path, backend: FakeBackend) -> tuple[CsiServices, FakeConnector, FakeHost]:

@@ -256,9 +256,15 @@ def test_only_a_volume_without_a_fill_leaves_its_ready_rename_unflushed(
     agent = make_agent(tmp_path)
     agent = TargetAgent(agent.name, agent.nvmet, agent.store, agent.state, agent.portals, filler=QuickFiller())
     agent.converge()
+    from nvmeof_csi.host.atomic import fsync_dir
+
     flushed: list[Path] = []
-    real = state_module.fsync_dir
-    monkeypatch.setattr(state_module, "fsync_dir", lambda folder: (flushed.append(folder), real(folder)))
+
+    def spy(folder: Path) -> None:
+        flushed.append(folder)
+        fsync_dir(folder)
+
+    monkeypatch.setattr(state_module, "fsync_dir", spy)
     agent.create_volume("plain", MiB, {}, {})
     assert flushed == []  # the creating record was written durably by write_atomic; the rename is not flushed
     agent.create_volume("ds", MiB, {"dataset.path": "/datasets/x"}, {})

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
@@ -105,6 +105,7 @@ def test_a_broken_read_is_unavailable_and_the_next_request_is_sound(rest: Alluxi
 def test_a_read_given_up_half_way_leaves_no_dirty_connection(rest: AlluxioRest) -> None:
     chunks = rest.read("/whole")
     assert len(next(chunks)) < len(BODY)  # the caller takes one chunk and stops
+    assert isinstance(chunks, Generator)
     chunks.close()
     assert Handler.calls[-1] == "/api/v1/streams/7/close"
     assert b"".join(rest.read("/whole")) == BODY  # the unread rest of the first body is not read as this one

@@ -20,10 +20,11 @@ from nvmeof_csi.errors import FailedPrecondition, InvalidArgument, PermissionDen
 from nvmeof_csi.initiator.fabrics import FabricsDevice, FabricsError
 from nvmeof_csi.nvmeof.context import VolumeContext, parse_portals
 from nvmeof_csi.nvmeof.dhchap import SECRET_KEY, HostKeys, derive, host_keys, parse_key
+from nvmeof_csi.nvmeof.nqn import VOLUME_NQN_PREFIX as NQN_PREFIX
 from nvmeof_csi.service.contracts import VolumeRef
 from nvmeof_csi.topology.fabric_map import parse_fabric_map
 from tests.support.agents import LocalAgent, make_agent
-from tests.unit.test_connector import ME, NQN_PREFIX, VOL, connector, ctx
+from tests.unit.test_connector import ME, VOL, connector, ctx
 
 SECRET = "a cluster-wide StorageClass secret of 32+ bytes!"
 HOST = "nqn.2014-08.org.nvmexpress:uuid:0f0f0f0f-0000-0000-0000-000000000001"

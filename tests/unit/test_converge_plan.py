@@ -64,7 +64,7 @@ def test_converged_node_plans_nothing() -> None:
 
 def test_after_a_reboot_everything_is_planned_back() -> None:
     vol = ready(hosts={HOST: ""})
-    empty = {"subsystems": {}, "ports": {}, "hosts": []}
+    empty: dict[str, object] = {"subsystems": {}, "ports": {}, "hosts": []}
     got = kinds(c.plan(state_of(vol, ana={"b": "non-optimized"}), LAYOUT, c.Observed(empty, files_for(vol))))
     assert got == [(c.PORT, "1"), (c.PORT, "2"), (c.ANA, "2"), (c.VOLUME_REPAIR, U1)]
 

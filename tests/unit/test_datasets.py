@@ -305,12 +305,22 @@ def test_the_completion_marker_is_written_atomically_and_the_journal_read_once(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from nvmeof_csi.datasets import hydrate as hydrate_mod
+    from nvmeof_csi.host.atomic import write_atomic
 
     written: list[Path] = []
     reads: list[Path] = []
-    real_write, real_read = hydrate_mod.write_atomic, hydrate_mod._read_journal
-    monkeypatch.setattr(hydrate_mod, "write_atomic", lambda p, d: (written.append(p), real_write(p, d))[1])
-    monkeypatch.setattr(hydrate_mod, "_read_journal", lambda p: (reads.append(p), real_read(p))[1])
+    real_read = hydrate_mod._read_journal
+
+    def spy_write(path: Path, data: bytes) -> None:
+        written.append(path)
+        write_atomic(path, data)
+
+    def spy_read(path: Path) -> dict[str, dict[str, object]]:
+        reads.append(path)
+        return real_read(path)
+
+    monkeypatch.setattr("nvmeof_csi.datasets.hydrate.write_atomic", spy_write)
+    monkeypatch.setattr(hydrate_mod, "_read_journal", spy_read)
     files = {"a.bin": b"a" * 100, "b/c.bin": b"c" * 200}
     spec = DatasetSpec("/ds", pin=False, ttl_seconds=0, medium="")
     hydrator(FakeCache(files), FakeMkfs()).hydrate(spec, tmp_path / "vol.img", 1 << 30, tmp_path / "work",

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TypedDict
 
 import pytest
 from typer.testing import CliRunner
@@ -31,8 +32,14 @@ class NvmeVersion:
         return Result(0, self.out, "")
 
 
+class Roots(TypedDict):
+    sys_root: Path
+    etc_dir: Path
+    cgroup_root: Path
+
+
 def node(tmp: Path, multipath: str = "Y", modules: Sequence[str] = ("nvme_core", "nvme_fabrics", "nvme_tcp"),
-         nqn: str = NQN, host_id: str = HOST_ID, io: bool = True, rdma: Sequence[str] = ()) -> dict[str, Path]:
+         nqn: str = NQN, host_id: str = HOST_ID, io: bool = True, rdma: Sequence[str] = ()) -> Roots:
     sys_root, etc, cg = tmp / "sys", tmp / "etc", tmp / "cg"
     for module in modules:
         (sys_root / "module" / module).mkdir(parents=True)

@@ -156,8 +156,8 @@ def test_the_cluster_replaces_a_vm_that_exits_during_bring_up_once(monkeypatch: 
     monkeypatch.setattr(cluster, "LabVM", FakeVM)
     monkeypatch.setattr(cluster, "qemu_netdev", lambda port: [])
     monkeypatch.setattr(cluster, "bring_up", bring_up)
-    monkeypatch.setattr(cluster.scratch_cache, "key", lambda images, gb: "k")
-    monkeypatch.setattr(cluster.scratch_cache, "cached", lambda key: None)
+    monkeypatch.setattr("lab.kube.scratch_cache.key", lambda images, gb: "k")
+    monkeypatch.setattr("lab.kube.scratch_cache.cached", lambda key: None)
     with cluster.running_cluster() as up:
         assert up is sentinel
     assert events == ["cp", "vm", "bring-up", "close", "delete node", "vm", "bring-up", "close", "cp-stop"]
@@ -175,8 +175,8 @@ def test_the_machine_cache_has_one_rule(monkeypatch: pytest.MonkeyPatch, tmp_pat
     monkeypatch.setenv("NVMEOF_CSI_CACHE", str(tmp_path))
     assert mc.machine_cache() == tmp_path
     monkeypatch.delenv("NVMEOF_CSI_CACHE")
-    monkeypatch.setattr(mc.os, "geteuid", lambda: 0)
+    monkeypatch.setattr("lab.machine_cache.os.geteuid", lambda: 0)
     assert mc.machine_cache() == Path("/var/cache/nvmeof-csi")
-    monkeypatch.setattr(mc.os, "geteuid", lambda: 1000)
+    monkeypatch.setattr("lab.machine_cache.os.geteuid", lambda: 1000)
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     assert mc.machine_cache() == tmp_path / "home" / ".cache" / "nvmeof-csi"

@@ -90,15 +90,15 @@ class Scripted(prometheus.Prometheus):
 
 
 def test_a_query_waits_for_ready_and_then_answers(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(prometheus.time, "sleep", lambda _: None)
+    monkeypatch.setattr("lab.prometheus.time.sleep", lambda _: None)
     prom = Scripted([{"ready": False}, {"ready": False}, {"ready": True, "alerts": ["a"]}])
     assert prom.query()["alerts"] == ["a"] and prom.replies == []
 
 
 def test_a_query_that_never_gets_ready_raises_with_the_log(monkeypatch: pytest.MonkeyPatch) -> None:
     clock = iter(range(0, 1000, 30))
-    monkeypatch.setattr(prometheus.time, "sleep", lambda _: None)
-    monkeypatch.setattr(prometheus.time, "monotonic", lambda: float(next(clock)))
+    monkeypatch.setattr("lab.prometheus.time.sleep", lambda _: None)
+    monkeypatch.setattr("lab.prometheus.time.monotonic", lambda: float(next(clock)))
     prom = Scripted([{"ready": False}] * 10)
     with pytest.raises(LabError, match="did not answer ready within 60 s:\nthe log"):
         prom.query()

@@ -1,4 +1,5 @@
 import uuid
+from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
@@ -138,7 +139,7 @@ def test_unstage_keeps_connections_other_volumes_use(env: Env) -> None:
     seen: list[frozenset[VolumeRef]] = []
     real = env.conn.disconnect
 
-    def spy(ref: VolumeRef, ctx: object, in_use: frozenset[VolumeRef]) -> None:
+    def spy(ref: VolumeRef, context: Mapping[str, str], in_use: frozenset[VolumeRef]) -> None:
         seen.append(in_use)
         real(ref, {}, in_use)
 
