@@ -22,7 +22,7 @@ from nvmeof_csi.agent.metrics import AgentCollector
 from nvmeof_csi.agent.pool import FileStore
 from nvmeof_csi.agent.state import StateStore
 from nvmeof_csi.agent.target_agent import TargetAgent
-from nvmeof_csi.cmd.settings import AgentSettings
+from nvmeof_csi.cmd.agent_settings import AgentSettings
 from nvmeof_csi.datasets.client import AlluxioRest, JobServiceLoader
 from nvmeof_csi.datasets.fill import DatasetVolumes
 from nvmeof_csi.datasets.holders import DatasetHolders

@@ -26,13 +26,14 @@ ENV_PREFIX = "NVMEOF_CSI_"
 
 @dataclass(frozen=True)
 class Flag:
-    """How one setting meets the user: ``help`` (also the README's meaning), ``env`` (``NVMEOF_CSI_<FLAG>``
-    unless False), ``raw`` (the flag's own type and default when ``parse`` turns its text into the field's
-    value), ``low``/``high`` (the inclusive range of a number; ``low_open``: greater than ``low``), ``shown``
-    (the default as the README says it, when the value itself would say it badly)."""
+    """How one setting meets the user: ``help`` (also the README's meaning), ``env`` (``NVMEOF_CSI_<FLAG>``; a
+    string: ``NVMEOF_CSI_<env>``; False: none), ``raw`` (the flag's own type and default when ``parse`` turns
+    its text into the field's value), ``low``/``high`` (the inclusive range of a number; ``low_open``: greater
+    than ``low``), ``shown`` (the default as the README says it, when the value itself would say it badly),
+    ``metavar`` (what ``--help`` shows for the value)."""
 
     help: str
-    env: bool = True
+    env: bool | str = True
     raw: tuple[type, Any] | None = None
     parse: Callable[[Any], Any] | None = None
     low: float | None = None
@@ -40,6 +41,12 @@ class Flag:
     low_open: bool = False
     shown: str | None = None
     name: str = ""  # the flag's name without dashes, when not the field's (loop_capacity_bytes -> loop-capacity)
+    hidden: bool = False  # left out of --help and the README (test-only switches)
+    metavar: str | None = None
+
+
+#: the default of a setting that has none: its flag must be given
+REQUIRED: Any = object()
 
 
 def setting(default: Any, help: str, **how: Any) -> Any:
@@ -49,7 +56,10 @@ def setting(default: Any, help: str, **how: Any) -> Any:
     parse = spec.parse
     if parse is not None:
         spec = Flag(**{**spec.__dict__, "raw": (spec.raw[0] if spec.raw else str, default)})
-        default = parse(default)
+        if default is not REQUIRED:
+            default = parse(default)
+    if default is REQUIRED:
+        return field(metadata={"flag": spec})
     return field(default=default, metadata={"flag": spec})
 
 
@@ -66,6 +76,8 @@ def flag_name(f: Field[Any]) -> str:
 
 def env_var(f: Field[Any]) -> str | None:
     spec = flag_of(f)
+    if isinstance(spec.env, str):
+        return ENV_PREFIX + spec.env
     return ENV_PREFIX + flag_name(f).upper().replace("-", "_") if spec.env else None
 
 
@@ -76,7 +88,10 @@ def command_parameters(cls: type) -> list[inspect.Parameter]:
     for f in fields(cls):
         spec = flag_of(f)
         kind, default = spec.raw if spec.raw else (hints[f.name], f.default)
-        option = typer.Option(f"--{flag_name(f)}", envvar=env_var(f), help=_help(spec), show_default=True)
+        if default is MISSING or default is REQUIRED:
+            default = inspect.Parameter.empty
+        option = typer.Option(f"--{flag_name(f)}", envvar=env_var(f), help=_help(spec), hidden=spec.hidden,
+                              metavar=spec.metavar)
         params.append(inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, default=default,
                                         annotation=Annotated[kind, option]))
     return params
@@ -123,7 +138,9 @@ def _shown(f: Field[Any]) -> str:
     if spec.shown is not None:
         return spec.shown
     value = spec.raw[1] if spec.raw else f.default
-    if value is MISSING or value is None or value == "":
+    if value is MISSING or value is REQUIRED:
+        return "required"
+    if value is None or value in ("", []):
         return "—"
     if isinstance(value, Enum):
         value = value.value
@@ -138,6 +155,8 @@ def markdown_table(cls: type) -> str:
     """The README's configuration table of ``cls``: flag, environment variable, default, meaning."""
     rows = ["| flag | env | default | meaning |", "|---|---|---|---|"]
     for f in fields(cls):
+        if flag_of(f).hidden:
+            continue
         env = env_var(f)
         rows.append(f"| `--{flag_name(f)}` | {f'`{env}`' if env else '—'} | {_shown(f)} | {_help(flag_of(f))} |")
     return "\n".join(rows)

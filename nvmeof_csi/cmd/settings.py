@@ -13,10 +13,9 @@ from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 
-from nvmeof_csi.agent.portals import PortSpec
 from nvmeof_csi.cmd.flags import ENV_PREFIX, check_ranges, setting
 from nvmeof_csi.errors import ConfigError
-from nvmeof_csi.rpc.endpoints import Endpoint, TlsFiles, is_loopback, parse_listen
+from nvmeof_csi.rpc.endpoints import Endpoint, parse_listen
 from nvmeof_csi.service.contracts import valid_location
 
 
@@ -137,81 +136,3 @@ class Settings:
         if not path.startswith("/"):
             raise ConfigError(f"registration-endpoint {path!r} must be the CSI socket's absolute path on the host")
         object.__setattr__(self, "registration_endpoint", path)
-
-
-@dataclass(frozen=True)
-class AgentSettings:
-    """Everything ``nvmeof-csi agent`` needs; see ``nvmeof-csi agent --help``."""
-
-    name: str
-    state_dir: Path
-    pool_dir: Path
-    portals: tuple[PortSpec, ...]
-    unix_endpoint: Endpoint | None
-    tcp_endpoint: Endpoint | None = None
-    tls: TlsFiles | None = None
-    allow_plaintext_loopback: bool = False
-    prune: bool = False
-    capacity_limit_bytes: int = 0
-    configfs_root: Path = Path("/sys/kernel/config/nvmet")
-    buffered_io: bool = False
-    grace_seconds: float = 30.0
-    log_level: str = "INFO"
-    alluxio_proxy: str = ""
-    alluxio_job: str = ""
-    metrics_listen: str = ""
-    authz_file: Path | None = None
-    dataset_ufs_allow: tuple[str, ...] = ()
-    dataset_root: str = "/datasets"
-
-    def __post_init__(self) -> None:
-        self._check_authz()
-        self._check_datasets()
-        if bool(self.alluxio_proxy) != bool(self.alluxio_job):
-            raise ConfigError("--alluxio-proxy and --alluxio-job go together (dataset volumes need both)")
-        for url in (self.alluxio_proxy, self.alluxio_job):
-            if url and not url.startswith(("http://", "https://")):
-                raise ConfigError(f"Alluxio URL {url!r} must start with http:// or https://")
-        if self.metrics_listen and ":" not in self.metrics_listen:
-            raise ConfigError("--metrics-listen must be HOST:PORT")
-        if not valid_location(self.name):
-            raise ConfigError(f"agent name {self.name!r} must be a DNS label (it becomes part of volume IDs)")
-        if not self.portals:
-            raise ConfigError("at least one --portal is required (ID:TRTYPE:TRADDR:TRSVCID[:GROUP])")
-        ids = [p.port_id for p in self.portals]
-        if len(set(ids)) != len(ids):
-            raise ConfigError(f"portal IDs must be unique, got {ids}")
-        if self.unix_endpoint is None and self.tcp_endpoint is None:
-            raise ConfigError("the agent needs --listen-unix and/or --listen-tcp")
-        if self.unix_endpoint is not None and self.unix_endpoint.scheme != "unix":
-            raise ConfigError("listen-unix must be a unix:///path endpoint")
-        self._check_tcp()
-        if self.capacity_limit_bytes < 0:
-            raise ConfigError("capacity-limit must not be negative")
-        for name in ("state_dir", "pool_dir", "configfs_root"):
-            if not getattr(self, name).is_absolute():
-                raise ConfigError(f"{name.replace('_', '-')} must be an absolute path")
-
-    def _check_datasets(self) -> None:
-        if not self.dataset_root.startswith("/") or self.dataset_root == "/" or ".." in self.dataset_root.split("/"):
-            raise ConfigError(f"--dataset-root {self.dataset_root!r} must be an absolute Alluxio path other than /")
-        for prefix in self.dataset_ufs_allow:
-            if not prefix.strip("/") or ".." in prefix.split("/"):
-                raise ConfigError(f"--dataset-ufs-allow {prefix!r} must name an under-store location (not / or ..)")
-
-    def _check_authz(self) -> None:
-        if self.tls is not None and self.tcp_endpoint is not None and self.authz_file is None:
-            raise ConfigError("--listen-tcp with mutual TLS needs --authz-file (which client identity has which role)")
-        if self.authz_file is not None and not self.authz_file.is_file():
-            raise ConfigError(f"--authz-file {self.authz_file} is not a readable file")
-
-    def _check_tcp(self) -> None:
-        if self.tcp_endpoint is None:
-            return
-        if self.tcp_endpoint.scheme != "tcp":
-            raise ConfigError("listen-tcp must be a tcp://HOST:PORT endpoint")
-        if self.tls is None:
-            if not self.allow_plaintext_loopback:
-                raise ConfigError("TCP needs mutual TLS (--tls-cert/--tls-key/--tls-ca); plaintext is refused")
-            if not is_loopback(self.tcp_endpoint.host):
-                raise ConfigError("plaintext TCP is allowed on loopback addresses only")

@@ -87,3 +87,13 @@ def test_every_serve_flag_is_declared_once_with_its_variable_default_and_range()
     assert "Range: within 0.2..300." in shown and "default: 1T" in shown
     refused = CliRunner().invoke(app, ["serve", "--qos-period", "0.1"])
     assert refused.exit_code == 2 and "qos-period must be within 0.2..300, got 0.1" in refused.output
+
+
+def test_the_readme_agent_table_is_the_one_the_declarations_make() -> None:
+    from nvmeof_csi.cmd.agent_settings import AgentSettings
+    from nvmeof_csi.cmd.flags import markdown_table
+    from tests.support.env import ROOT
+
+    table = markdown_table(AgentSettings)
+    assert "configfs-plain-tree" not in table  # a test-only switch stays out of the docs
+    assert table in (ROOT / "README.md").read_text(), f"README's agent table differs; it should read:\n{table}"

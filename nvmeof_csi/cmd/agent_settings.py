@@ -1,0 +1,139 @@
+"""Typed settings of ``nvmeof-csi agent``, each declared once with its flag, environment variable, help, default
+and range (:func:`nvmeof_csi.cmd.flags.setting`); the command's options and the README's agent table are made
+from these declarations, and the checks here name the setting they refuse.
+
+Nothing below ``cmd/`` imports these types or reads the environment: the wiring hands each component the
+plain values it needs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from nvmeof_csi.agent.portals import PortSpec
+from nvmeof_csi.cmd.flags import REQUIRED, check_ranges, setting
+from nvmeof_csi.cmd.settings import parse_size
+from nvmeof_csi.errors import ConfigError
+from nvmeof_csi.rpc.endpoints import Endpoint, TlsFiles, is_loopback
+from nvmeof_csi.service.contracts import valid_location
+
+
+def _endpoint_or_none(text: Any) -> Endpoint | None:
+    return Endpoint.parse(str(text)) if text else None
+
+
+def _absolute(path: Any) -> Path:
+    return Path(path).absolute()
+
+
+@dataclass(frozen=True)
+class AgentSettings:
+    """Everything ``nvmeof-csi agent`` needs; see ``nvmeof-csi agent --help``."""
+
+    name: str = setting(REQUIRED, "The agent's name: a DNS label, part of every volume ID it serves.",
+                        env="AGENT_NAME")
+    portals: tuple[PortSpec, ...] = setting(
+        REQUIRED, "`ID:TRTYPE:TRADDR:TRSVCID[:GROUP]`: an nvmet port (`tcp` or `rdma`), repeatable; GROUP is the "
+        "portal group whose ANA state `nvmeofctl ana set` changes.", env="AGENT_PORTALS", name="portal",
+        raw=(list[str], []), parse=lambda texts: tuple(PortSpec.parse(t) for t in texts),
+        metavar="ID:TRTYPE:TRADDR:TRSVCID[:GROUP]")
+    state_dir: Path = setting(Path("/var/lib/nvmeof-csi/agent"), "Where the desired state is saved (durable).",
+                              env="AGENT_STATE_DIR", raw=(Path, None), parse=_absolute)
+    pool_dir: Path = setting(Path("/var/lib/nvmeof-csi/pool"), "The backing-file pool (XFS with reflink "
+                             "recommended).", env="AGENT_POOL_DIR", raw=(Path, None), parse=_absolute)
+    unix_endpoint: Endpoint | None = setting(
+        "unix:///run/nvmeof-csi/agent.sock", "`unix:///path`: the owner-only local socket (`''` to disable).",
+        env="AGENT_LISTEN_UNIX", name="listen-unix", parse=_endpoint_or_none)
+    tcp_endpoint: Endpoint | None = setting(
+        "", "`tcp://HOST:PORT`, served with mutual TLS only; plaintext is refused unless "
+        "`--allow-plaintext-loopback` on a loopback address.", env="AGENT_LISTEN_TCP", name="listen-tcp",
+        parse=_endpoint_or_none)
+    tls_cert: Path | None = setting(None, "The server certificate (PEM).", env="AGENT_TLS_CERT")
+    tls_key: Path | None = setting(None, "The server key (PEM).", env="AGENT_TLS_KEY")
+    tls_ca: Path | None = setting(None, "The CA that signs accepted clients (PEM).", env="AGENT_TLS_CA")
+    allow_plaintext_loopback: bool = setting(False, "Allow TCP without TLS, on a loopback address only (tests).",
+                                             env=False)
+    prune: bool = setting(False, "Remove configfs objects and pool files the state does not know.", env=False)
+    capacity_limit_bytes: int = setting("0", "Thin-provisioning limit, e.g. `10T` (`0`: the pool filesystem's "
+                                        "size).", env="AGENT_CAPACITY_LIMIT", name="capacity-limit",
+                                        parse=lambda text: parse_size(str(text)))
+    configfs_root: Path = setting(Path("/sys/kernel/config/nvmet"), "The nvmet configfs root.", env=False)
+    configfs_plain_tree: bool = setting(False, "TESTS ONLY: configfs-root is a plain folder standing in for "
+                                        "configfs.", env=False, hidden=True)
+    buffered_io: bool = setting(False, "Use the page cache for backing files (only where O_DIRECT is impossible, "
+                                "e.g. tmpfs).", env=False)
+    grace_seconds: float = setting(30.0, "On SIGTERM, the seconds in-flight RPCs get before they are cancelled.",
+                                   low=0, high=600, low_open=True)
+    log_level: str = setting("INFO", "`DEBUG`, `INFO`, `WARNING` or `ERROR`.")
+    alluxio_proxy: str = setting("", "The Alluxio REST proxy URL (dataset volumes).")
+    alluxio_job: str = setting("", "The Alluxio job master's web URL (cache load jobs).")
+    metrics_listen: str = setting("", "`HOST:PORT` for Prometheus `/metrics`.")
+    authz_file: Path | None = setting(None, "YAML mapping client certificate identities to roles (controller, node, "
+                                      "admin, reader; see Security); required with `--listen-tcp`.",
+                                      env="AGENT_AUTHZ_FILE")
+    dataset_ufs_allow: tuple[str, ...] = setting(
+        [], "An under-store prefix `dataset.uri` may name (repeatable; none by default, so only data sets "
+        "already in Alluxio are used).", env="AGENT_DATASET_UFS_ALLOW", raw=(list[str], []), parse=tuple,
+        metavar="PREFIX")
+    dataset_root: str = setting("/datasets", "The Alluxio folder every `dataset.path` must be in.",
+                                env="AGENT_DATASET_ROOT")
+
+    @property
+    def tls(self) -> TlsFiles | None:
+        """The server's mutual-TLS files, or ``None`` (checked together at construction)."""
+        return TlsFiles.from_options(self.tls_cert, self.tls_key, self.tls_ca)
+
+    def __post_init__(self) -> None:
+        check_ranges(self)
+        self._check_authz()
+        self._check_datasets()
+        if bool(self.alluxio_proxy) != bool(self.alluxio_job):
+            raise ConfigError("--alluxio-proxy and --alluxio-job go together (dataset volumes need both)")
+        for url in (self.alluxio_proxy, self.alluxio_job):
+            if url and not url.startswith(("http://", "https://")):
+                raise ConfigError(f"Alluxio URL {url!r} must start with http:// or https://")
+        if self.metrics_listen and ":" not in self.metrics_listen:
+            raise ConfigError("--metrics-listen must be HOST:PORT")
+        if not valid_location(self.name):
+            raise ConfigError(f"agent name {self.name!r} must be a DNS label (it becomes part of volume IDs)")
+        if not self.portals:
+            raise ConfigError("at least one --portal is required (ID:TRTYPE:TRADDR:TRSVCID[:GROUP])")
+        ids = [p.port_id for p in self.portals]
+        if len(set(ids)) != len(ids):
+            raise ConfigError(f"portal IDs must be unique, got {ids}")
+        if self.unix_endpoint is None and self.tcp_endpoint is None:
+            raise ConfigError("the agent needs --listen-unix and/or --listen-tcp")
+        if self.unix_endpoint is not None and self.unix_endpoint.scheme != "unix":
+            raise ConfigError("listen-unix must be a unix:///path endpoint")
+        self._check_tcp()
+        if self.capacity_limit_bytes < 0:
+            raise ConfigError("capacity-limit must not be negative")
+        for name in ("state_dir", "pool_dir", "configfs_root"):
+            if not getattr(self, name).is_absolute():
+                raise ConfigError(f"{name.replace('_', '-')} must be an absolute path")
+
+    def _check_datasets(self) -> None:
+        if not self.dataset_root.startswith("/") or self.dataset_root == "/" or ".." in self.dataset_root.split("/"):
+            raise ConfigError(f"--dataset-root {self.dataset_root!r} must be an absolute Alluxio path other than /")
+        for prefix in self.dataset_ufs_allow:
+            if not prefix.strip("/") or ".." in prefix.split("/"):
+                raise ConfigError(f"--dataset-ufs-allow {prefix!r} must name an under-store location (not / or ..)")
+
+    def _check_authz(self) -> None:
+        if self.tls is not None and self.tcp_endpoint is not None and self.authz_file is None:
+            raise ConfigError("--listen-tcp with mutual TLS needs --authz-file (which client identity has which role)")
+        if self.authz_file is not None and not self.authz_file.is_file():
+            raise ConfigError(f"--authz-file {self.authz_file} is not a readable file")
+
+    def _check_tcp(self) -> None:
+        if self.tcp_endpoint is None:
+            return
+        if self.tcp_endpoint.scheme != "tcp":
+            raise ConfigError("listen-tcp must be a tcp://HOST:PORT endpoint")
+        if self.tls is None:
+            if not self.allow_plaintext_loopback:
+                raise ConfigError("TCP needs mutual TLS (--tls-cert/--tls-key/--tls-ca); plaintext is refused")
+            if not is_loopback(self.tcp_endpoint.host):
+                raise ConfigError("plaintext TCP is allowed on loopback addresses only")
