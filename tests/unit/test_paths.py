@@ -10,9 +10,10 @@ from hypothesis import strategies as st
 
 from nvmeof_csi.errors import InvalidArgument
 from nvmeof_csi.host.paths import child, inside
-from nvmeof_csi.nvmeof.nqn import check_uuid
+from nvmeof_csi.nvmeof.nqn import check_host_nqn, check_uuid, valid_host_nqn
 
 ROOT = Path("/srv/root")
+GOOD_NQN = "nqn.2014-08.org.nvmexpress:uuid:0f0f0f0f-0000-0000-0000-000000000001"
 
 
 @pytest.mark.parametrize("name", ["", ".", "..", "../x", "/etc/passwd", "a/b", "a\x00b", "a\nb", "x" * 256])
@@ -43,3 +44,11 @@ def test_only_canonical_uuids(value: str) -> None:
     with pytest.raises(InvalidArgument):
         check_uuid(value, "uuid")
     assert check_uuid("3f6c1f8e-0000-4000-8000-000000000001", "uuid")
+
+
+@pytest.mark.parametrize("suffix", ["\n", "\x00", "\r", " "])
+def test_host_nqn_pattern_is_anchored_at_the_end(suffix: str) -> None:
+    assert valid_host_nqn(GOOD_NQN)
+    assert not valid_host_nqn(GOOD_NQN + suffix)
+    with pytest.raises(InvalidArgument):
+        check_host_nqn(GOOD_NQN + suffix)

@@ -1,6 +1,7 @@
 """Placement and topology segments, and the fabric map."""
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -91,3 +92,24 @@ def test_fabric_map(tmp_path: Path) -> None:
 def test_fabric_map_errors_name_the_problem(doc: object, needle: str) -> None:
     with pytest.raises(ConfigError, match=needle):
         parse_fabric_map(doc)
+
+
+def fabric_agent(**fields: Any) -> dict[str, Any]:
+    return {"agents": [{"name": "store-a", "endpoint": "tcp://127.0.0.1:9440", "fabric": "rack-1", **fields}]}
+
+
+@pytest.mark.parametrize(
+    ("fields", "needle"),
+    [
+        ({"allowPlaintextLoopback": "false"}, "allowPlaintextLoopback"),  # bool("false") was True
+        ({"transports": "tcp"}, "transports"),
+        ({"zone": ["a", "b"]}, "'zone' must be a string"),
+        ({"tls": {"cert": ["x"], "key": "k", "ca": "c"}}, "'cert' must be a string"),
+        ({"tls": "yes"}, "tls must be a mapping"),
+        ({"endpoint": 9440}, "'endpoint' must be a string"),
+        ({"alluxiohost": "w1"}, "unknown field 'alluxiohost'"),
+    ],
+)
+def test_fabric_map_field_types_are_checked(fields: dict[str, Any], needle: str) -> None:
+    with pytest.raises(ConfigError, match=needle):
+        parse_fabric_map(fabric_agent(**fields))
