@@ -28,6 +28,7 @@ import statistics
 import subprocess
 import time
 import uuid
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -89,7 +90,7 @@ def bare_ext4_file(device: str) -> str:
     return str(write_probe_file(BARE_FS, int(FIO_SIZE[:-1])))  # made as in the published mount
 
 
-def datapath(csi: Csi, seconds: float, rounds: int) -> dict[str, Any]:
+def datapath(csi: Csi, seconds: float, rounds: int, jobs: Sequence[str] = tuple(JOBS)) -> dict[str, Any]:
     csi.up("dp-block", size=256 * MiB, mode="block")
     csi.up("dp-mount", size=256 * MiB, mode="mount", fs="ext4")
     raw_head = bare_connect(csi, "dp-raw")
@@ -99,10 +100,10 @@ def datapath(csi: Csi, seconds: float, rounds: int) -> dict[str, Any]:
                "raw-again": raw_head}
     for target in ("raw", "block"):  # the files are written when made
         fio(targets[target], "write-128k", 0, once=True)
-    iops: dict[str, dict[str, list[float]]] = {t: {j: [] for j in JOBS} for t in targets}
+    iops: dict[str, dict[str, list[float]]] = {t: {j: [] for j in jobs} for t in targets}
     for r in range(rounds):
         order = list(targets) if r % 2 == 0 else list(reversed(targets))
-        for job in JOBS:
+        for job in jobs:
             for target in order:
                 iops[target][job].append(fio(targets[target], job, seconds))
     subprocess.run(["umount", str(BARE_FS)], check=True, capture_output=True, timeout=120)
@@ -111,9 +112,9 @@ def datapath(csi: Csi, seconds: float, rounds: int) -> dict[str, Any]:
     csi.down("dp-block")
     csi.down("dp-mount")
     mean = {t: {j: statistics.median(v) for j, v in jobs.items()} for t, jobs in iops.items()}
-    ratios = {t: {j: round(mean[t][j] / mean["raw"][j], 3) for j in JOBS} for t in ("block", "mount", "ext4")}
-    noise = {j: round(mean["raw-again"][j] / mean["raw"][j], 3) for j in JOBS}
-    own = {j: round(mean["mount"][j] / mean["ext4"][j], 3) for j in JOBS}
+    ratios = {t: {j: round(mean[t][j] / mean["raw"][j], 3) for j in jobs} for t in ("block", "mount", "ext4")}
+    noise = {j: round(mean["raw-again"][j] / mean["raw"][j], 3) for j in jobs}
+    own = {j: round(mean["mount"][j] / mean["ext4"][j], 3) for j in jobs}
     return {"seconds": seconds, "rounds": rounds,
             "iops": {t: {j: round(v, 1) for j, v in jobs.items()} for t, jobs in mean.items()},
             "ratio": ratios, "worst_ratio": min(*ratios["block"].values(), *ratios["mount"].values()),
@@ -251,9 +252,10 @@ def main() -> None:
     ap.add_argument("--controllers", type=int, nargs="+", default=[64, 128])
     ap.add_argument("--scale-rounds", type=int, default=5)
     ap.add_argument("--cycles", type=int, default=500)
+    ap.add_argument("--jobs", nargs="+", choices=list(JOBS), default=list(JOBS), help="fio jobs of the data path")
     a = ap.parse_args()
     csi = Csi(a.socket)
-    result = {"datapath": datapath(csi, a.fio_seconds, a.fio_rounds),
+    result = {"datapath": datapath(csi, a.fio_seconds, a.fio_rounds, a.jobs),
               "scaling": scaling(csi, [0, *a.controllers], a.scale_rounds),
               "resources": node_resources(csi, a.pid, a.cycles)}
     print(json.dumps(result))

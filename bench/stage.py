@@ -30,8 +30,8 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--controllers", type=int, nargs="+", default=[64, 128], help="other controllers to stage beside")
     ap.add_argument("--quick", action="store_true", help="4 rounds, 2 s fio twice, 5 scaling rounds, 40 cycles")
     ap.add_argument("--smoke", action="store_true",
-                    help="CI: every step once at its smallest size (1 round, 1 s fio once, 2 other controllers,"
-                         " 5 cycles); not a measurement")
+                    help="CI: every step once at its smallest size (1 round, two fio jobs of 1 s once, 2 other"
+                         " controllers, 2 cycles); not a measurement")
     return ap
 
 
@@ -39,9 +39,10 @@ def run(stack: GuestDriver, args: argparse.Namespace) -> None:
     """The benchmark against a running lab stack (agent and driver); leaves no volume behind."""
     if args.quick:
         args.rounds, args.fio_seconds, args.fio_rounds, args.scale_rounds, args.cycles = 4, 2, 2, 5, 40
-    if args.smoke:
-        args.rounds, args.fio_seconds, args.fio_rounds, args.scale_rounds, args.cycles = 1, 1, 1, 1, 5
-        args.controllers = [2]
+    jobs: list[str] = []  # every fio job of the data path
+    if args.smoke:  # one 4k and one 128k job still exercise both fio shapes
+        args.rounds, args.fio_seconds, args.fio_rounds, args.scale_rounds, args.cycles = 1, 1, 1, 1, 2
+        args.controllers, jobs = [2], ["randread-4k-qd16", "write-128k"]
     started, vm = time.monotonic(), stack.vm
     out = vm.check([vm.python, "-m", "bench.stage_guest", DRIVER_SOCK, str(args.rounds)], timeout=3600,
                    cwd=str(REPO))
@@ -49,7 +50,8 @@ def run(stack: GuestDriver, args: argparse.Namespace) -> None:
     node_out = vm.check(
         [vm.python, "-m", "bench.node_guest", DRIVER_SOCK, pid, "--fio-seconds", str(args.fio_seconds),
          "--fio-rounds", str(args.fio_rounds), "--scale-rounds", str(args.scale_rounds),
-         "--cycles", str(args.cycles), "--controllers", *map(str, args.controllers)], timeout=7200, cwd=str(REPO))
+         "--cycles", str(args.cycles), "--controllers", *map(str, args.controllers),
+         *(["--jobs", *jobs] if jobs else [])], timeout=7200, cwd=str(REPO))
     facts = {"kernel": vm.ready["kernel"], "accel": vm.accel, "quick": args.quick, "smoke": args.smoke}
     result = json.loads(out.strip().splitlines()[-1])
     result.update(facts, wall_seconds=round(time.monotonic() - started, 1))
