@@ -10,16 +10,15 @@ errors cross the shared edge interceptor (one error boundary).
 
 from __future__ import annotations
 
-import math
 import re
-import time
 from collections.abc import Callable, Mapping
 from typing import TypeVar
 
 import grpc
 
 from nvmeof_csi import __version__
-from nvmeof_csi.agent.authz import ADMIN, CONTROLLER, NODE, caller
+from nvmeof_csi.agent.authz import NODE, caller
+from nvmeof_csi.agent.names import MAX_AGENT_BYTES, Reservation
 from nvmeof_csi.agent.parts import VolumeView
 from nvmeof_csi.agent.portals import PortSpec
 from nvmeof_csi.agent.state import SnapshotRecord
@@ -37,11 +36,6 @@ DEFAULT_PAGE, MAX_PAGE = 500, 1000
 T = TypeVar("T")
 MAX_MAP_ENTRIES, MAX_KEY_BYTES, MAX_VALUE_BYTES = 64, 256, 4096
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
-
-
-#: how far ahead of this agent's clock a reported creation time may be (clock skew beyond it is a broken
-#: cluster, and a larger value would move every later creation time here that far)
-MAX_CLOCK_LEAD_S = 86400.0
 
 
 def _name(value: str, field: str, limit: int = MAX_NAME_BYTES) -> str:
@@ -116,6 +110,10 @@ def volume_with_health(agent: TargetAgent, view: VolumeView) -> pb.Volume:
     return msg
 
 
+def reservation_msg(res: Reservation) -> pb.Reservation:
+    return pb.Reservation(name=res.name, volume_uuid=res.volume_uuid, agent=res.agent)
+
+
 def snapshot_msg(snap: SnapshotRecord) -> pb.Snapshot:
     return pb.Snapshot(
         uuid=snap.uuid, name=snap.name, source_volume_uuid=snap.source_volume, size_bytes=snap.size_bytes,
@@ -143,9 +141,27 @@ class AgentServicer(pb_grpc.AgentServicer):
         source_snap = _uuid(request.source.snapshot_uuid, "source.snapshot_uuid") if source == "snapshot_uuid" else ""
         view = self._agent.create_volume(
             name, request.capacity_bytes, _map(request.parameters, "parameters"), _map(request.labels, "labels"),
-            source_volume, source_snap,
+            source_volume, source_snap, _uuid(request.uuid, "uuid"),
         )
         return volume_msg(view)
+
+    def ReserveName(self, request: pb.Reservation, context: Ctx) -> pb.Reservation:
+        require(request.volume_uuid, "volume_uuid")
+        wanted = Reservation(_name(request.name, "name"), _uuid(request.volume_uuid, "volume_uuid"),
+                             _name(request.agent, "agent", MAX_AGENT_BYTES))
+        return reservation_msg(self._agent.reserve_name(wanted))
+
+    def LookupName(self, request: pb.LookupNameRequest, context: Ctx) -> pb.Reservation:
+        name = _name(request.name, "name")
+        kept = self._agent.lookup_name(name)
+        if kept is None:
+            raise NotFound(f"name {name!r} is neither reserved nor used on agent {self._agent.name}")
+        return reservation_msg(kept)
+
+    def ReleaseName(self, request: pb.ReleaseNameRequest, context: Ctx) -> pb.ReleaseNameResponse:
+        require(request.volume_uuid, "volume_uuid")
+        self._agent.release_name(_name(request.name, "name"), _uuid(request.volume_uuid, "volume_uuid"))
+        return pb.ReleaseNameResponse()
 
     def DeleteVolume(self, request: pb.DeleteVolumeRequest, context: Ctx) -> pb.DeleteVolumeResponse:
         require(request.uuid, "uuid")
@@ -174,13 +190,7 @@ class AgentServicer(pb_grpc.AgentServicer):
         key = request.WhichOneof("key")
         require(key, "uuid or name")
         uuid, name = _uuid(request.uuid, "uuid"), _name(request.name, "name") if request.name else ""
-        seen = request.seen_created_at
-        if not math.isfinite(seen) or seen < 0 or seen > time.time() + MAX_CLOCK_LEAD_S:
-            raise InvalidArgument(f"seen_created_at must be a time >= 0 and at most {MAX_CLOCK_LEAD_S:.0f} s ahead of "
-                                  f"agent {self._agent.name}'s clock, not {seen!r}")
-        if caller().role not in (CONTROLLER, ADMIN):
-            seen = 0.0  # only a controller resolving a create race may move this agent's creation times
-        view = self._agent.get_volume(uuid, name, seen if name else 0.0)
+        view = self._agent.get_volume(uuid, name)
         if not self._visible(view):
             raise NotFound(f"volume {uuid or name!r} does not exist on agent {self._agent.name}")
         return volume_with_health(self._agent, view)

@@ -11,9 +11,9 @@ identity (the certificate's common name, or one of its DNS/URI subject alternati
 
 | role | may call |
 |---|---|
-| ``reader`` | Health, GetVolume, ListVolumes, ListSnapshots, ListPortals, GetCapacity |
+| ``reader`` | Health, GetVolume, ListVolumes, ListSnapshots, ListPortals, GetCapacity, LookupName |
 | ``node`` | Health, and GetVolume / ListVolumes of the volumes that allow its own ``hostNqn`` only |
-| ``controller`` | what a reader may, plus volumes, snapshots, host grants (Create/Delete/Resize/Modify, Allow/Deny) |
+| ``controller`` | a reader's calls, plus every change of volumes, snapshots, host grants and name reservations |
 | ``admin`` | everything, also SetAnaState |
 
 Contract: :meth:`Authorizer.authorize` raises ``PermissionDenied`` naming the role the call needs and the
@@ -38,9 +38,9 @@ from nvmeof_csi.rpc.edge import Context
 
 READER, NODE, CONTROLLER, ADMIN = "reader", "node", "controller", "admin"
 ROLES = (READER, NODE, CONTROLLER, ADMIN)
-_READ = {"Health", "GetVolume", "ListVolumes", "ListSnapshots", "ListPortals", "GetCapacity"}
+_READ = {"Health", "GetVolume", "ListVolumes", "ListSnapshots", "ListPortals", "GetCapacity", "LookupName"}
 _WRITE = {"CreateVolume", "DeleteVolume", "ResizeVolume", "ModifyVolume", "CreateSnapshot", "DeleteSnapshot",
-          "AllowHost", "DenyHost"}
+          "AllowHost", "DenyHost", "ReserveName", "ReleaseName"}
 ALLOWED: Mapping[str, frozenset[str]] = {
     READER: frozenset(_READ),
     NODE: frozenset({"Health", "GetVolume", "ListVolumes"}),

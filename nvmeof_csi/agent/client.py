@@ -13,7 +13,7 @@ from typing import Any, TypeVar
 
 import grpc
 
-from nvmeof_csi.errors import ConfigError, error_for
+from nvmeof_csi.errors import ConfigError, NotFound, error_for
 from nvmeof_csi.gen import nvmeof_agent_pb2 as pb
 from nvmeof_csi.gen import nvmeof_agent_pb2_grpc as pb_grpc
 from nvmeof_csi.rpc.endpoints import Endpoint, TlsFiles, is_loopback
@@ -81,10 +81,10 @@ class AgentClient:
     def create_volume(
         self, name: str, capacity_bytes: int, parameters: Mapping[str, str] | None = None,
         labels: Mapping[str, str] | None = None, source_volume: str = "", source_snapshot: str = "",
-        timeout: float | None = None,
+        timeout: float | None = None, vol_uuid: str = "",
     ) -> pb.Volume:
-        """Create (idempotent by name). ``timeout`` overrides the client's default: filling a dataset volume
-        can take much longer than an ordinary create."""
+        """Create (idempotent by name; ``vol_uuid``: the UUID the name's reservation holds). ``timeout``
+        overrides the client's default: filling a dataset volume can take much longer than an ordinary create."""
         source = None
         if source_volume:
             source = pb.VolumeSource(volume_uuid=source_volume)
@@ -92,7 +92,7 @@ class AgentClient:
             source = pb.VolumeSource(snapshot_uuid=source_snapshot)
         request = pb.CreateVolumeRequest(
             name=name, capacity_bytes=capacity_bytes, parameters=dict(parameters or {}), labels=dict(labels or {}),
-            source=source,
+            source=source, uuid=vol_uuid,
         )
         return self._call(self._stub.CreateVolume, request, timeout)
 
@@ -105,11 +105,24 @@ class AgentClient:
     def modify_volume(self, vol_uuid: str, parameters: Mapping[str, str]) -> pb.Volume:
         return self._call(self._stub.ModifyVolume, pb.ModifyVolumeRequest(uuid=vol_uuid, parameters=dict(parameters)))
 
-    def get_volume(self, vol_uuid: str = "", name: str = "", seen_created_at: float = 0.0) -> pb.Volume:
-        """By UUID, or by name (``seen_created_at``: see ``GetVolumeRequest`` in the agent's proto)."""
-        request = (pb.GetVolumeRequest(name=name, seen_created_at=seen_created_at) if name
-                   else pb.GetVolumeRequest(uuid=vol_uuid))
+    def get_volume(self, vol_uuid: str = "", name: str = "") -> pb.Volume:
+        """By UUID, or by name."""
+        request = pb.GetVolumeRequest(name=name) if name else pb.GetVolumeRequest(uuid=vol_uuid)
         return self._call(self._stub.GetVolume, request)
+
+    def reserve_name(self, name: str, vol_uuid: str, agent: str) -> pb.Reservation:
+        """The reservation kept for ``name``: this one, or the one kept before (see ``ReserveName``)."""
+        return self._call(self._stub.ReserveName, pb.Reservation(name=name, volume_uuid=vol_uuid, agent=agent))
+
+    def lookup_name(self, name: str) -> pb.Reservation | None:
+        """What this agent knows of ``name`` (see ``LookupName``); ``None`` when nothing."""
+        try:
+            return self._call(self._stub.LookupName, pb.LookupNameRequest(name=name))
+        except NotFound:
+            return None
+
+    def release_name(self, name: str, vol_uuid: str) -> None:
+        self._call(self._stub.ReleaseName, pb.ReleaseNameRequest(name=name, volume_uuid=vol_uuid))
 
     def list_volumes(self) -> list[pb.Volume]:
         """Every volume (all pages)."""

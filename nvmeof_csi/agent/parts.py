@@ -64,13 +64,9 @@ class AgentParts:
     def live_volumes(self) -> list[VolumeRecord]:
         return [v for v in self.state.current.volumes.values() if v.status != DELETING]
 
-    def named_volumes(self, name: str, seen_created_at: float = 0.0) -> list[VolumeRecord]:
-        """The live volumes called ``name``, after every commit of such a volume already in flight has ended: a
-        lookup that misses a copy looked before that copy's creation time was taken, and that time is later than
-        ``seen_created_at`` (controllers racing on one name pick the copy created first by these times, so each
-        must see every copy stamped before the one it holds)."""
-        state = self.state.settled(lambda delta: name in delta.names("volumes"), seen_created_at)
-        return [v for v in state.volumes.values() if v.name == name and v.status != DELETING]
+    def named_volumes(self, name: str) -> list[VolumeRecord]:
+        """The live volumes called ``name`` here (a pure read of the current state)."""
+        return [v for v in self.state.current.volumes.values() if v.name == name and v.status != DELETING]
 
     def volume(self, vol_uuid: str) -> VolumeRecord:
         rec = self.state.current.volumes.get(vol_uuid)

@@ -15,16 +15,15 @@ volume that has nothing to fill: a lost rename brings back a ``creating`` volume
 finishes creating (every step idempotent, the image is durable already); a snapshot or a volume with a fill
 always flushes (finishing those again would copy or fill again). A state saved by an older agent as one
 document (``<folder>/agent-state.json``) is split into record files on load, the document removed last.
-``<folder>/time-floor.json`` keeps a creation time a reader reported that was ahead of this agent's clock (another
-agent's clock runs ahead), so a restart does not stamp a later copy earlier than it; written only then.
+``<folder>/names/`` holds name reservations (``agent/names.py``), not records; a ``time-floor.json`` left by an
+older agent is removed on load (name reservations replaced it).
 
 Contract: :class:`StateStore` loads the last saved state (an empty state when none exists);
 :meth:`StateStore.commit` is durable when it returns (a removed ``deleting`` record: see above) and writes only the
 records the change replaced or removed. Commits of different records run their file work concurrently (no lock is
 held across a write); callers serialise commits that touch the same record (the agent's per-volume keys do) and
 portal-group ANA changes (its ports lock does). A commit's change becomes current only after its files are durable;
-:meth:`StateStore.settled` gives readers that must not miss a change already begun (a name lookup racing a create)
-the state after the commits in flight they care about. Records are immutable; the agent replaces them. Secrets
+reading :attr:`StateStore.current` never writes or waits. Records are immutable; the agent replaces them. Secrets
 (DH-HMAC-CHAP keys) are stored in the record files with mode 0600 and never logged. A record file that cannot
 be read, is misnamed, or a record saved twice under two statuses, stops the load with ``DriverError`` (never a
 silently smaller state).
@@ -32,12 +31,9 @@ silently smaller state).
 
 from __future__ import annotations
 
-import itertools
 import json
-import math
 import os
 import threading
-import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
@@ -116,7 +112,7 @@ class AgentState:
 
 
 LEGACY_DOCUMENT = "agent-state.json"
-FLOOR_FILE = "time-floor.json"
+OLD_FLOOR_FILE = "time-floor.json"  # written by agents before name reservations
 KINDS = ("volumes", "snapshots")
 
 
@@ -164,10 +160,6 @@ class Delta:
             gone[kind] = {k: r for k, r in before.items() if k not in after}
         return cls(put, gone, dict(new.ana) if new.ana != old.ana else None)
 
-    def names(self, kind: str) -> set[str]:
-        """The names of the ``kind`` records this change adds, replaces or removes."""
-        return {new.name for _, new in self.put[kind].values()} | {old.name for old in self.gone[kind].values()}
-
     def onto(self, state: AgentState) -> AgentState:
         """``state`` with this change applied (other records, changed meanwhile by other commits, kept)."""
         merged = {}
@@ -184,28 +176,13 @@ class Delta:
 class StateStore:
     """The state in ``folder`` (see the module's layout), with an in-memory copy."""
 
-    def __init__(self, folder: Path, clock: Callable[[], float] = time.time) -> None:
-        self.folder, self._clock = folder, clock
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
         self._lock = threading.Lock()  # guards the in-memory copy only, never held across file work
-        self._settled = threading.Condition(self._lock)  # notified whenever a commit leaves flight
-        self._in_flight: dict[int, Delta] = {}  # commits being persisted, by ticket
-        self._tickets = itertools.count()
-        self._floor_file = threading.Lock()  # orders writes of FLOOR_FILE (held across that file work only)
         for kind in KINDS:
             (folder / kind).mkdir(parents=True, exist_ok=True)
-        self._time_floor = self._load_floor()  # the latest creation time a reader reported to settled()
         self._migrate()
         self._state = self._load()
-
-    def _load_floor(self) -> float:
-        try:
-            doc = read_json(self.folder / FLOOR_FILE)
-        except ValueError as exc:
-            raise DriverError(f"agent state {self.folder / FLOOR_FILE} is unreadable: {exc}") from exc
-        floor = doc.get("floor") if isinstance(doc, dict) else 0.0 if doc is None else None
-        if not isinstance(floor, float | int) or isinstance(floor, bool) or not math.isfinite(floor) or floor < 0:
-            raise DriverError(f"agent state {self.folder / FLOOR_FILE} is unreadable: {doc!r}")
-        return float(floor)
 
     def _load(self) -> AgentState:
         parsed: dict[str, dict[str, Any]] = {}
@@ -240,6 +217,7 @@ class StateStore:
 
     def _migrate(self) -> None:
         """Split a one-document state of an older agent into record files (the document removed last)."""
+        self._forget_floor()
         legacy = self.folder / LEGACY_DOCUMENT
         doc = read_json(legacy)
         if doc is None:
@@ -251,6 +229,10 @@ class StateStore:
         self._persist(Delta.between(AgentState(), state))
         remove_durably(legacy)
 
+    def _forget_floor(self) -> None:
+        if (self.folder / OLD_FLOOR_FILE).exists():
+            remove_durably(self.folder / OLD_FLOOR_FILE)
+
     @property
     def current(self) -> AgentState:
         return self._state
@@ -261,46 +243,10 @@ class StateStore:
         a rename is not flushed (the caller knows that losing it is harmless, see the module docstring)."""
         with self._lock:
             delta = Delta.between(self._state, change(self._state))
-            ticket = next(self._tickets)
-            self._in_flight[ticket] = delta
-        try:
-            self._persist(delta, flush_renames)
-        except BaseException:
-            with self._lock:
-                del self._in_flight[ticket]
-                self._settled.notify_all()
-            raise
+        self._persist(delta, flush_renames)
         with self._lock:
-            del self._in_flight[ticket]
             self._state = delta.onto(self._state)
-            self._settled.notify_all()
             return self._state
-
-    def settled(self, involves: Callable[[Delta], bool], seen_time: float = 0.0) -> AgentState:
-        """The current state once every commit now in flight for which ``involves`` is true has ended (made
-        current, or failed); commits that begin later are not waited for, so this never waits on a stream of
-        writers. A reader that uses it and misses a record provably looked before the record's commit began,
-        i.e. before anything ``change`` computed for it was taken; and a creation time taken later with
-        :meth:`creation_time` is later than ``seen_time`` (the reader's latest seen), whatever the clock says,
-        also after a restart: a ``seen_time`` ahead of this agent's clock is saved durably before this returns."""
-        with self._settled:
-            raised = seen_time > self._time_floor
-            self._time_floor = max(self._time_floor, seen_time)
-            awaited = {ticket for ticket, delta in self._in_flight.items() if involves(delta)}
-            while awaited & self._in_flight.keys():
-                self._settled.wait()
-            state = self._state
-        if raised and seen_time > self._clock():  # ahead of this clock: a restart must not forget it
-            with self._floor_file:
-                with self._lock:
-                    floor = self._time_floor
-                write_atomic(self.folder / FLOOR_FILE, (json.dumps({"floor": floor}) + "\n").encode())
-        return state
-
-    def creation_time(self, now: float) -> float:
-        """``now``, or just after the latest time a reader reported to :meth:`settled` if that is later (a clock
-        behind another agent's). Call it only inside a ``change`` given to :meth:`commit` (the lock is held)."""
-        return max(now, math.nextafter(self._time_floor, math.inf))
 
     def _persist(self, delta: Delta, flush_renames: bool = True) -> None:
         for kind in KINDS:

@@ -5,7 +5,8 @@ nvmet configfs tree and a backing-file pool, with durable desired state.
 :class:`~nvmeof_csi.agent.volumes.VolumeOps`, :class:`~nvmeof_csi.agent.snapshots.SnapshotOps`,
 :class:`~nvmeof_csi.agent.hosts.HostOps` and :mod:`~nvmeof_csi.agent.converge`, which state their contracts.
 Shared by all of them:
-- Idempotent and keyed by name (creates) or UUID: repeating an operation returns the same result.
+- Idempotent and keyed by name (creates; the name's reservation may bring the UUID) or UUID: repeating an
+  operation returns the same result.
 - Save before acting: state is written before configfs or the pool is touched; :meth:`TargetAgent.converge`
   (run at start) finishes whatever a crash interrupted, so state, configfs and pool end up in agreement.
 - Many threads may call in at once; locks are per name and per UUID.
@@ -22,6 +23,7 @@ from nvmeof_csi.agent.converge import Applier, ConvergeReport
 from nvmeof_csi.agent.filler import Filler
 from nvmeof_csi.agent.health import volume_health
 from nvmeof_csi.agent.hosts import HostOps
+from nvmeof_csi.agent.names import NameBook, Reservation
 from nvmeof_csi.agent.parts import AgentParts, VolumeView
 from nvmeof_csi.agent.pool import FileStore
 from nvmeof_csi.agent.portals import PortSpec
@@ -52,6 +54,7 @@ class TargetAgent:
         self._snapshots = SnapshotOps(self._parts)
         self._hosts = HostOps(self._parts)
         self._applier = Applier(self._parts, self._volumes, self._snapshots)
+        self._names = NameBook(state.folder)
 
     # -- what it is made of (read-only) -------------------------------------------------------------------
     @property
@@ -83,10 +86,10 @@ class TargetAgent:
         """(status, reason, message) of what is wrong with the volume here (``agent/health.py``)."""
         return volume_health(self._parts, self._parts.volume(vol_uuid))
 
-    def get_volume(self, vol_uuid: str = "", name: str = "", seen_created_at: float = 0.0) -> VolumeView:
-        """By UUID, or by name (``AgentParts.named_volumes``: waits for a create of that name under way)."""
+    def get_volume(self, vol_uuid: str = "", name: str = "") -> VolumeView:
+        """By UUID, or by name. A pure read: it never writes or waits."""
         if name:
-            named = self._parts.named_volumes(name, seen_created_at)
+            named = self._parts.named_volumes(name)
             if not named:
                 raise NotFound(f"no volume named {name!r} on agent {self.name}")
             return self._parts.view(named[0])
@@ -101,12 +104,30 @@ class TargetAgent:
     def capacity_bytes(self) -> int:
         return self._parts.capacity_bytes()
 
+    # -- name reservations (``agent/names.py``) -----------------------------------------------------------
+    def reserve_name(self, wanted: Reservation) -> Reservation:
+        return self._names.reserve(wanted)
+
+    def lookup_name(self, name: str) -> Reservation | None:
+        """The reservation kept here; else, for a live volume of that name here (made before reservations),
+        a reservation with an empty ``agent``; else ``None``. A pure read."""
+        kept = self._names.lookup(name)
+        if kept is not None:
+            return kept
+        named = self._parts.named_volumes(name)
+        return Reservation(name, named[0].uuid, "") if named else None
+
+    def release_name(self, name: str, vol_uuid: str) -> None:
+        self._names.release(name, vol_uuid)
+
     # -- operations ----------------------------------------------------------------------------------------
     def create_volume(
         self, name: str, capacity_bytes: int, parameters: Mapping[str, str], labels: Mapping[str, str],
-        source_volume: str = "", source_snapshot: str = "",
+        source_volume: str = "", source_snapshot: str = "", vol_uuid: str = "",
     ) -> VolumeView:
-        return self._volumes.create_volume(name, capacity_bytes, parameters, labels, source_volume, source_snapshot)
+        return self._volumes.create_volume(
+            name, capacity_bytes, parameters, labels, source_volume, source_snapshot, vol_uuid
+        )
 
     def delete_volume(self, vol_uuid: str) -> None:
         self._volumes.delete_volume(vol_uuid)

@@ -2,7 +2,8 @@
 
 Contract:
 - Idempotent and keyed by name (creates) or UUID: repeating an operation returns the same result; the same
-  name with another size, parameters or source raises ``AlreadyExists``.
+  name with another size, parameters, source or reserved UUID raises ``AlreadyExists``. A create may bring the
+  UUID its name's reservation holds (``agent/names.py``); without one the agent picks a random UUID.
 - Save before acting: create = record(creating) -> file -> (fill) -> configfs -> record(ready);
   delete = record(deleting) -> configfs -> file -> drop record. Convergence finishes whatever a crash
   interrupted. A volume that must be filled stays ``creating`` (never exported) until the fill ends; a failed
@@ -22,6 +23,7 @@ from nvmeof_csi.agent.filler import Filler, needs_fill
 from nvmeof_csi.agent.parts import MODEL, NSID, AgentParts, VolumeView
 from nvmeof_csi.agent.state import CREATING, DELETING, READY, VolumeRecord
 from nvmeof_csi.errors import (
+    Aborted,
     AlreadyExists,
     DriverError,
     FailedPrecondition,
@@ -43,7 +45,7 @@ class VolumeOps:
     # -- create ------------------------------------------------------------------------------------------
     def create_volume(
         self, name: str, capacity_bytes: int, parameters: Mapping[str, str], labels: Mapping[str, str],
-        source_volume: str = "", source_snapshot: str = "",
+        source_volume: str = "", source_snapshot: str = "", vol_uuid: str = "",
     ) -> VolumeView:
         p = self._p
         if not name:
@@ -55,6 +57,9 @@ class VolumeOps:
             if named:
                 found = named[0]
                 self._check_same(found, capacity_bytes, parameters, source_volume, source_snapshot)
+                if vol_uuid and found.uuid != vol_uuid:
+                    raise AlreadyExists(f"volume {name!r} exists on agent {p.name} as {found.uuid}, not as the "
+                                        f"reserved {vol_uuid}")
                 if found.status == CREATING:
                     with p.keys.hold(found.uuid):
                         found = self._finish_creating(found)
@@ -65,9 +70,9 @@ class VolumeOps:
                 raise OutOfRange(f"capacity {capacity_bytes} is smaller than the source's {source_size} bytes")
             p.store.check_space(capacity_bytes, p.provisioned_bytes(), p.capacity_bytes())
             rec = VolumeRecord(
-                uuid=str(uuidlib.uuid4()), name=name, capacity_bytes=capacity_bytes, parameters=dict(parameters),
-                labels=dict(labels), source_volume=source_volume, source_snapshot=source_snapshot,
-                status=CREATING,
+                uuid=self._fresh_uuid(vol_uuid, name), name=name, capacity_bytes=capacity_bytes,
+                parameters=dict(parameters), labels=dict(labels), source_volume=source_volume,
+                source_snapshot=source_snapshot, status=CREATING,
             )
             self.filler_for(rec)  # refuse a volume to fill early when this agent has no filler
             with p.keys.hold(rec.uuid):
@@ -83,14 +88,23 @@ class VolumeOps:
             raise FailedPrecondition(f"agent {self._p.name} cannot create a volume with auth {mode!r}: "
                                      f"{NO_TARGET_AUTH} (kernel {os.uname().release})")
 
+    def _fresh_uuid(self, vol_uuid: str, name: str) -> str:
+        """``vol_uuid`` (reserved by the controller) unless a record here holds it already; else a random one."""
+        if not vol_uuid:
+            return str(uuidlib.uuid4())
+        held = self._p.state.current.volumes.get(vol_uuid)
+        if held is not None and held.status == DELETING and held.name == name:
+            raise Aborted(f"volume {vol_uuid} ({name!r}) is being deleted on agent {self._p.name}; retry")
+        if held is not None:
+            raise AlreadyExists(f"volume UUID {vol_uuid} is taken on agent {self._p.name} by {held.name!r}")
+        return vol_uuid
+
     def _first_save(self, rec: VolumeRecord) -> VolumeRecord:
-        """Save before acting. The creation time is taken inside the commit's locked section, and name lookups
-        (``AgentParts.named_volumes``) wait for commits of that name already in flight, so a lookup that did not
-        see this record began before its timestamp (racing controllers compare these times to agree on one
-        copy). The record only becomes visible once durable, which may be well after the stamp."""
-        store = self._p.state
-        state = store.commit(lambda s: s.with_volume(rec.evolve(created_at=store.creation_time(self._p.clock()))))
-        return state.volumes[rec.uuid]
+        """Save before acting: the record, stamped with this agent's clock, durable before anything is made.
+        The caller holds the UUID's key, so two creates can never share a (reserved) UUID."""
+        if rec.uuid in self._p.state.current.volumes:
+            raise AlreadyExists(f"volume UUID {rec.uuid} is taken on agent {self._p.name}")
+        return self._p.state.put_volume(rec.evolve(created_at=self._p.clock()))
 
     @staticmethod
     def _check_same(rec: VolumeRecord, capacity: int, params: Mapping[str, str], src_vol: str, src_snap: str) -> None:

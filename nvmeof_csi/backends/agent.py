@@ -4,11 +4,14 @@ Contract (in addition to ``service/contracts.py``):
 - Stateless: everything comes from the agents (a volume's CSI name is recorded with it), so a controller
   restart loses nothing.
 - Placement as in ``topology/placement.py``; a clone or a volume from a snapshot goes to its source's agent.
-- Two controllers racing on one name: each looks the name up on every agent after creating; the copy created
-  first (agent clocks; ties by agent name and UUID) wins and a controller whose copy lost deletes it. A later
-  creator always sees the earlier copy, so every controller returns the same volume and one remains.
+- One volume per name, also with controllers racing: a create reserves the name (UUID and agent) at the name's
+  home agent before anything is made, and then creates exactly what the reservation holds
+  (``backends/agent_names.py``); a retry after a crash anywhere in between finishes the same volume. A delete
+  releases the reservation first (a crash then leaves a volume the CO's retried delete removes, never a
+  reservation of a deleted volume). A create the reserved agent refuses for want of space releases it, so a
+  retry may place the volume elsewhere.
 - An agent that cannot be reached makes name lookups and listings fail with UNAVAILABLE (never a silently
-  shorter answer); placement skips it.
+  shorter answer) when the request could have used it; placement skips it.
 - The volume context tells a node everything it needs: NQN, namespace UUID, transport, portals and the
   StorageClass's connection tunables. The publish context carries the host NQN and readonly.
 """
@@ -18,11 +21,13 @@ from __future__ import annotations
 import logging
 import threading
 import time
+import uuid as uuidlib
 from collections.abc import Callable, Mapping
 from functools import partial
 
 from nvmeof_csi.backends.agent_api import AgentApi, default_client, transport_of
 from nvmeof_csi.backends.agent_msgs import snapshot_of, volume_of
+from nvmeof_csi.backends.agent_names import Held, NameDirectory
 from nvmeof_csi.errors import Aborted, DeadlineExceeded, DriverError, NotFound, ResourceExhausted, Unavailable
 from nvmeof_csi.nvmeof.context import check_auth
 from nvmeof_csi.nvmeof.dhchap import HostKeys, host_keys
@@ -46,6 +51,8 @@ from nvmeof_csi.topology.placement import Candidate, capacity_in, place, reachab
 log = logging.getLogger(__name__)
 
 
+#: volume labels: the CSI name, and the agent that keeps the name's reservation
+NAME_LABEL, KEPT_ON_LABEL = "csi.nvmeof.io/name", "csi.nvmeof.io/name-kept-on"
 #: how long a controller waits for an agent to fill a dataset volume when the caller set no deadline
 DATASET_CREATE_TIMEOUT = 3600.0
 #: how often a controller looks at a volume another call is filling
@@ -66,6 +73,7 @@ class AgentBackend:
         self._sleep, self._clock = sleep, clock
         self._clients: dict[str, AgentApi] = {}
         self._lock = threading.Lock()
+        self._names = NameDirectory(fabric, self._client)
 
     def _client(self, entry: AgentEntry) -> AgentApi:
         with self._lock:
@@ -111,32 +119,19 @@ class AgentBackend:
         source: ContentSource | None = None,
     ) -> Volume | None:
         scope = partial(self._could_hold, transport=transport_of(parameters), requirement=requirement, source=source)
-        found = self._all_named(name, scope if parameters is not None else lambda _: True)
-        return found[0] if found else None
+        held = self._names.find(name, scope if parameters is not None else lambda _: True)
+        return self._volume_held(held) if held is not None else None
 
-    def _all_named(self, name: str, could_hold: Callable[[AgentEntry], bool] = lambda _: True,
-                   seen_created_at: float = 0.0) -> list[Volume]:
-        """Every copy of ``name`` on every agent, winner (first created) first. An unreachable agent fails the
-        lookup (UNAVAILABLE) unless ``could_hold`` says no copy of this request could ever have been put there.
-
-        Racing controllers agree on the winner: each looks again after its own create, passing its copy's time
-        as ``seen_created_at``; an agent answers a name lookup only after the creates of that name under way
-        there, and stamps any later copy after that time, so a copy a controller misses is created after its
-        own, on any agent's clock."""
-        found = []
-        for entry in self.fabric.agents:
-            try:
-                vol = self._client(entry).get_volume(name=name, seen_created_at=seen_created_at)
-            except NotFound:
-                continue
-            except Unavailable as err:
-                if could_hold(entry):
-                    raise
-                log.warning("agent %s skipped in the lookup of %s (%s): this request could not place it there",
-                            entry.name, name, err)
-                continue
-            found.append(((vol.created_at, entry.name, vol.uuid), volume_of(entry, vol)))
-        return [v for _, v in sorted(found, key=lambda pair: pair[0])]
+    def _volume_held(self, held: Held) -> Volume | None:
+        """The volume a reservation (or a name lookup) points at; ``None`` while it is only reserved."""
+        entry = self._entry(held.agent)
+        if entry is None:
+            raise Unavailable(f"volume {held.name!r} is reserved on agent {held.agent}, which the fabric map does "
+                              "not list (restore it in the map)")
+        try:
+            return volume_of(entry, self._client(entry).get_volume(held.uuid))
+        except NotFound:
+            return None
 
     def create_volume(
         self,
@@ -149,38 +144,43 @@ class AgentBackend:
     ) -> Volume:
         transport = transport_of(parameters)
         could_hold = partial(self._could_hold, transport=transport, requirement=requirement, source=source)
-        named = self._all_named(name, could_hold)
-        existing = named[0] if named else None
+        held = self._names.find(name, could_hold)
+        if held is None:
+            if source is not None:
+                entry = self._source_agent(source, transport, requirement)
+            else:
+                entry = place(self._candidates(), capacity_bytes, transport, requirement, self._cached_near(parameters))
+            held = self._names.reserve(name, str(uuidlib.uuid4()), entry.name, could_hold)
+        elif not held.kept_on:  # a volume made before reservations: keep what exists
+            held = self._names.reserve(name, held.uuid, held.agent, could_hold)
         limit = DATASET_CREATE_TIMEOUT if wait is None else max(1.0, min(wait, DATASET_CREATE_TIMEOUT))
-        timeout = limit if DatasetSpec.from_parameters(parameters) else None
+        existing = self._volume_held(held)
         if existing is not None:
-            if existing.ready:
-                return existing
-            return self._await_filled(existing, limit)  # another call's fill: watch it, hold no agent thread
-        if source is not None:
-            entry = self._source_agent(source, transport, requirement)
-        else:
-            entry = place(self._candidates(), capacity_bytes, transport, requirement, self._cached_near(parameters))
+            return existing if existing.ready else self._await_filled(existing, limit)  # hold no agent thread
+        return self._create_held(held, capacity_bytes, parameters, source, limit)
+
+    def _create_held(
+        self, held: Held, capacity_bytes: int, parameters: Mapping[str, str], source: ContentSource | None,
+        limit: float,
+    ) -> Volume:
+        entry = self._require(VolumeRef(held.agent, held.uuid))
+        timeout = limit if DatasetSpec.from_parameters(parameters) else None
         try:
             created = self._client(entry).create_volume(
-                name, capacity_bytes, parameters, {"csi.nvmeof.io/name": name},
+                held.name, capacity_bytes, parameters, {NAME_LABEL: held.name, KEPT_ON_LABEL: held.kept_on},
                 source_volume=source.ref.uuid if source and source.kind == "volume" else "",
                 source_snapshot=source.ref.uuid if source and source.kind == "snapshot" else "",
-                timeout=timeout,
+                timeout=timeout, vol_uuid=held.uuid,
             )
+        except ResourceExhausted:
+            self._names.release(held.name, held.uuid, held.kept_on)  # a retry may place it elsewhere
+            raise
         except DeadlineExceeded:
             if timeout is None:
                 raise
-            raise Aborted(f"volume {name!r} is still being filled on agent {entry.name}; the fill goes on "
+            raise Aborted(f"volume {held.name!r} is still being filled on agent {entry.name}; the fill goes on "
                           "and a retry returns the volume once it is ready") from None
-        mine = volume_of(entry, created)
-        winner = self._all_named(name, could_hold, created.created_at)[0]
-        if winner.ref != mine.ref:
-            log.info("volume %s: another controller created it first on %s; removing ours", name, winner.ref.location)
-            self._client(entry).delete_volume(created.uuid)
-            if not winner.ready:  # the other create is still running: watch it
-                winner = self._await_filled(winner, limit)
-        return winner
+        return volume_of(entry, created)
 
     def _await_filled(self, volume: Volume, limit: float) -> Volume:
         """``volume`` once its agent reports it ready, polled for at most ``limit`` seconds (no agent thread is
@@ -253,8 +253,15 @@ class AgentBackend:
 
     def delete_volume(self, ref: VolumeRef) -> None:
         entry = self._entry(ref.location)
-        if entry is not None:
-            self._client(entry).delete_volume(ref.uuid)
+        if entry is None:
+            return
+        client = self._client(entry)
+        try:
+            vol = client.get_volume(ref.uuid)
+        except NotFound:
+            return
+        self._names.release(vol.name, vol.uuid, vol.labels.get(KEPT_ON_LABEL, ""))  # first: see the module
+        client.delete_volume(ref.uuid)
 
     def expand_volume(self, ref: VolumeRef, capacity_bytes: int) -> int:
         entry = self._require(ref)

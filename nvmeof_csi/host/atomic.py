@@ -52,6 +52,26 @@ def write_atomic(path: Path, data: bytes, mode: int = 0o600) -> None:
     fsync_dir(parent)
 
 
+def create_exclusive(path: Path, data: bytes, mode: int = 0o600) -> bool:
+    """Create ``path`` holding ``data`` unless it exists; ``True`` when this call created it. One atomic step
+    (a hard link of a complete, fsynced temp file, which fails if ``path`` exists), so of any number of racing
+    callers, also in other processes, exactly one creates it and every reader sees either no file or all of
+    ``data``; durable when it returns ``True``."""
+    parent = path.parent
+    tmp = parent / f".{path.name}.{os.getpid()}-{threading.get_ident()}.new"
+    try:
+        write_atomic(tmp, data, mode)
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            return False
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+    fsync_dir(parent)
+    return True
+
+
 def write_json_atomic(path: Path, obj: Any) -> None:
     write_atomic(path, (json.dumps(obj, indent=1, sort_keys=True) + "\n").encode())
 

@@ -7,7 +7,6 @@ import json
 import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,12 +16,14 @@ from typer.testing import CliRunner
 from nvmeof_csi.agent.client import AgentClient, AgentTarget
 from nvmeof_csi.cli.main import app as nvmeofctl
 from nvmeof_csi.errors import ConfigError, DriverError, InvalidArgument, NotFound, PermissionDenied, Unavailable
+from nvmeof_csi.gen import nvmeof_agent_pb2 as pb
 from nvmeof_csi.rpc.endpoints import Endpoint, TlsFiles
 from tests.support.agents import Running, start_agent
 from tests.support.pki import make_pki
 
 HOST = "nqn.2014-08.org.nvmexpress:uuid:0f0f0f0f-0000-0000-0000-000000000001"
 MiB = 1 << 20
+RESERVED = "5d0c9a1e-8f53-4b39-a3a2-0d9f7e0b1c01"
 
 
 def free_port() -> int:
@@ -63,10 +64,18 @@ def test_api_round_trip(agent: Running) -> None:
             c.get_volume("00000000-0000-0000-0000-000000000000")
         with pytest.raises(InvalidArgument):
             c.create_volume("", MiB)
-        for hostile in (float("nan"), float("inf"), -1.0, 1e300):
-            with pytest.raises(InvalidArgument, match="seen_created_at"):
-                c.get_volume(name="pvc-1", seen_created_at=hostile)
-        assert c.get_volume(name="pvc-1", seen_created_at=vol.created_at).uuid == vol.uuid
+        assert c.lookup_name("pvc-1") == pb.Reservation(name="pvc-1", volume_uuid=vol.uuid)  # a volume, no reservation
+        kept = c.reserve_name("pvc-2", RESERVED, "store-a")
+        assert c.reserve_name("pvc-2", vol.uuid, "store-b") == kept == c.lookup_name("pvc-2")  # the first one stays
+        with pytest.raises(InvalidArgument, match="volume_uuid"):
+            c.reserve_name("pvc-3", "../../x", "store-a")
+        with pytest.raises(InvalidArgument, match="agent"):
+            c.reserve_name("pvc-3", RESERVED, "store\x00a")
+        assert c.create_volume("pvc-2", 8 * MiB, vol_uuid=RESERVED).uuid == RESERVED
+        c.release_name("pvc-2", RESERVED)
+        assert c.lookup_name("pvc-2") == pb.Reservation(name="pvc-2", volume_uuid=RESERVED)
+        c.delete_volume(RESERVED)
+        assert c.lookup_name("pvc-2") is None
         c.delete_volume(clone.uuid)
         c.delete_snapshot(snap.uuid)
         c.deny_host(vol.uuid, HOST)
@@ -219,13 +228,9 @@ def test_roles_from_client_certificates(tmp_path: Path) -> None:
                 c.create_volume("nope", 8 * MiB)
             with pytest.raises(PermissionDenied, match="DenyHost needs role controller"):
                 c.deny_host(mine.uuid, NODE_NQN)
-            with pytest.raises(NotFound):  # a reader's seen_created_at must not move the agent's creation times
-                c.get_volume(name="after-reader", seen_created_at=time.time() + 3600)
-        with as_("ctrl") as c:
-            assert c.create_volume("after-reader", 8 * MiB).created_at < time.time() + 60
-            with pytest.raises(NotFound):  # a controller's does: a copy made after its lookup is stamped later
-                c.get_volume(name="after-ctrl", seen_created_at=time.time() + 3600)
-            assert c.create_volume("after-ctrl", 8 * MiB).created_at > time.time() + 3000
+            with pytest.raises(PermissionDenied, match="ReserveName needs role controller"):
+                c.reserve_name("by-reader", mine.uuid, "a")
+            assert c.lookup_name("for-node") is not None  # reading a name is a reader's
         with as_("node") as c:
             assert [v.uuid for v in c.list_volumes()] == [mine.uuid]
             assert c.get_volume(mine.uuid).uuid == mine.uuid

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import asyncio
-import threading
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -199,37 +198,6 @@ async def test_a_restarted_controller_finds_everything(ctl: Ctl) -> None:
     assert f"nvmeof-v1.{again.ref.location}.{again.ref.uuid}" == vol.volume_id
 
 
-def test_two_controllers_racing_on_one_name_make_one_volume(tmp_path: Path) -> None:
-    agents = local_agents(tmp_path, ["store-a", "store-b", "store-c"], capacity=8 * GiB)
-    # each controller sees a different agent as emptiest, so they place the same name on different agents
-    view1 = {n: LocalAgent(a.agent, free=(7 * GiB if n == "store-a" else GiB)) for n, a in agents.items()}
-    view2 = {n: LocalAgent(a.agent, free=(7 * GiB if n == "store-b" else GiB)) for n, a in agents.items()}
-    both_created = threading.Barrier(2)
-    for view in (view1, view2):
-        first: list[bool] = []  # only each controller's own first create waits for the other's
-
-        def meet(first: list[bool] = first) -> None:
-            if not first:
-                first.append(True)
-                both_created.wait(60)
-
-        for local in view.values():
-            local.before_create = meet
-    c1 = controller_services(view1).volumes
-    c2 = controller_services(view2).volumes
-    assert c1 is not None and c2 is not None
-    results: list[object] = []
-    threads = [threading.Thread(target=lambda c=c: results.append(c.create("racy", CapacityRange(GiB), {})))
-               for c in (c1, c2)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert len(results) == 2 and results[0] == results[1]
-    total = sum(len(a.agent.list_volumes()) for a in agents.values())
-    assert total == 1
-
-
 EXTRA_BAD = [
     ("CreateVolume", create_req("x", source=csi_pb2.VolumeContentSource(snapshot=csi_pb2.VolumeContentSource.SnapshotSource(snapshot_id="nvmeof-snap-v1.store-a." + str(uuid.uuid4())))), "NOT_FOUND", "does not exist"),
     ("CreateVolume", create_req("x", source=csi_pb2.VolumeContentSource(snapshot=csi_pb2.VolumeContentSource.SnapshotSource(snapshot_id="garbage"))), "NOT_FOUND", "not an ID"),
@@ -266,34 +234,6 @@ def test_every_controller_rpc_that_takes_an_id_name_or_token_has_a_malformed_cas
                    if any(f.type == f.TYPE_STRING and (f.name.endswith("_id") or f.name in ("name", "starting_token"))
                           for f in m.input_type.fields)}
     assert takes_input - {rpc for rpc, *_ in TABLE} == set()
-
-
-def test_a_late_racer_yields_to_the_volume_returned_first(tmp_path: Path) -> None:
-    """Controller 1 looked the name up (nothing), then controller 2 created *and returned* its volume; when
-    controller 1 creates its own copy it must see the earlier one, drop its copy and return the same volume."""
-    agents = local_agents(tmp_path, ["store-a", "store-b", "store-c"], capacity=8 * GiB)
-    view1 = {n: LocalAgent(a.agent, free=(7 * GiB if n == "store-a" else GiB)) for n, a in agents.items()}
-    view2 = {n: LocalAgent(a.agent, free=(7 * GiB if n == "store-b" else GiB)) for n, a in agents.items()}
-    go = threading.Event()
-    c1_waiting = threading.Event()
-
-    def hold() -> None:
-        c1_waiting.set()
-        go.wait(60)
-
-    for local in view1.values():
-        local.before_create = hold
-    c1, c2 = controller_services(view1).volumes, controller_services(view2).volumes
-    assert c1 is not None and c2 is not None
-    first: list[object] = []
-    t1 = threading.Thread(target=lambda: first.append(c1.create("late", CapacityRange(GiB), {})))
-    t1.start()
-    assert c1_waiting.wait(30)  # controller 1 is past its lookup, waiting to create
-    returned_by_2 = c2.create("late", CapacityRange(GiB), {})
-    go.set()
-    t1.join()
-    assert first == [returned_by_2] and returned_by_2.ref.location == "store-b"
-    assert sum(len(a.agent.list_volumes()) for a in agents.values()) == 1
 
 
 class DeadAgent:

@@ -10,8 +10,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from nvmeof_csi.agent.api import snapshot_msg, volume_msg, volume_with_health
+from nvmeof_csi.agent.api import reservation_msg, snapshot_msg, volume_msg, volume_with_health
 from nvmeof_csi.agent.configfs import Nvmet
+from nvmeof_csi.agent.names import Reservation
 from nvmeof_csi.agent.pool import FileStore
 from nvmeof_csi.agent.portals import PortSpec
 from nvmeof_csi.agent.state import StateStore
@@ -86,6 +87,7 @@ class LocalAgent:
         self.agent = agent
         self.free = free
         self.before_create: Callable[[], None] = lambda: None
+        self.before_reserve: Callable[[], None] = lambda: None
 
     def health(self) -> pb.HealthResponse:
         return pb.HealthResponse(ready=True, agent_name=self.agent.name)
@@ -93,13 +95,24 @@ class LocalAgent:
     def create_volume(
         self, name: str, capacity_bytes: int, parameters: Mapping[str, str] | None = None,
         labels: Mapping[str, str] | None = None, source_volume: str = "", source_snapshot: str = "",
-        timeout: float | None = None,
+        timeout: float | None = None, vol_uuid: str = "",
     ) -> pb.Volume:
         self.before_create()
         view = self.agent.create_volume(
-            name, capacity_bytes, dict(parameters or {}), dict(labels or {}), source_volume, source_snapshot
+            name, capacity_bytes, dict(parameters or {}), dict(labels or {}), source_volume, source_snapshot, vol_uuid
         )
         return volume_msg(view)
+
+    def reserve_name(self, name: str, vol_uuid: str, agent: str) -> pb.Reservation:
+        self.before_reserve()
+        return reservation_msg(self.agent.reserve_name(Reservation(name, vol_uuid, agent)))
+
+    def lookup_name(self, name: str) -> pb.Reservation | None:
+        kept = self.agent.lookup_name(name)
+        return reservation_msg(kept) if kept is not None else None
+
+    def release_name(self, name: str, vol_uuid: str) -> None:
+        self.agent.release_name(name, vol_uuid)
 
     def delete_volume(self, vol_uuid: str) -> None:
         self.agent.delete_volume(vol_uuid)
@@ -110,8 +123,8 @@ class LocalAgent:
     def modify_volume(self, vol_uuid: str, parameters: Mapping[str, str]) -> pb.Volume:
         return volume_msg(self.agent.modify_volume(vol_uuid, parameters))
 
-    def get_volume(self, vol_uuid: str = "", name: str = "", seen_created_at: float = 0.0) -> pb.Volume:
-        return volume_with_health(self.agent, self.agent.get_volume(vol_uuid, name, seen_created_at))
+    def get_volume(self, vol_uuid: str = "", name: str = "") -> pb.Volume:
+        return volume_with_health(self.agent, self.agent.get_volume(vol_uuid, name))
 
     def list_volumes(self) -> list[pb.Volume]:
         return [volume_msg(v) for v in self.agent.list_volumes()]
@@ -139,10 +152,12 @@ class LocalAgent:
         return [pb.Pool(name="pool", total_bytes=total, free_bytes=free, provisioned_bytes=self.agent.provisioned_bytes())]
 
 
-def local_agents(tmp: Path, names: Sequence[str], capacity: int = 1 << 40) -> dict[str, LocalAgent]:
+def local_agents(
+    tmp: Path, names: Sequence[str], capacity: int = 1 << 40, clocks: Mapping[str, Callable[[], float]] | None = None,
+) -> dict[str, LocalAgent]:
     agents = {}
     for name in names:
-        agent = make_agent(tmp / name, capacity, name)
+        agent = make_agent(tmp / name, capacity, name, (clocks or {}).get(name, time.time))
         agent.converge()
         agents[name] = LocalAgent(agent)
     return agents

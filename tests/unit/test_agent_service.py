@@ -283,48 +283,36 @@ def test_any_fill_failure_removes_the_half_made_volume(tmp_path: Path) -> None:
     assert len(filler.discarded) == 1
 
 
-def test_a_name_lookup_during_a_create_waits_for_it_rather_than_miss_a_copy_stamped_earlier(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """Racing controllers keep the copy of a name with the earliest ``created_at``; that is only sound if a lookup
-    that misses a copy began before that copy's stamp. The stamp is taken when the first save begins; the
-    record is visible once durable. A lookup in between must wait and find it (it used to answer NOT_FOUND)."""
-    from nvmeof_csi.agent.state import StateStore
+RESERVED = "5d0c9a1e-8f53-4b39-a3a2-0d9f7e0b1c01"
+
+
+def test_a_create_with_a_reserved_uuid_makes_that_volume_and_a_repeat_returns_it(tmp_path: Path) -> None:
+    agent = make_agent(tmp_path)
+    agent.converge()
+    made = agent.create_volume("pvc-r", MiB, {}, {}, vol_uuid=RESERVED).record
+    assert made.uuid == RESERVED and agent.nvmet.has_subsystem(volume_nqn(RESERVED))
+    assert agent.create_volume("pvc-r", MiB, {}, {}, vol_uuid=RESERVED).record == made
+    assert agent.create_volume("pvc-r", MiB, {}, {}).record == made  # by name alone, as before
+
+
+def test_a_name_held_under_another_uuid_or_a_uuid_held_by_another_name_is_refused(tmp_path: Path) -> None:
+    agent = make_agent(tmp_path)
+    agent.converge()
+    held = agent.create_volume("pvc-a", MiB, {}, {}).record
+    with pytest.raises(AlreadyExists, match="not as the reserved"):
+        agent.create_volume("pvc-a", MiB, {}, {}, vol_uuid=RESERVED)
+    with pytest.raises(AlreadyExists, match="is taken"):
+        agent.create_volume("pvc-b", MiB, {}, {}, vol_uuid=held.uuid)
+    assert [v.record.uuid for v in agent.list_volumes()] == [held.uuid]
+
+
+def test_lookup_name_reports_a_reservation_else_a_volume_of_that_name(tmp_path: Path) -> None:
+    from nvmeof_csi.agent.names import Reservation
 
     agent = make_agent(tmp_path)
     agent.converge()
-    saving, release = threading.Event(), threading.Event()
-    real = StateStore._persist
-
-    def slow_first_save(self: StateStore, delta: Any, flush_renames: bool = True) -> None:
-        if any(old is None for old, _ in delta.put["volumes"].values()):
-            saving.set()
-            assert release.wait(10)
-        real(self, delta, flush_renames)
-
-    monkeypatch.setattr(StateStore, "_persist", slow_first_save)
-    with ThreadPoolExecutor(2) as pool:
-        created = pool.submit(agent.create_volume, "raced", MiB, {}, {})
-        assert saving.wait(10)
-        looked = pool.submit(agent.get_volume, name="raced")
-        threading.Timer(0.3, release.set).start()
-        found, made = looked.result(10).record, created.result(10).record
-    assert found.uuid == made.uuid and found.created_at == made.created_at > 0
-
-
-def test_a_name_lookup_that_reports_a_later_time_makes_the_next_copy_later_whatever_the_clock(
-    tmp_path: Path,
-) -> None:
-    """Clock skew between agents: a controller that holds a copy stamped 5000 on a fast agent looks here (clock
-    at 1000) and misses; the copy made here after that lookup must still be stamped after 5000, or the two racing
-    controllers would pick different winners."""
-    agent = make_agent(tmp_path, clock=lambda: 1000.0)
-    agent.converge()
-    with pytest.raises(NotFound):
-        agent.get_volume(name="raced", seen_created_at=5000.0)
-    late = agent.create_volume("raced", MiB, {}, {}).record
-    assert late.created_at > 5000.0
-    assert agent.create_volume("other", MiB, {}, {}).record.created_at > 5000.0  # the floor stays
-    fresh = make_agent(tmp_path / "fresh", clock=lambda: 1000.0)
-    fresh.converge()
-    assert fresh.create_volume("x", MiB, {}, {}).record.created_at == 1000.0  # no lookup reported a later time
+    assert agent.lookup_name("pvc-x") is None
+    old = agent.create_volume("pvc-x", MiB, {}, {}).record  # made before reservations
+    assert agent.lookup_name("pvc-x") == Reservation("pvc-x", old.uuid, "")
+    kept = agent.reserve_name(Reservation("pvc-x", old.uuid, "store-a"))
+    assert agent.lookup_name("pvc-x") == kept == Reservation("pvc-x", old.uuid, "store-a")

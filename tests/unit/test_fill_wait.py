@@ -26,6 +26,7 @@ class SlowFillAgent:
         self.creates: list[float | None] = []
         self.polls = 0
         self.exists = False
+        self.reserved: pb.Reservation | None = None
 
     def _vol(self, status: str) -> pb.Volume:
         return pb.Volume(uuid=UUID, name="ds", capacity_bytes=1 << 30, parameters=DATASET, status=status,
@@ -37,7 +38,14 @@ class SlowFillAgent:
         self.exists = True
         raise DeadlineExceeded("agent store-a: Deadline Exceeded")
 
-    def get_volume(self, vol_uuid: str = "", name: str = "", seen_created_at: float = 0.0) -> pb.Volume:
+    def reserve_name(self, name: str, vol_uuid: str, agent: str) -> pb.Reservation:
+        self.reserved = self.reserved or pb.Reservation(name=name, volume_uuid=vol_uuid, agent=agent)
+        return self.reserved
+
+    def lookup_name(self, name: str) -> pb.Reservation | None:
+        return self.reserved
+
+    def get_volume(self, vol_uuid: str = "", name: str = "") -> pb.Volume:
         if not self.exists:
             raise NotFound(f"no volume {name or vol_uuid}")
         if vol_uuid:  # the controller watching the fill

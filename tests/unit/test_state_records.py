@@ -132,7 +132,7 @@ def _blocked_persist(monkeypatch: pytest.MonkeyPatch, release: threading.Event, 
     real = StateStore._persist
 
     def persist(self: StateStore, delta: state_module.Delta, flush_renames: bool = True) -> None:
-        if "slow" in delta.names("volumes"):
+        if any(new.name == "slow" for _, new in delta.put["volumes"].values()):
             entered.set()
             assert release.wait(10)
         real(self, delta, flush_renames)
@@ -140,11 +140,8 @@ def _blocked_persist(monkeypatch: pytest.MonkeyPatch, release: threading.Event, 
     monkeypatch.setattr(StateStore, "_persist", persist)
 
 
-def test_a_reader_waits_for_a_commit_of_its_name_already_in_flight(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """The race behind two controllers keeping different copies of one name: the record's time is taken when its
-    commit begins, but it is visible only once durable. A reader of that name must wait for it, not miss it."""
+def test_a_record_becomes_current_only_once_durable(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A reader of ``current`` never sees a record whose files are still being written (and never waits)."""
     store = StateStore(tmp_path)
     release, entered = threading.Event(), threading.Event()
     _blocked_persist(monkeypatch, release, entered)
@@ -152,57 +149,12 @@ def test_a_reader_waits_for_a_commit_of_its_name_already_in_flight(
     writer.start()
     assert entered.wait(10)
     assert A not in store.current.volumes  # not visible while its files are written
-    seen: list[set[str]] = []
-    reader = threading.Thread(target=lambda: seen.append(set(store.settled(lambda d: "slow" in d.names("volumes"))
-                                                             .volumes)))
-    reader.start()
-    reader.join(0.3)
-    assert reader.is_alive() and not seen  # waiting for the commit in flight
-    other = store.settled(lambda d: "other" in d.names("volumes"))  # another name does not wait
-    assert A not in other.volumes
     release.set()
     writer.join(10)
-    reader.join(10)
-    assert seen == [{A}]
+    assert A in store.current.volumes
 
 
-def test_a_reader_does_not_wait_for_commits_that_begin_after_it_looked(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """A stream of writers of one name cannot starve a reader: it waits only for what was in flight."""
-    store = StateStore(tmp_path)
-    gates = {A: threading.Event(), B: threading.Event()}
-    entered = {A: threading.Event(), B: threading.Event()}
-    real = StateStore._persist
-
-    def persist(self: StateStore, delta: state_module.Delta, flush_renames: bool = True) -> None:
-        (uuid,) = delta.put["volumes"]
-        entered[uuid].set()
-        assert gates[uuid].wait(10)
-        real(self, delta, flush_renames)
-
-    monkeypatch.setattr(StateStore, "_persist", persist)
-    first = threading.Thread(target=store.put_volume, args=(VolumeRecord(A, "slow", 4096),))
-    first.start()
-    assert entered[A].wait(10)
-    seen: list[set[str]] = []
-    reader = threading.Thread(target=lambda: seen.append(set(store.settled(lambda d: "slow" in d.names("volumes"))
-                                                             .volumes)))
-    reader.start()
-    reader.join(0.2)
-    second = threading.Thread(target=store.put_volume, args=(VolumeRecord(B, "slow", 4096),))
-    second.start()
-    assert entered[B].wait(10)
-    gates[A].set()
-    reader.join(10)
-    assert seen == [{A}]  # returned with the first commit, while the second is still being written
-    gates[B].set()
-    first.join(10)
-    second.join(10)
-    assert set(store.current.volumes) == {A, B}
-
-
-def test_a_failed_commit_releases_its_readers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_failed_commit_changes_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     store = StateStore(tmp_path)
 
     def broken(self: StateStore, delta: state_module.Delta, flush_renames: bool = True) -> None:
@@ -211,30 +163,12 @@ def test_a_failed_commit_releases_its_readers(tmp_path: Path, monkeypatch: pytes
     monkeypatch.setattr(StateStore, "_persist", broken)
     with pytest.raises(OSError, match="disk full"):
         store.put_volume(VolumeRecord(A, "slow", 4096))
-    assert store.settled(lambda d: True).volumes == {}  # nothing left in flight, nothing made current
+    assert store.current.volumes == {}
 
 
-def test_a_reported_time_ahead_of_the_clock_survives_a_restart(tmp_path: Path) -> None:
-    """Another agent's clock runs an hour ahead: a controller's lookup reports its copy's time; a copy made on
-    this agent after a restart must still be stamped later than that (before, the floor lived in memory only)."""
-    now = 1_000_000.0
-    store = StateStore(tmp_path, clock=lambda: now)
-    store.settled(lambda d: False, seen_time=now + 3600)
-    assert StateStore(tmp_path, clock=lambda: now).creation_time(now) > now + 3600
-    store.settled(lambda d: False, seen_time=now + 10)  # lower than the floor: nothing to save
-    assert json.loads((tmp_path / "time-floor.json").read_text()) == {"floor": now + 3600}
-
-
-def test_a_reported_time_behind_the_clock_writes_nothing(tmp_path: Path) -> None:
-    now = 1_000_000.0
-    store = StateStore(tmp_path, clock=lambda: now)
-    store.settled(lambda d: False, seen_time=now - 5)  # the clock after any restart is past it already
-    assert store.creation_time(now - 10) > now - 5
+def test_the_time_floor_of_an_older_agent_is_removed_on_load(tmp_path: Path) -> None:
+    """Agents before name reservations kept a clock floor; it means nothing now and must not linger."""
+    (tmp_path / "time-floor.json").write_text('{"floor": 5000.0}\n')
+    StateStore(tmp_path).put_volume(VolumeRecord(A, "a", 4096, status=READY))
     assert not (tmp_path / "time-floor.json").exists()
-
-
-@pytest.mark.parametrize("text", ['{"floor": "soon"}', '{"floor": -1}', '{"floor": NaN}', "[]", '{"floor": true}'])
-def test_an_unreadable_time_floor_stops_the_load(tmp_path: Path, text: str) -> None:
-    (tmp_path / "time-floor.json").write_text(text)
-    with pytest.raises(DriverError, match=r"time-floor\.json is unreadable"):
-        StateStore(tmp_path)
+    assert set(StateStore(tmp_path).current.volumes) == {A}
