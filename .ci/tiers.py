@@ -29,8 +29,11 @@ def skipped(path: Path) -> int:
     passed, failed, skip = counts(path)
     tests = passed + failed + skip
     if tests and skip == tests:
-        print(f"tier {path.stem.removeprefix('pytest-')}: all {tests} tests skipped (CI=true: a tier that proved"
-              " nothing fails the run)", file=sys.stderr)
+        print(
+            f"tier {path.stem.removeprefix('pytest-')}: all {tests} tests skipped (CI=true: a tier that proved"
+            " nothing fails the run)",
+            file=sys.stderr,
+        )
         return 1
     return 0
 
@@ -47,8 +50,7 @@ def rows(tsv: Path, budget: dict[str, float]) -> list[dict[str, object]]:
     out: list[dict[str, object]] = []
     for line in tsv.read_text().splitlines():
         name, seconds, status = line.split("\t")
-        out.append({"tier": name, "seconds": round(float(seconds), 1), "budget_s": budget.get(name),
-                    "status": status})
+        out.append({"tier": name, "seconds": round(float(seconds), 1), "budget_s": budget.get(name), "status": status})
     return out
 
 
@@ -70,15 +72,23 @@ def table(results: Path, spec: str) -> int:
         flag = ""
         if isinstance(limit, float) and seconds > OVER * limit:
             flag = "  OVER"
-            warnings.append(f"warning: tier {r['tier']} took {seconds / 60:.1f} min, more than 20 % over its budget"
-                            f" of {limit / 60:.1f} min")
-        print(f"{r['tier']!s:14} {minutes(seconds):>6} {minutes(limit if isinstance(limit, float) else None):>7}"
-              f"  {r['status']}{flag}")
+            warnings.append(
+                f"warning: tier {r['tier']} took {seconds / 60:.1f} min, more than 20 % over its budget"
+                f" of {limit / 60:.1f} min"
+            )
+        print(
+            f"{r['tier']!s:14} {minutes(seconds):>6} {minutes(limit if isinstance(limit, float) else None):>7}"
+            f"  {r['status']}{flag}"
+        )
     print(f"{'total':14} {minutes(total):>6} {minutes(planned):>7}")
     for line in warnings:
         print(line)
-    doc = {"finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "total_s": round(total, 1),
-           "budget_s": planned, "tiers": found}
+    doc = {
+        "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "total_s": round(total, 1),
+        "budget_s": planned,
+        "tiers": found,
+    }
     (results / "ci-times.json").write_text(json.dumps(doc, indent=1) + "\n")
     return 0
 

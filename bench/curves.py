@@ -50,8 +50,11 @@ def scaling(ax: Axes, doc: Doc) -> None:
     ax.plot([int(k) for k in levels], [float(medians[k]) for k in levels], marker="o")
     base = float(medians[levels[0]])
     ax.axhline(base * 1.5, linestyle="--", color="grey", label="goal: 1.5x of none")
-    ax.set(title="NodeStage+NodePublish with other controllers", xlabel="other NVMe controllers on the node",
-           ylabel="median ms")
+    ax.set(
+        title="NodeStage+NodePublish with other controllers",
+        xlabel="other NVMe controllers on the node",
+        ylabel="median ms",
+    )
     ax.set_ylim(bottom=0)
     ax.legend(fontsize=7)
 
@@ -64,8 +67,10 @@ def concurrency(ax: Axes, doc: Doc) -> None:
 
 def resources(ax: Axes, docs: Mapping[str, Doc]) -> None:
     drawn = False
-    for label, samples in (("agent", docs.get("provision", {}).get("resources")),
-                           ("node plugin", docs.get("node", {}).get("resources", {}).get("samples"))):
+    for label, samples in (
+        ("agent", docs.get("provision", {}).get("resources")),
+        ("node plugin", docs.get("node", {}).get("resources", {}).get("samples")),
+    ):
         if samples:
             ax.plot([s[0] for s in samples], [s[1] / 1024 for s in samples], marker=".", label=f"{label} RSS")
             drawn = True
@@ -82,8 +87,12 @@ def datapath(ax: Axes, doc: Doc) -> None:
     shown = [t for t in ("block", "mount", "ext4") if t in ratio]  # ext4: made by hand, no driver
     width = 0.8 / len(shown)
     for i, target in enumerate(shown):
-        ax.bar([j + i * width for j in range(len(jobs))], [float(ratio[target][job]) for job in jobs], width,
-               label="hand-made ext4 (no driver)" if target == "ext4" else f"published {target}")
+        ax.bar(
+            [j + i * width for j in range(len(jobs))],
+            [float(ratio[target][job]) for job in jobs],
+            width,
+            label="hand-made ext4 (no driver)" if target == "ext4" else f"published {target}",
+        )
     ax.axhline(0.98, linestyle="--", color="grey", label="goal 0.98")
     ax.set_xticks([j + width * (len(shown) - 1) / 2 for j in range(len(jobs))], jobs, fontsize=7)
     ax.set(title="fio through the driver / raw namespace", ylabel="ratio")
@@ -93,8 +102,9 @@ def datapath(ax: Axes, doc: Doc) -> None:
 def qos(ax: Axes, doc: Doc) -> None:
     limits = doc["limits"]
     for kind in ("read", "write"):
-        ax.scatter([float(x[f"{kind}_limit"]) for x in limits], [float(x[f"{kind}_achieved"]) for x in limits],
-                   label=kind)
+        ax.scatter(
+            [float(x[f"{kind}_limit"]) for x in limits], [float(x[f"{kind}_achieved"]) for x in limits], label=kind
+        )
     top = max(float(x[f"{k}_limit"]) for x in limits for k in ("read", "write")) * 1.1
     ax.plot([0, top], [0, top], linestyle="--", color="grey", label="achieved = limit")
     ax.set(title="QoS: achieved IOPS against the limit", xlabel="limit", ylabel="achieved")
@@ -120,7 +130,7 @@ def curves(docs: Mapping[str, Doc], png: Path) -> None:
             ax.clear()
             ax.text(0.5, 0.5, f"not measured (bench-{source}.json)", ha="center", va="center")
             ax.set_axis_off()
-    for ax in flat[len(panels):]:
+    for ax in flat[len(panels) :]:
         ax.set_axis_off()
     fig.tight_layout()
     fig.savefig(png, dpi=90)

@@ -51,12 +51,16 @@ def run(args: argparse.Namespace) -> None:
         with AlluxioCluster(base / "cluster", base / "root-ufs") as cluster:
             rest = AlluxioRest(cluster.proxy_url, cluster.job_url)
             agent = TargetAgent(
-                name="bench", nvmet=Nvmet(plain_configfs(base / "nvmet"), plain_tree=True),
-                store=FileStore(base / "pool"), state=StateStore(base / "state"),
+                name="bench",
+                nvmet=Nvmet(plain_configfs(base / "nvmet"), plain_tree=True),
+                store=FileStore(base / "pool"),
+                state=StateStore(base / "state"),
                 portals=[PortSpec(1, "tcp", "127.0.0.1", 4420, "a")],
-                filler=DatasetVolumes(Hydrator(rest, JobServiceLoader(rest), SubprocessExecutor(),
-                                                 DatasetMetrics(CollectorRegistry())), base / "pool" / ".hydrate",
-                                      (str(ds.root),)),
+                filler=DatasetVolumes(
+                    Hydrator(rest, JobServiceLoader(rest), SubprocessExecutor(), DatasetMetrics(CollectorRegistry())),
+                    base / "pool" / ".hydrate",
+                    (str(ds.root),),
+                ),
             )
             agent.converge()  # prepares the pool, as the agent process does at start
             params = {"dataset.uri": str(ds.root), "dataset.path": "/datasets/bench-data", "dataset.pin": "false"}
@@ -81,16 +85,23 @@ def run(args: argparse.Namespace) -> None:
                 for view in agent.list_volumes():
                     agent.delete_volume(view.record.uuid)
     result = {
-        "smoke": args.smoke, "files": args.files, "rounds": args.rounds, "cold_s": [round(t, 2) for t in cold],
-        "warm_s": [round(t, 2) for t in warm], "cold_median_s": round(statistics.median(cold), 2),
+        "smoke": args.smoke,
+        "files": args.files,
+        "rounds": args.rounds,
+        "cold_s": [round(t, 2) for t in cold],
+        "warm_s": [round(t, 2) for t in warm],
+        "cold_median_s": round(statistics.median(cold), 2),
         "warm_median_s": round(statistics.median(warm), 2),
         "ratio_cold_over_warm": round(statistics.median(cold) / statistics.median(warm), 2),
-        "hit_ratio_cold": hit[0::2], "hit_ratio_warm": hit[1::2],
+        "hit_ratio_cold": hit[0::2],
+        "hit_ratio_warm": hit[1::2],
     }
     save("dataset", result)
-    print(f"bench dataset: {args.files} files; cold hydration median {result['cold_median_s']} s, warm "
-          f"{result['warm_median_s']} s -> cold/warm {result['ratio_cold_over_warm']}x "
-          f"(cache hit cold {result['hit_ratio_cold']}, warm {result['hit_ratio_warm']})")
+    print(
+        f"bench dataset: {args.files} files; cold hydration median {result['cold_median_s']} s, warm "
+        f"{result['warm_median_s']} s -> cold/warm {result['ratio_cold_over_warm']}x "
+        f"(cache hit cold {result['hit_ratio_cold']}, warm {result['hit_ratio_warm']})"
+    )
 
 
 def main() -> None:

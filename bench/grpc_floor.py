@@ -22,11 +22,20 @@ def health(request: pb.HealthRequest, context: Any) -> pb.HealthResponse:
 
 def main() -> None:
     server = grpc.server(ThreadPoolExecutor(max_workers=4))
-    server.add_generic_rpc_handlers([grpc.method_handlers_generic_handler("nvmeof.agent.v1.Agent", {
-        "Health": grpc.unary_unary_rpc_method_handler(
-            health, request_deserializer=pb.HealthRequest.FromString,
-            response_serializer=pb.HealthResponse.SerializeToString),
-    })])
+    server.add_generic_rpc_handlers(
+        [
+            grpc.method_handlers_generic_handler(
+                "nvmeof.agent.v1.Agent",
+                {
+                    "Health": grpc.unary_unary_rpc_method_handler(
+                        health,
+                        request_deserializer=pb.HealthRequest.FromString,
+                        response_serializer=pb.HealthResponse.SerializeToString,
+                    ),
+                },
+            )
+        ]
+    )
     server.add_insecure_port(f"unix://{sys.argv[1]}")
     server.start()
     server.wait_for_termination()

@@ -35,7 +35,8 @@ from typing import Any
 from bench.provision_guest import resources
 from bench.provision_scripts import CFS
 from bench.stage_guest import MKFS, MiB, find_head
-from lab.csi_ops import Csi, write_probe_file
+from lab.csi_ops import Csi
+from lab.guest_files import write_probe_file
 
 JOBS = {  # name: (rw, block size, iodepth)
     "randread-4k-qd16": ("randread", "4k", 16),
@@ -54,11 +55,25 @@ def fio(target: str, job: str, seconds: float, once: bool = False) -> float:
     rw, bs, depth = JOBS[job]
     timing = [] if once else ["--time_based", f"--runtime={seconds}", "--ramp_time=1"]
     out = subprocess.run(
-        ["fio", "--name=bench", f"--filename={target}", f"--rw={rw}", f"--bs={bs}", f"--iodepth={depth}",
-         "--ioengine=libaio", "--direct=1", f"--size={FIO_SIZE}", *timing, "--output-format=json"],
-        check=True, capture_output=True, text=True, timeout=seconds + 600,
+        [
+            "fio",
+            "--name=bench",
+            f"--filename={target}",
+            f"--rw={rw}",
+            f"--bs={bs}",
+            f"--iodepth={depth}",
+            "--ioengine=libaio",
+            "--direct=1",
+            f"--size={FIO_SIZE}",
+            *timing,
+            "--output-format=json",
+        ],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=seconds + 600,
     ).stdout
-    job_doc = json.loads(out[out.index("{"):])["jobs"][0]
+    job_doc = json.loads(out[out.index("{") :])["jobs"][0]
     return float(job_doc["read"]["iops"] + job_doc["write"]["iops"])
 
 
@@ -70,14 +85,19 @@ def bare_connect(csi: Csi, name: str) -> str:
     context = csi.ledger[name]["context"]
     for portal in context["portals"].split(","):
         trtype, addr, port = portal.split(":")
-        subprocess.run(["nvme", "connect", "-t", trtype, "-a", addr, "-s", port, "-n", context["nqn"]],
-                       check=True, capture_output=True, timeout=120)
+        subprocess.run(
+            ["nvme", "connect", "-t", trtype, "-a", addr, "-s", port, "-n", context["nqn"]],
+            check=True,
+            capture_output=True,
+            timeout=120,
+        )
     return find_head(context["namespaceUUID"])
 
 
 def bare_release(csi: Csi, name: str) -> None:
-    subprocess.run(["nvme", "disconnect", "-n", csi.ledger[name]["context"]["nqn"]], check=True,
-                   capture_output=True, timeout=120)
+    subprocess.run(
+        ["nvme", "disconnect", "-n", csi.ledger[name]["context"]["nqn"]], check=True, capture_output=True, timeout=120
+    )
     csi.detach(name)
     csi.delete(name)
 
@@ -95,9 +115,13 @@ def datapath(csi: Csi, seconds: float, rounds: int, jobs: Sequence[str] = tuple(
     csi.up("dp-mount", size=256 * MiB, mode="mount", fs="ext4")
     raw_head = bare_connect(csi, "dp-raw")
     ext4_file = bare_ext4_file(bare_connect(csi, "dp-ext4"))
-    targets = {"raw": raw_head, "block": csi.ledger["dp-block"]["target"],
-               "mount": csi.probe_target("dp-mount", mib=int(FIO_SIZE[:-1]))["path"], "ext4": ext4_file,
-               "raw-again": raw_head}
+    targets = {
+        "raw": raw_head,
+        "block": csi.ledger["dp-block"]["target"],
+        "mount": csi.probe_target("dp-mount", mib=int(FIO_SIZE[:-1]))["path"],
+        "ext4": ext4_file,
+        "raw-again": raw_head,
+    }
     for target in ("raw", "block"):  # the files are written when made
         fio(targets[target], "write-128k", 0, once=True)
     iops: dict[str, dict[str, list[float]]] = {t: {j: [] for j in jobs} for t in targets}
@@ -115,11 +139,17 @@ def datapath(csi: Csi, seconds: float, rounds: int, jobs: Sequence[str] = tuple(
     ratios = {t: {j: round(mean[t][j] / mean["raw"][j], 3) for j in jobs} for t in ("block", "mount", "ext4")}
     noise = {j: round(mean["raw-again"][j] / mean["raw"][j], 3) for j in jobs}
     own = {j: round(mean["mount"][j] / mean["ext4"][j], 3) for j in jobs}
-    return {"seconds": seconds, "rounds": rounds,
-            "iops": {t: {j: round(v, 1) for j, v in jobs.items()} for t, jobs in mean.items()},
-            "ratio": ratios, "worst_ratio": min(*ratios["block"].values(), *ratios["mount"].values()),
-            "mount_vs_ext4": own, "worst_mount_vs_ext4": min(own.values()),
-            "aa_ratio": noise, "aa_spread": round(max(abs(v - 1) for v in noise.values()), 3)}
+    return {
+        "seconds": seconds,
+        "rounds": rounds,
+        "iops": {t: {j: round(v, 1) for j, v in jobs.items()} for t, jobs in mean.items()},
+        "ratio": ratios,
+        "worst_ratio": min(*ratios["block"].values(), *ratios["mount"].values()),
+        "mount_vs_ext4": own,
+        "worst_mount_vs_ext4": min(own.values()),
+        "aa_ratio": noise,
+        "aa_spread": round(max(abs(v - 1) for v in noise.values()), 3),
+    }
 
 
 class OtherControllers:
@@ -156,8 +186,11 @@ class OtherControllers:
             self.made.append(nqn)
             fd = os.open("/dev/nvme-fabrics", os.O_RDWR)
             try:
-                os.write(fd, f"nqn={nqn},transport=tcp,traddr={self.traddr},trsvcid={self.trsvcid},"
-                             f"hostnqn={self.hostnqn},hostid={self.hostid}".encode())
+                os.write(
+                    fd,
+                    f"nqn={nqn},transport=tcp,traddr={self.traddr},trsvcid={self.trsvcid},"
+                    f"hostnqn={self.hostnqn},hostid={self.hostid}".encode(),
+                )
                 self.controllers.append(os.read(fd, 256).decode().split(",")[0].split("=")[1])
             finally:
                 os.close(fd)
@@ -207,8 +240,9 @@ def scaling(csi: Csi, levels: list[int], rounds: int) -> dict[str, Any]:
     port = sorted(os.listdir(CFS / "ports"))[0]
     addr = CFS / "ports" / port
     hostid = Path("/etc/nvme/hostid").read_text().strip()  # the kernel refuses one host NQN with two host IDs
-    others = OtherControllers(hostnqn, hostid, port, (addr / "addr_traddr").read_text().strip(),
-                              (addr / "addr_trsvcid").read_text().strip())
+    others = OtherControllers(
+        hostnqn, hostid, port, (addr / "addr_traddr").read_text().strip(), (addr / "addr_trsvcid").read_text().strip()
+    )
     times: dict[str, list[float]] = {}
     connect_s: dict[str, float] = {}
     try:
@@ -221,9 +255,13 @@ def scaling(csi: Csi, levels: list[int], rounds: int) -> dict[str, Any]:
         others.remove()
     medians = {k: statistics.median(v) for k, v in times.items()}
     base = medians[str(min(levels))]
-    return {"rounds": rounds, "stage_median_ms": {k: round(v * 1000, 1) for k, v in medians.items()},
-            "stage_ms": {k: [round(t * 1000, 1) for t in v] for k, v in times.items()},
-            "ratio": {k: round(v / base, 2) for k, v in medians.items()}, "connect_seconds": connect_s}
+    return {
+        "rounds": rounds,
+        "stage_median_ms": {k: round(v * 1000, 1) for k, v in medians.items()},
+        "stage_ms": {k: [round(t * 1000, 1) for t in v] for k, v in times.items()},
+        "ratio": {k: round(v / base, 2) for k, v in medians.items()},
+        "connect_seconds": connect_s,
+    }
 
 
 def node_resources(csi: Csi, pid: int, cycles: int) -> dict[str, Any]:
@@ -255,9 +293,11 @@ def main() -> None:
     ap.add_argument("--jobs", nargs="+", choices=list(JOBS), default=list(JOBS), help="fio jobs of the data path")
     a = ap.parse_args()
     csi = Csi(a.socket)
-    result = {"datapath": datapath(csi, a.fio_seconds, a.fio_rounds, a.jobs),
-              "scaling": scaling(csi, [0, *a.controllers], a.scale_rounds),
-              "resources": node_resources(csi, a.pid, a.cycles)}
+    result = {
+        "datapath": datapath(csi, a.fio_seconds, a.fio_rounds, a.jobs),
+        "scaling": scaling(csi, [0, *a.controllers], a.scale_rounds),
+        "resources": node_resources(csi, a.pid, a.cycles),
+    }
     print(json.dumps(result))
 
 

@@ -43,9 +43,17 @@ def one_run(stack: GuestDriver, kato: int, index: int) -> dict[str, Any]:
     """One black-holed path under the probe on a fresh volume with ``keepAliveTmo`` = ``kato``."""
     fabric, first = Fabric(stack.vm), TWO_PORTALS[0]
     name = f"pl-{kato}-{index}"
-    steps = stack.csi({"op": "up", "name": name, "size": 64 * MiB, "mode": "mount", "fs": "ext4",
-                       "params": {"keepAliveTmo": str(kato)}},
-                      {"op": "probe-target", "name": name, "mib": 8})
+    steps = stack.csi(
+        {
+            "op": "up",
+            "name": name,
+            "size": 64 * MiB,
+            "mode": "mount",
+            "fs": "ext4",
+            "params": {"keepAliveTmo": str(kato)},
+        },
+        {"op": "probe-target", "name": name, "mib": 8},
+    )
     nqn, path = steps[0]["nqn"], steps[1]["path"]
     fabric.wait_paths(nqn, live=2, timeout=60)
     seconds = LEAD_S + 2.5 * kato + 6
@@ -58,15 +66,23 @@ def one_run(stack: GuestDriver, kato: int, index: int) -> dict[str, Any]:
         fabric.blackhole(first.trsvcid, on=False)
     fabric.wait_paths(nqn, live=2, timeout=120)
     stack.csi({"op": "down", "name": name})
-    return {"keep_alive_s": kato, "stall_s": result.max_gap_s, "errors": result.errors, "ios": result.ios,
-            "resumed_ios": result.ios_after_last_stall, "stalls": result.stalls[:5],
-            "timeline_ms": TIMELINE_MS, "timeline": result.timeline}
+    return {
+        "keep_alive_s": kato,
+        "stall_s": result.max_gap_s,
+        "errors": result.errors,
+        "ios": result.ios,
+        "resumed_ios": result.ios_after_last_stall,
+        "stalls": result.stalls[:5],
+        "timeline_ms": TIMELINE_MS,
+        "timeline": result.timeline,
+    }
 
 
 def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--kato", type=int, nargs="+", default=[1, 2, 3, DEFAULT_KATO],
-                    help="keep-alive timeouts to measure (seconds)")
+    ap.add_argument(
+        "--kato", type=int, nargs="+", default=[1, 2, 3, DEFAULT_KATO], help="keep-alive timeouts to measure (seconds)"
+    )
     ap.add_argument("--rounds", type=int, default=2, help="runs per keep-alive timeout")
     ap.add_argument("--quick", action="store_true", help="keep-alive 2 and 5 s, one run each")
     ap.add_argument("--smoke", action="store_true", help="CI: keep-alive 2 s, one run; not a measurement")
@@ -83,20 +99,30 @@ def run(stack: GuestDriver, args: argparse.Namespace) -> None:
     for index in range(rounds):
         for kato in katos:
             runs.append(one_run(stack, kato, index))
-            print(f"bench pathloss: keep-alive {kato}s -> stall {runs[-1]['stall_s']:.2f}s, "
-                  f"{runs[-1]['errors']} errors", flush=True)
+            print(
+                f"bench pathloss: keep-alive {kato}s -> stall {runs[-1]['stall_s']:.2f}s, {runs[-1]['errors']} errors",
+                flush=True,
+            )
     slope, offset = fit([(r["keep_alive_s"], r["stall_s"]) for r in runs])
     default = [r["stall_s"] for r in runs if r["keep_alive_s"] == DEFAULT_KATO]
     result = {
-        "quick": args.quick, "smoke": args.smoke, "runs": runs, "default_keep_alive_s": DEFAULT_KATO,
+        "quick": args.quick,
+        "smoke": args.smoke,
+        "runs": runs,
+        "default_keep_alive_s": DEFAULT_KATO,
         "default_stall_s": max(default) if default else None,
         "errors": sum(r["errors"] for r in runs),
-        "fit_slope": round(slope, 3), "fit_offset_s": round(offset, 3),
-        "kernel": vm.ready["kernel"], "accel": vm.accel, "wall_seconds": round(time.monotonic() - started, 1),
+        "fit_slope": round(slope, 3),
+        "fit_offset_s": round(offset, 3),
+        "kernel": vm.ready["kernel"],
+        "accel": vm.accel,
+        "wall_seconds": round(time.monotonic() - started, 1),
     }
     save("pathloss", result)
-    print(f"bench pathloss: stall = {slope:.2f} x keep-alive + {offset:.2f}s; at the default {DEFAULT_KATO}s: "
-          f"{result['default_stall_s']}s (goal {DEFAULT_KATO + 1}s), {result['errors']} errors")
+    print(
+        f"bench pathloss: stall = {slope:.2f} x keep-alive + {offset:.2f}s; at the default {DEFAULT_KATO}s: "
+        f"{result['default_stall_s']}s (goal {DEFAULT_KATO + 1}s), {result['errors']} errors"
+    )
 
 
 def main() -> None:

@@ -94,9 +94,25 @@ def record(pid: int, seconds: int, out: Path, step: Callable[[], None], rate: in
     busy) over and over until py-spy is done; returns (py-spy's raw text, the steps made meanwhile)."""
     spy = Path(sys.executable).with_name("py-spy")
     proc = subprocess.Popen(
-        [str(spy), "record", "--pid", str(pid), "--rate", str(rate), "--duration", str(seconds), "--format", "raw",
-         "--threads", "--nonblocking", "--output", str(out)],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        [
+            str(spy),
+            "record",
+            "--pid",
+            str(pid),
+            "--rate",
+            str(rate),
+            "--duration",
+            str(seconds),
+            "--format",
+            "raw",
+            "--threads",
+            "--nonblocking",
+            "--output",
+            str(out),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     steps = 0
     try:

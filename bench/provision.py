@@ -28,9 +28,12 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--cycles", type=int, default=500, help="create/delete cycles of the resource run")
     ap.add_argument("--profile", type=int, default=60, help="seconds of create/delete cycles sampled by py-spy")
     ap.add_argument("--quick", action="store_true", help="4 rounds, 200 resource cycles, 20 s profile")
-    ap.add_argument("--smoke", action="store_true",
-                    help="CI: every step once at its smallest size (1 round of 2, 2 clients, 10 cycles, 3 s profile);"
-                         " not a measurement")
+    ap.add_argument(
+        "--smoke",
+        action="store_true",
+        help="CI: every step once at its smallest size (1 round of 2, 2 clients, 10 cycles, 3 s profile);"
+        " not a measurement",
+    )
     return ap
 
 
@@ -47,40 +50,66 @@ def run(vm: LabVM, args: argparse.Namespace) -> None:
     try:
         pid = vm.check(["cat", "/run/nvmeof-csi/agent.pid"]).strip()
         out = vm.check(
-            [vm.python, "-m", "bench.provision_guest", "/run/nvmeof-csi/agent.sock", str(args.rounds), str(args.batch),
-             f"{POOL_DIR}-raw", pid, str(args.concurrency), str(args.cycles), str(args.profile)],
-            timeout=3600, cwd=str(REPO),
+            [
+                vm.python,
+                "-m",
+                "bench.provision_guest",
+                "/run/nvmeof-csi/agent.sock",
+                str(args.rounds),
+                str(args.batch),
+                f"{POOL_DIR}-raw",
+                pid,
+                str(args.concurrency),
+                str(args.cycles),
+                str(args.profile),
+            ],
+            timeout=3600,
+            cwd=str(REPO),
         )
     finally:
         agent.stop()
         agent.wipe()
     result = json.loads(out.strip().splitlines()[-1])
-    result.update(kernel=vm.ready["kernel"], accel=vm.accel, wall_seconds=round(time.monotonic() - started, 1),
-                  quick=args.quick, smoke=args.smoke, **growth(result["resources"]))
+    result.update(
+        kernel=vm.ready["kernel"],
+        accel=vm.accel,
+        wall_seconds=round(time.monotonic() - started, 1),
+        quick=args.quick,
+        smoke=args.smoke,
+        **growth(result["resources"]),
+    )
     save("provision", result)
-    print(f"bench provision: agent {result['agent_ms_per_create']} ms/create {result['agent_ms_per_delete']} ms/delete"
-          f" vs raw {result['raw_ms_per_create']} / {result['raw_ms_per_delete']} ms"
-          f" -> ratio {result['ratio_total']}x; vs the durable script {result['durable_ms_per_create']} /"
-          f" {result['durable_ms_per_delete']} ms -> {result['ratio_vs_durable']}x ({result['operations_each']} each,"
-          f" {result['accel']})")
-    print(f"bench provision: the agent's own system calls as a script {result['contract_ms_per_create']} /"
-          f" {result['contract_ms_per_delete']} ms ({result['ratio_contract_vs_durable']}x the durable script); with a"
-          f" bare gRPC round trip per call {result['ratio_floor_contract_grpc']}x: the agent is"
-          f" {result['ratio_agent_vs_contract_grpc']}x that floor")
-    print(f"bench provision: {result['concurrency']} clients {result['cycles_per_s_n']} cycles/s vs 1 client"
-          f" {result['cycles_per_s_1']} -> {result['concurrency_speedup']}x (agent CPU"
-          f" {result['agent_cpu_ms_per_cycle_1']} ms of {result['wall_ms_per_cycle_1']} ms per cycle with one client,"
-          f" {result['guest_cpus']} vCPUs; the durable script itself: {result['script_concurrency_speedup']}x with"
-          f" {result['concurrency']} processes); empty RPC {result['rpc_floor_ms']} ms"
-          f" ({result['rpc_floor_agent_cpu_ms']} ms agent CPU), to a server that does nothing {result['bare_grpc_ms']}"
-          f" ms: floor of any gRPC agent vs the durable script {result['ratio_floor_any_grpc_agent']}x;"
-          f" agent over {result['resource_cycles']}"
-          f" cycles: RSS {result['rss_growth_pct']:+.1f}%, open files {result['fd_growth']:+d} after warm-up")
+    print(
+        f"bench provision: agent {result['agent_ms_per_create']} ms/create {result['agent_ms_per_delete']} ms/delete"
+        f" vs raw {result['raw_ms_per_create']} / {result['raw_ms_per_delete']} ms"
+        f" -> ratio {result['ratio_total']}x; vs the durable script {result['durable_ms_per_create']} /"
+        f" {result['durable_ms_per_delete']} ms -> {result['ratio_vs_durable']}x ({result['operations_each']} each,"
+        f" {result['accel']})"
+    )
+    print(
+        f"bench provision: the agent's own system calls as a script {result['contract_ms_per_create']} /"
+        f" {result['contract_ms_per_delete']} ms ({result['ratio_contract_vs_durable']}x the durable script); with a"
+        f" bare gRPC round trip per call {result['ratio_floor_contract_grpc']}x: the agent is"
+        f" {result['ratio_agent_vs_contract_grpc']}x that floor"
+    )
+    print(
+        f"bench provision: {result['concurrency']} clients {result['cycles_per_s_n']} cycles/s vs 1 client"
+        f" {result['cycles_per_s_1']} -> {result['concurrency_speedup']}x (agent CPU"
+        f" {result['agent_cpu_ms_per_cycle_1']} ms of {result['wall_ms_per_cycle_1']} ms per cycle with one client,"
+        f" {result['guest_cpus']} vCPUs; the durable script itself: {result['script_concurrency_speedup']}x with"
+        f" {result['concurrency']} processes); empty RPC {result['rpc_floor_ms']} ms"
+        f" ({result['rpc_floor_agent_cpu_ms']} ms agent CPU), to a server that does nothing {result['bare_grpc_ms']}"
+        f" ms: floor of any gRPC agent vs the durable script {result['ratio_floor_any_grpc_agent']}x;"
+        f" agent over {result['resource_cycles']}"
+        f" cycles: RSS {result['rss_growth_pct']:+.1f}%, open files {result['fd_growth']:+d} after warm-up"
+    )
     where = result["profile"]
-    print(f"bench provision: what the agent is busy with (py-spy, {where['samples']} samples over"
-          f" {where['cycles']} cycles of {where['wall_ms_per_cycle']} ms, {where['agent_cpu_ms_per_cycle']} ms CPU): "
-          + ", ".join(f"{k} {100 * v:.0f}%" for k, v in where["share"].items())
-          + f"; pathlib in {100 * where['pathlib_share']:.0f}% of samples")
+    print(
+        f"bench provision: what the agent is busy with (py-spy, {where['samples']} samples over"
+        f" {where['cycles']} cycles of {where['wall_ms_per_cycle']} ms, {where['agent_cpu_ms_per_cycle']} ms CPU): "
+        + ", ".join(f"{k} {100 * v:.0f}%" for k, v in where["share"].items())
+        + f"; pathlib in {100 * where['pathlib_share']:.0f}% of samples"
+    )
 
 
 def main() -> None:

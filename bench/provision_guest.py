@@ -131,14 +131,25 @@ def profile(client: AgentClient, pid: int, seconds: int) -> dict[str, object]:
     frames) over ``seconds`` of create+delete cycles from one client, with its CPU and wall time per cycle."""
     made = iter(range(1 << 30))
     cpu, begin = cpu_seconds(pid), time.perf_counter()
-    raw, cycles = record(pid, seconds, Path(f"/tmp/bench-profile-{os.getpid()}.txt"),
-                         lambda: cycles_through(client, f"prof-{next(made)}", 1))
+    raw, cycles = record(
+        pid,
+        seconds,
+        Path(f"/tmp/bench-profile-{os.getpid()}.txt"),
+        lambda: cycles_through(client, f"prof-{next(made)}", 1),
+    )
     cycles = max(cycles, 1)
     cpu_ms, wall_ms = (cpu_seconds(pid) - cpu) / cycles * 1000, (time.perf_counter() - begin) / cycles * 1000
     shares, pathlib, samples = categorise(raw)
-    return {"seconds": seconds, "cycles": cycles, "samples": samples, "agent_cpu_ms_per_cycle": round(cpu_ms, 1),
-            "wall_ms_per_cycle": round(wall_ms, 1), "share": shares, "pathlib_share": pathlib,
-            "top_leaves": leaves(raw)}
+    return {
+        "seconds": seconds,
+        "cycles": cycles,
+        "samples": samples,
+        "agent_cpu_ms_per_cycle": round(cpu_ms, 1),
+        "wall_ms_per_cycle": round(wall_ms, 1),
+        "share": shares,
+        "pathlib_share": pathlib,
+        "top_leaves": leaves(raw),
+    }
 
 
 def timed_batch(
@@ -170,15 +181,21 @@ def main() -> None:
     with connect() as client:
         client.health()
         for r in range(rounds):
+
             def agent_create(i: int, r: int = r) -> str:
                 return client.create_volume(f"bench-{r}-{i}", SIZE).uuid
 
             timed_batch(agent_t, batch, agent_create, client.delete_volume)
             timed_batch(raw_t, batch, lambda _: raw_create(pool, ports), lambda vol: raw_delete(pool, ports, vol))
-            timed_batch(durable_t, batch, lambda _: raw_create(pool, ports, durable=True),
-                        lambda vol: raw_delete(pool, ports, vol, durable=True))
-            timed_batch(contract_t, batch, lambda _: contract_create(pool, ports),
-                        lambda vol: contract_delete(pool, ports, vol))
+            timed_batch(
+                durable_t,
+                batch,
+                lambda _: raw_create(pool, ports, durable=True),
+                lambda vol: raw_delete(pool, ports, vol, durable=True),
+            )
+            timed_batch(
+                contract_t, batch, lambda _: contract_create(pool, ports), lambda vol: contract_delete(pool, ports, vol)
+            )
         one, cpu_one = throughput(connect, 1, concurrency * 2, pid)
         many, cpu_many = throughput(connect, concurrency, 2, pid)
         script_one = script_throughput(pool, ports, 1, concurrency * 2)
@@ -192,38 +209,55 @@ def main() -> None:
             cycles_through(client, f"rss-{done}", min(step, cycles - done))
             samples.append([min(done + step, cycles), *resources(pid)])
     n = rounds * batch
-    print(json.dumps({
-        "operations_each": n,
-        "agent_ms_per_create": round(agent_t["create"] / n * 1000, 2),
-        "agent_ms_per_delete": round(agent_t["delete"] / n * 1000, 2),
-        "raw_ms_per_create": round(raw_t["create"] / n * 1000, 2),
-        "raw_ms_per_delete": round(raw_t["delete"] / n * 1000, 2),
-        "ratio_create": round(agent_t["create"] / raw_t["create"], 2),
-        "ratio_delete": round(agent_t["delete"] / raw_t["delete"], 2),
-        "ratio_total": round(sum(agent_t.values()) / sum(raw_t.values()), 2),
-        "durable_ms_per_create": round(durable_t["create"] / n * 1000, 2),
-        "durable_ms_per_delete": round(durable_t["delete"] / n * 1000, 2),
-        "ratio_vs_durable": round(sum(agent_t.values()) / sum(durable_t.values()), 2),
-        "concurrency": concurrency, "cycles_per_s_1": round(one, 2), "cycles_per_s_n": round(many, 2),
-        "concurrency_speedup": round(many / one, 2),
-        "agent_cpu_ms_per_cycle_1": round(cpu_one, 1), "agent_cpu_ms_per_cycle_n": round(cpu_many, 1),
-        "wall_ms_per_cycle_1": round(1000 / one, 1), "guest_cpus": os.cpu_count(),
-        "script_cycles_per_s_1": round(script_one, 2), "script_cycles_per_s_n": round(script_many, 2),
-        "script_concurrency_speedup": round(script_many / script_one, 2),
-        "speedup_vs_script_ceiling": round(many / one / (script_many / script_one), 2),
-        "rpc_floor_ms": round(floor_ms, 2), "rpc_floor_agent_cpu_ms": round(floor_cpu_ms, 2),
-        "bare_grpc_ms": round(bare_ms, 2), "bare_grpc_server_cpu_ms": round(bare_cpu_ms, 2),
-        "ratio_floor_any_grpc_agent": round(  # the durable script plus one bare round trip per create and delete
-            (sum(durable_t.values()) + 2 * n * bare_ms / 1000) / sum(durable_t.values()), 2),
-        "contract_ms_per_create": round(contract_t["create"] / n * 1000, 2),
-        "contract_ms_per_delete": round(contract_t["delete"] / n * 1000, 2),
-        "ratio_contract_vs_durable": round(sum(contract_t.values()) / sum(durable_t.values()), 2),
-        "ratio_floor_contract_grpc": round(  # the agent's own system calls plus a bare round trip per call
-            (sum(contract_t.values()) + 2 * n * bare_ms / 1000) / sum(durable_t.values()), 2),
-        "ratio_agent_vs_contract_grpc": round(
-            sum(agent_t.values()) / (sum(contract_t.values()) + 2 * n * bare_ms / 1000), 2),
-        "profile": where, "resource_cycles": cycles, "resources": samples,
-    }))
+    print(
+        json.dumps(
+            {
+                "operations_each": n,
+                "agent_ms_per_create": round(agent_t["create"] / n * 1000, 2),
+                "agent_ms_per_delete": round(agent_t["delete"] / n * 1000, 2),
+                "raw_ms_per_create": round(raw_t["create"] / n * 1000, 2),
+                "raw_ms_per_delete": round(raw_t["delete"] / n * 1000, 2),
+                "ratio_create": round(agent_t["create"] / raw_t["create"], 2),
+                "ratio_delete": round(agent_t["delete"] / raw_t["delete"], 2),
+                "ratio_total": round(sum(agent_t.values()) / sum(raw_t.values()), 2),
+                "durable_ms_per_create": round(durable_t["create"] / n * 1000, 2),
+                "durable_ms_per_delete": round(durable_t["delete"] / n * 1000, 2),
+                "ratio_vs_durable": round(sum(agent_t.values()) / sum(durable_t.values()), 2),
+                "concurrency": concurrency,
+                "cycles_per_s_1": round(one, 2),
+                "cycles_per_s_n": round(many, 2),
+                "concurrency_speedup": round(many / one, 2),
+                "agent_cpu_ms_per_cycle_1": round(cpu_one, 1),
+                "agent_cpu_ms_per_cycle_n": round(cpu_many, 1),
+                "wall_ms_per_cycle_1": round(1000 / one, 1),
+                "guest_cpus": os.cpu_count(),
+                "script_cycles_per_s_1": round(script_one, 2),
+                "script_cycles_per_s_n": round(script_many, 2),
+                "script_concurrency_speedup": round(script_many / script_one, 2),
+                "speedup_vs_script_ceiling": round(many / one / (script_many / script_one), 2),
+                "rpc_floor_ms": round(floor_ms, 2),
+                "rpc_floor_agent_cpu_ms": round(floor_cpu_ms, 2),
+                "bare_grpc_ms": round(bare_ms, 2),
+                "bare_grpc_server_cpu_ms": round(bare_cpu_ms, 2),
+                # the durable script plus one bare round trip per create and delete
+                "ratio_floor_any_grpc_agent": round(
+                    (sum(durable_t.values()) + 2 * n * bare_ms / 1000) / sum(durable_t.values()), 2
+                ),
+                "contract_ms_per_create": round(contract_t["create"] / n * 1000, 2),
+                "contract_ms_per_delete": round(contract_t["delete"] / n * 1000, 2),
+                "ratio_contract_vs_durable": round(sum(contract_t.values()) / sum(durable_t.values()), 2),
+                "ratio_floor_contract_grpc": round(  # the agent's own system calls plus a bare round trip per call
+                    (sum(contract_t.values()) + 2 * n * bare_ms / 1000) / sum(durable_t.values()), 2
+                ),
+                "ratio_agent_vs_contract_grpc": round(
+                    sum(agent_t.values()) / (sum(contract_t.values()) + 2 * n * bare_ms / 1000), 2
+                ),
+                "profile": where,
+                "resource_cycles": cycles,
+                "resources": samples,
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

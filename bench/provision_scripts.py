@@ -83,13 +83,22 @@ def contract_create(pool: Path, ports: list[str]) -> str:
     fsync_dir(pool)
     sub = CFS / "subsystems" / f"nqn.2026-11.io.nvmeof:c:{vol}"
     sub.mkdir()
-    for attr, value in (("attr_allow_any_host", "0"), ("attr_serial", vol.replace("-", "")[:20]),
-                        ("attr_model", "nvmeof-csi")):
+    for attr, value in (
+        ("attr_allow_any_host", "0"),
+        ("attr_serial", vol.replace("-", "")[:20]),
+        ("attr_model", "nvmeof-csi"),
+    ):
         _write(sub / attr, value)
     ns = sub / "namespaces" / "1"
     ns.mkdir()
-    for attr, value in (("device_path", str(image)), ("device_uuid", vol), ("device_nguid", namespace_nguid(vol)),
-                        ("buffered_io", "0"), ("ana_grpid", "1"), ("enable", "1")):
+    for attr, value in (
+        ("device_path", str(image)),
+        ("device_uuid", vol),
+        ("device_nguid", namespace_nguid(vol)),
+        ("buffered_io", "0"),
+        ("ana_grpid", "1"),
+        ("enable", "1"),
+    ):
         _write(ns / attr, value)
     os.listdir(sub / "allowed_hosts")
     for port in ports:

@@ -51,9 +51,22 @@ def fio_argv(device: str, rw: str, seconds: int, iops_log: str = "") -> list[str
     """fio's argv; with ``iops_log``, fio also writes the IOPS of every second (after the ramp) to
     ``<iops_log>_iops.1.log``."""
     logged = [f"--write_iops_log={iops_log}", "--log_avg_msec=1000"] if iops_log else []
-    return ["fio", "--name=bench", f"--filename={device}", f"--rw={rw}", "--bs=4k", "--direct=1",
-            "--ioengine=libaio", "--iodepth=8", "--time_based", "--ramp_time=1", f"--runtime={seconds}",
-            "--size=48M", "--output-format=json", *logged]
+    return [
+        "fio",
+        "--name=bench",
+        f"--filename={device}",
+        f"--rw={rw}",
+        "--bs=4k",
+        "--direct=1",
+        "--ioengine=libaio",
+        "--iodepth=8",
+        "--time_based",
+        "--ramp_time=1",
+        f"--runtime={seconds}",
+        "--size=48M",
+        "--output-format=json",
+        *logged,
+    ]
 
 
 def per_second(log: str) -> list[float]:
@@ -63,12 +76,26 @@ def per_second(log: str) -> list[float]:
 
 def prefill(stack: GuestDriver, pod: str, device: str) -> None:
     """Write the fio region once: reads of never-written (sparse) blocks are far faster than real ones."""
-    stack.vm.check(in_pod(pod, ["fio", "--name=fill", f"--filename={device}", "--rw=write", "--bs=1M", "--direct=1",
-                                "--size=48M", "--output-format=terse"]), timeout=600)
+    stack.vm.check(
+        in_pod(
+            pod,
+            [
+                "fio",
+                "--name=fill",
+                f"--filename={device}",
+                "--rw=write",
+                "--bs=1M",
+                "--direct=1",
+                "--size=48M",
+                "--output-format=terse",
+            ],
+        ),
+        timeout=600,
+    )
 
 
 def parse(out: str, rw: str) -> dict[str, float]:
-    job = json.loads(out[out.index("{"):])["jobs"][0]
+    job = json.loads(out[out.index("{") :])["jobs"][0]
     side = job["read" if "read" in rw else "write"]
     p99 = side["clat_ns"].get("percentile", {}).get("99.000000", 0) / 1e6
     return {"iops": round(side["iops"], 1), "p99_ms": round(p99, 2), "errors": job["error"]}
@@ -120,8 +147,10 @@ def run(stack: GuestDriver, seconds: int, shares: tuple[float, ...] = SHARES) ->
     vm = stack.vm
     bench = Bench(stack, seconds)
     pod_a, pod_b = make_pod(vm, POD_A), make_pod(vm, POD_B, qos="besteffort")
-    vols = stack.csi({"op": "up", "name": "qa", "size": 64 * MiB, "mode": "block", "pod": POD_A},
-                     {"op": "up", "name": "qb", "size": 64 * MiB, "mode": "block", "pod": POD_B})
+    vols = stack.csi(
+        {"op": "up", "name": "qa", "size": 64 * MiB, "mode": "block", "pod": POD_A},
+        {"op": "up", "name": "qb", "size": 64 * MiB, "mode": "block", "pod": POD_B},
+    )
     for vol in vols:
         Fabric(vm).wait_paths(vol["nqn"], live=2)
     dev_a, dev_b = vols[0]["target"], vols[1]["target"]
@@ -138,15 +167,21 @@ def run(stack: GuestDriver, seconds: int, shares: tuple[float, ...] = SHARES) ->
         read, write = bench.fio(pod_a, dev_a, "randread"), bench.fio(pod_a, dev_a, "randwrite")
         bench.lift("qa", pod_a)
         now_read, now_write = bench.fio(pod_a, dev_a, "randread"), bench.fio(pod_a, dev_a, "randwrite")
-        limits.append({
-            "share_of_raw": share, "read_limit": read_limit, "read_achieved": read["iops_median"],
-            "read_achieved_mean": read["iops"],
-            "read_error_pct": round(100 * (read["iops_median"] - read_limit) / read_limit, 2),
-            "read_unlimited_next_to_it": now_read["iops"],
-            "write_limit": write_limit, "write_achieved": write["iops_median"], "write_achieved_mean": write["iops"],
-            "write_error_pct": round(100 * (write["iops_median"] - write_limit) / write_limit, 2),
-            "write_unlimited_next_to_it": now_write["iops"],
-        })
+        limits.append(
+            {
+                "share_of_raw": share,
+                "read_limit": read_limit,
+                "read_achieved": read["iops_median"],
+                "read_achieved_mean": read["iops"],
+                "read_error_pct": round(100 * (read["iops_median"] - read_limit) / read_limit, 2),
+                "read_unlimited_next_to_it": now_read["iops"],
+                "write_limit": write_limit,
+                "write_achieved": write["iops_median"],
+                "write_achieved_mean": write["iops"],
+                "write_error_pct": round(100 * (write["iops_median"] - write_limit) / write_limit, 2),
+                "write_unlimited_next_to_it": now_write["iops"],
+            }
+        )
 
     alone = bench.fio(pod_a, dev_a, "randread")
     neighbour = bench.start_fio(pod_b, dev_b, "randwrite")
@@ -164,24 +199,35 @@ def run(stack: GuestDriver, seconds: int, shares: tuple[float, ...] = SHARES) ->
     for pod in (pod_a, pod_b):
         vm.run(["rmdir", pod], 30)
     worst = max(abs(x) for row in limits for x in (row["read_error_pct"], row["write_error_pct"]))
-    worst_mean = max(abs(100 * (row[f"{d}_achieved_mean"] - row[f"{d}_limit"]) / row[f"{d}_limit"])
-                     for row in limits for d in ("read", "write"))
+    worst_mean = max(
+        abs(100 * (row[f"{d}_achieved_mean"] - row[f"{d}_limit"]) / row[f"{d}_limit"])
+        for row in limits
+        for d in ("read", "write")
+    )
     return {
         "fio": "4k random, direct, libaio, queue depth 8, 1 job, in the pod's cgroup, region written first",
         "seconds_per_run": seconds,
-        "raw_read_iops": raw_read, "raw_write_iops": raw_write, "limits": limits,
+        "raw_read_iops": raw_read,
+        "raw_write_iops": raw_write,
+        "limits": limits,
         "limits_are_multiples_of_iops": KERNEL_STEP_IOPS,
         "achieved": "median of fio's per-second IOPS (the run's mean beside it, *_achieved_mean)",
-        "worst_error_pct": worst, "worst_error_pct_of_means": round(worst_mean, 2), "goal_error_pct": 5.0,
-        "modify_to_in_force_s": in_force, "reconcile_period_s": QOS_PERIOD,
+        "worst_error_pct": worst,
+        "worst_error_pct_of_means": round(worst_mean, 2),
+        "goal_error_pct": 5.0,
+        "modify_to_in_force_s": in_force,
+        "reconcile_period_s": QOS_PERIOD,
         "goal_in_force_s": QOS_PERIOD + 1.0,
         "noisy_neighbour": {
-            "a_alone_p99_ms": alone["p99_ms"], "a_alone_iops": alone["iops"],
+            "a_alone_p99_ms": alone["p99_ms"],
+            "a_alone_iops": alone["iops"],
             "a_next_to_unlimited_b_p99_ms": with_unlimited["p99_ms"],
             "a_next_to_unlimited_b_iops": with_unlimited["iops"],
             "b_unlimited_write_iops": noisy_unlimited["iops"],
-            "a_next_to_limited_b_p99_ms": with_limited["p99_ms"], "a_next_to_limited_b_iops": with_limited["iops"],
-            "b_limit_write_iops": limit_b, "b_limited_write_iops": noisy_limited["iops"],
+            "a_next_to_limited_b_p99_ms": with_limited["p99_ms"],
+            "a_next_to_limited_b_iops": with_limited["iops"],
+            "b_limit_write_iops": limit_b,
+            "b_limited_write_iops": noisy_limited["iops"],
         },
         "io_errors": bench.errors,
     }
@@ -202,15 +248,18 @@ def run_and_report(stack: GuestDriver, args: argparse.Namespace) -> None:
         result = run(stack, 2, SMOKE_SHARES)
     else:
         result = run(stack, 6, QUICK_SHARES) if args.quick else run(stack, 15)
-    result.update(smoke=args.smoke, kernel=vm.ready["kernel"], accel=vm.accel,
-                  wall_seconds=round(time.monotonic() - started, 1))
+    result.update(
+        smoke=args.smoke, kernel=vm.ready["kernel"], accel=vm.accel, wall_seconds=round(time.monotonic() - started, 1)
+    )
     save("qos", result)
     noisy = result["noisy_neighbour"]
-    print(f"bench qos: raw {result['raw_read_iops']} read / {result['raw_write_iops']} write IOPS; achieved vs limit "
-          f"worst {result['worst_error_pct']}% (goal 5%); ModifyVolume -> in force {result['modify_to_in_force_s']} s "
-          f"(goal {result['goal_in_force_s']} s); pod A p99 {noisy['a_alone_p99_ms']} ms alone, "
-          f"{noisy['a_next_to_unlimited_b_p99_ms']} ms next to unlimited B, {noisy['a_next_to_limited_b_p99_ms']} ms "
-          f"next to B limited; I/O errors {result['io_errors']}")
+    print(
+        f"bench qos: raw {result['raw_read_iops']} read / {result['raw_write_iops']} write IOPS; achieved vs limit "
+        f"worst {result['worst_error_pct']}% (goal 5%); ModifyVolume -> in force {result['modify_to_in_force_s']} s "
+        f"(goal {result['goal_in_force_s']} s); pod A p99 {noisy['a_alone_p99_ms']} ms alone, "
+        f"{noisy['a_next_to_unlimited_b_p99_ms']} ms next to unlimited B, {noisy['a_next_to_limited_b_p99_ms']} ms "
+        f"next to B limited; I/O errors {result['io_errors']}"
+    )
     if result["io_errors"]:  # a ratio off its goal is reported; an I/O error is a defect
         raise SystemExit("bench qos: I/O errors (see results/bench-qos.json)")
 

@@ -60,6 +60,7 @@ def most(mapping: Mapping[str, Any], skip: str = "0") -> float:
     return max(float(v) for k, v in mapping.items() if k != skip)
 
 
+# fmt: off
 FIGURES = (
     Figure("provision create+delete, agent vs raw script with the same durability", "provision",
            lambda d: float(d["ratio_vs_durable"]), 1.25, False),
@@ -97,6 +98,7 @@ FIGURES = (
            False, "s"),
     Figure("QoS I/O errors", "qos", lambda d: float(d["io_errors"]), 0.0, False, ""),
 )
+# fmt: on
 
 NOT_YET: tuple[str, ...] = ()
 
@@ -143,61 +145,85 @@ def notes(docs: Mapping[str, Doc]) -> list[str]:
     out = []
     prov, node, loss = docs.get("provision", {}), docs.get("node", {}), docs.get("pathloss", {})
     with contextlib.suppress(KeyError):
-        out.append(f"- provisioning: agent {prov['agent_ms_per_create']} / {prov['agent_ms_per_delete']} ms per "
-                   f"create / delete; the script with the agent's durability {prov['durable_ms_per_create']} / "
-                   f"{prov['durable_ms_per_delete']} ms; the bare script {prov['raw_ms_per_create']} / "
-                   f"{prov['raw_ms_per_delete']} ms.")
-        out.append(f"- throughput: the agent used {prov['agent_cpu_ms_per_cycle_1']} ms of CPU per create+delete "
-                   f"cycle taking {prov['wall_ms_per_cycle_1']} ms with one client, on {prov['guest_cpus']} vCPUs: "
-                   "when CPU per cycle is near its wall time the agent is CPU-bound and more clients cannot help "
-                   "beyond the cores it can use.")
+        out.append(
+            f"- provisioning: agent {prov['agent_ms_per_create']} / {prov['agent_ms_per_delete']} ms per "
+            f"create / delete; the script with the agent's durability {prov['durable_ms_per_create']} / "
+            f"{prov['durable_ms_per_delete']} ms; the bare script {prov['raw_ms_per_create']} / "
+            f"{prov['raw_ms_per_delete']} ms."
+        )
+        out.append(
+            f"- throughput: the agent used {prov['agent_cpu_ms_per_cycle_1']} ms of CPU per create+delete "
+            f"cycle taking {prov['wall_ms_per_cycle_1']} ms with one client, on {prov['guest_cpus']} vCPUs: "
+            "when CPU per cycle is near its wall time the agent is CPU-bound and more clients cannot help "
+            "beyond the cores it can use."
+        )
     with contextlib.suppress(KeyError):
-        out.append(f"- the machine's own ceiling: the durable script run by {prov['concurrency']} processes at once "
-                   f"(no GIL, no lock) does {prov['script_concurrency_speedup']}x the cycles of one process; the "
-                   f"agent with {prov['concurrency']} clients {prov['concurrency_speedup']}x "
-                   f"({prov['speedup_vs_script_ceiling']} of the ceiling).")
-        out.append(f"- the RPC floor: an empty Health round trip through the agent takes {prov['rpc_floor_ms']} ms "
-                   f"({prov['rpc_floor_agent_cpu_ms']} ms of agent CPU); to a gRPC server that does nothing "
-                   f"{prov['bare_grpc_ms']} ms ({prov['bare_grpc_server_cpu_ms']} ms CPU). The durable script plus "
-                   f"one such round trip per create and per delete is already {prov['ratio_floor_any_grpc_agent']}x "
-                   "the script: no agent served over gRPC in Python gets below that here.")
+        out.append(
+            f"- the machine's own ceiling: the durable script run by {prov['concurrency']} processes at once "
+            f"(no GIL, no lock) does {prov['script_concurrency_speedup']}x the cycles of one process; the "
+            f"agent with {prov['concurrency']} clients {prov['concurrency_speedup']}x "
+            f"({prov['speedup_vs_script_ceiling']} of the ceiling)."
+        )
+        out.append(
+            f"- the RPC floor: an empty Health round trip through the agent takes {prov['rpc_floor_ms']} ms "
+            f"({prov['rpc_floor_agent_cpu_ms']} ms of agent CPU); to a gRPC server that does nothing "
+            f"{prov['bare_grpc_ms']} ms ({prov['bare_grpc_server_cpu_ms']} ms CPU). The durable script plus "
+            f"one such round trip per create and per delete is already {prov['ratio_floor_any_grpc_agent']}x "
+            "the script: no agent served over gRPC in Python gets below that here."
+        )
     with contextlib.suppress(KeyError):
-        out.append(f"- the agent's contract as a script (every system call the agent makes, in its order: the "
-                   f"status renames, all identity attributes; bench/provision_scripts.py): "
-                   f"{prov['contract_ms_per_create']} / {prov['contract_ms_per_delete']} ms, "
-                   f"{prov['ratio_contract_vs_durable']}x the durable script; with a bare round trip per call "
-                   f"{prov['ratio_floor_contract_grpc']}x. The agent is {prov['ratio_agent_vs_contract_grpc']}x that "
-                   "floor: what is left is per call in Python (gRPC's threads and messages, log lines, "
-                   "validation, state objects; see the profile below).")
+        out.append(
+            f"- the agent's contract as a script (every system call the agent makes, in its order: the "
+            f"status renames, all identity attributes; bench/provision_scripts.py): "
+            f"{prov['contract_ms_per_create']} / {prov['contract_ms_per_delete']} ms, "
+            f"{prov['ratio_contract_vs_durable']}x the durable script; with a bare round trip per call "
+            f"{prov['ratio_floor_contract_grpc']}x. The agent is {prov['ratio_agent_vs_contract_grpc']}x that "
+            "floor: what is left is per call in Python (gRPC's threads and messages, log lines, "
+            "validation, state objects; see the profile below)."
+        )
     with contextlib.suppress(KeyError):
         where = prov["profile"]
         parts = sorted(where["share"].items(), key=lambda kv: -float(kv[1]))
-        out.append(f"- what the agent is busy with (py-spy, {where['samples']} samples over {where['cycles']} "
-                   f"create+delete cycles of {where['wall_ms_per_cycle']} ms, {where['agent_cpu_ms_per_cycle']} ms "
-                   "of agent CPU each; a sample is a thread on the CPU or in a system call such as fsync): "
-                   + ", ".join(f"{name} {100 * float(share):.0f}%" for name, share in parts if float(share) > 0)
-                   + f"; pathlib objects in {100 * float(where['pathlib_share']):.0f}% of the samples.")
+        out.append(
+            f"- what the agent is busy with (py-spy, {where['samples']} samples over {where['cycles']} "
+            f"create+delete cycles of {where['wall_ms_per_cycle']} ms, {where['agent_cpu_ms_per_cycle']} ms "
+            "of agent CPU each; a sample is a thread on the CPU or in a system call such as fsync): "
+            + ", ".join(f"{name} {100 * float(share):.0f}%" for name, share in parts if float(share) > 0)
+            + f"; pathlib objects in {100 * float(where['pathlib_share']):.0f}% of the samples."
+        )
     with contextlib.suppress(KeyError):
-        out.append(f"- black-holed path: stall = {loss['fit_slope']} x keepAliveTmo + {loss['fit_offset_s']} s "
-                   f"over {len(loss['runs'])} runs, 0 errors required (measured {loss['errors']}).")
+        out.append(
+            f"- black-holed path: stall = {loss['fit_slope']} x keepAliveTmo + {loss['fit_offset_s']} s "
+            f"over {len(loss['runs'])} runs, 0 errors required (measured {loss['errors']})."
+        )
     with contextlib.suppress(KeyError):
         iops = node["datapath"]["iops"]
-        out.append("- data path IOPS (median): " + "; ".join(
-            f"{job}: raw {iops['raw'][job]:g}, block {iops['block'][job]:g}, mount {iops['mount'][job]:g}"
-            + (f", hand-made ext4 {iops['ext4'][job]:g}" if "ext4" in iops else "")
-            for job in iops["raw"]))
+        out.append(
+            "- data path IOPS (median): "
+            + "; ".join(
+                f"{job}: raw {iops['raw'][job]:g}, block {iops['block'][job]:g}, mount {iops['mount'][job]:g}"
+                + (f", hand-made ext4 {iops['ext4'][job]:g}" if "ext4" in iops else "")
+                for job in iops["raw"]
+            )
+        )
         if "mount_vs_ext4" in node["datapath"]:
-            out.append(f"- the filesystem's own cost: ext4 made and mounted by hand on a raw namespace (no driver) "
-                       f"vs that namespace: {node['datapath']['ratio']['ext4']}; the published mount vs that "
-                       f"hand-made ext4: {node['datapath']['mount_vs_ext4']}. What the mount loses against raw "
-                       "is ext4's, not the driver's, when the second set is within the noise of 1.")
+            out.append(
+                f"- the filesystem's own cost: ext4 made and mounted by hand on a raw namespace (no driver) "
+                f"vs that namespace: {node['datapath']['ratio']['ext4']}; the published mount vs that "
+                f"hand-made ext4: {node['datapath']['mount_vs_ext4']}. What the mount loses against raw "
+                "is ext4's, not the driver's, when the second set is within the noise of 1."
+            )
         if "aa_spread" in node["datapath"]:
-            out.append(f"- data path noise: the raw namespace measured twice in the same run differs by up to "
-                       f"{100 * node['datapath']['aa_spread']:.1f}% ({node['datapath']['aa_ratio']}): ratios within "
-                       "that of 1 are the lab's noise, not the driver's cost.")
+            out.append(
+                f"- data path noise: the raw namespace measured twice in the same run differs by up to "
+                f"{100 * node['datapath']['aa_spread']:.1f}% ({node['datapath']['aa_ratio']}): ratios within "
+                "that of 1 are the lab's noise, not the driver's cost."
+            )
         rounds = f"; every round (ms): {node['scaling']['stage_ms']}" if "stage_ms" in node["scaling"] else ""
-        out.append(f"- stage with other controllers (median ms): {node['scaling']['stage_median_ms']}{rounds}; "
-                   f"connecting them took {node['scaling']['connect_seconds']} s.")
+        out.append(
+            f"- stage with other controllers (median ms): {node['scaling']['stage_median_ms']}{rounds}; "
+            f"connecting them took {node['scaling']['connect_seconds']} s."
+        )
     return out
 
 
@@ -205,12 +231,20 @@ def render(rows: list[tuple[Figure, float | None]], docs: Mapping[str, Doc]) -> 
     smoke = sorted(name for name, doc in docs.items() if doc.get("smoke"))
     lines = ["# Benchmark report" + (" — smoke: not a measurement" if smoke else ""), ""]
     if smoke:
-        lines += [f"**Smoke run** ({', '.join(smoke)}): every benchmark's code path ran once at its smallest sizes"
-                  " (CI's bench tier). The figures below prove only that the benchmarks work; the goals are judged"
-                  " on `./dev bench`.", ""]
-    lines += ["Ratios against a baseline run side by side in the same run (TCG lab: absolute times mean little).",
-             "", "![figures against goals](bench-goals.png)", "",
-             "| figure | measured | goal | holds |", "|---|---|---|---|"]
+        lines += [
+            f"**Smoke run** ({', '.join(smoke)}): every benchmark's code path ran once at its smallest sizes"
+            " (CI's bench tier). The figures below prove only that the benchmarks work; the goals are judged"
+            " on `./dev bench`.",
+            "",
+        ]
+    lines += [
+        "Ratios against a baseline run side by side in the same run (TCG lab: absolute times mean little).",
+        "",
+        "![figures against goals](bench-goals.png)",
+        "",
+        "| figure | measured | goal | holds |",
+        "|---|---|---|---|",
+    ]
     for fig, v in rows:
         sign = "≥" if fig.higher_is_better else "≤"
         shown = "not measured" if v is None else f"{v:g}{fig.unit}"
@@ -237,8 +271,10 @@ def main(argv: list[str] | None = None) -> int:
     held = sum(1 for f, v in rows if v is not None and f.holds(v))
     got = sum(1 for _, v in rows if v is not None)
     smoke = " (smoke run: not a measurement)" if any(d.get("smoke") for d in docs.values()) else ""
-    print(f"bench report{smoke}: {held} of {got} measured figures meet their goal ({len(rows) - got} not measured, "
-          f"{len(NOT_YET)} figures without a benchmark yet); {results / 'bench-report.md'}")
+    print(
+        f"bench report{smoke}: {held} of {got} measured figures meet their goal ({len(rows) - got} not measured, "
+        f"{len(NOT_YET)} figures without a benchmark yet); {results / 'bench-report.md'}"
+    )
     return 0
 
 

@@ -36,5 +36,7 @@ def growth(samples: list[list[int]], warmup: float = 0.2) -> dict[str, float]:
     last sample (``rss_growth_pct``, ``fd_growth``)."""
     last = samples[-1]
     start = next(s for s in samples if s[0] >= warmup * last[0])
-    return {"rss_growth_pct": round((last[1] - start[1]) / start[1] * 100, 2) if start[1] else 0.0,
-            "fd_growth": last[2] - start[2]}
+    return {
+        "rss_growth_pct": round((last[1] - start[1]) / start[1] * 100, 2) if start[1] else 0.0,
+        "fd_growth": last[2] - start[2],
+    }

@@ -29,9 +29,12 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--cycles", type=int, default=500, help="stage/unstage cycles of the resource run")
     ap.add_argument("--controllers", type=int, nargs="+", default=[64, 128], help="other controllers to stage beside")
     ap.add_argument("--quick", action="store_true", help="4 rounds, 2 s fio twice, 5 scaling rounds, 40 cycles")
-    ap.add_argument("--smoke", action="store_true",
-                    help="CI: every step once at its smallest size (1 round, two fio jobs of 1 s once, 2 other"
-                         " controllers, 2 cycles); not a measurement")
+    ap.add_argument(
+        "--smoke",
+        action="store_true",
+        help="CI: every step once at its smallest size (1 round, two fio jobs of 1 s once, 2 other"
+        " controllers, 2 cycles); not a measurement",
+    )
     return ap
 
 
@@ -44,29 +47,49 @@ def run(stack: GuestDriver, args: argparse.Namespace) -> None:
         args.rounds, args.fio_seconds, args.fio_rounds, args.scale_rounds, args.cycles = 1, 1, 1, 1, 2
         args.controllers, jobs = [2], ["randread-4k-qd16", "write-128k"]
     started, vm = time.monotonic(), stack.vm
-    out = vm.check([vm.python, "-m", "bench.stage_guest", DRIVER_SOCK, str(args.rounds)], timeout=3600,
-                   cwd=str(REPO))
+    out = vm.check([vm.python, "-m", "bench.stage_guest", DRIVER_SOCK, str(args.rounds)], timeout=3600, cwd=str(REPO))
     pid = vm.check(["cat", stack.process.pidfile]).strip()
     node_out = vm.check(
-        [vm.python, "-m", "bench.node_guest", DRIVER_SOCK, pid, "--fio-seconds", str(args.fio_seconds),
-         "--fio-rounds", str(args.fio_rounds), "--scale-rounds", str(args.scale_rounds),
-         "--cycles", str(args.cycles), "--controllers", *map(str, args.controllers),
-         *(["--jobs", *jobs] if jobs else [])], timeout=7200, cwd=str(REPO))
+        [
+            vm.python,
+            "-m",
+            "bench.node_guest",
+            DRIVER_SOCK,
+            pid,
+            "--fio-seconds",
+            str(args.fio_seconds),
+            "--fio-rounds",
+            str(args.fio_rounds),
+            "--scale-rounds",
+            str(args.scale_rounds),
+            "--cycles",
+            str(args.cycles),
+            "--controllers",
+            *map(str, args.controllers),
+            *(["--jobs", *jobs] if jobs else []),
+        ],
+        timeout=7200,
+        cwd=str(REPO),
+    )
     facts = {"kernel": vm.ready["kernel"], "accel": vm.accel, "quick": args.quick, "smoke": args.smoke}
     result = json.loads(out.strip().splitlines()[-1])
     result.update(facts, wall_seconds=round(time.monotonic() - started, 1))
     save("stage", result)
-    print(f"bench stage: NodeStage+NodePublish median {result['csi_median_ms']} ms vs bare connect/mkfs/mount "
-          f"{result['bare_median_ms']} ms -> ratio {result['ratio_median']}x ({args.rounds} rounds, {result['accel']})")
+    print(
+        f"bench stage: NodeStage+NodePublish median {result['csi_median_ms']} ms vs bare connect/mkfs/mount "
+        f"{result['bare_median_ms']} ms -> ratio {result['ratio_median']}x ({args.rounds} rounds, {result['accel']})"
+    )
     node = json.loads(node_out.strip().splitlines()[-1])
     node.update(facts)
     node["resources"].update(growth(node["resources"]["samples"]))
     save("node", node)
     dp, sc, res = node["datapath"], node["scaling"], node["resources"]
-    print(f"bench node: data path worst {dp['worst_ratio']}x raw ({dp['ratio']}); published mount vs hand-made ext4"
-          f" worst {dp['worst_mount_vs_ext4']}x; stage with other controllers "
-          f"{sc['ratio']} of none; node plugin over {res['cycles']} cycles: RSS {res['rss_growth_pct']:+.1f}%, "
-          f"open files {res['fd_growth']:+d} after warm-up")
+    print(
+        f"bench node: data path worst {dp['worst_ratio']}x raw ({dp['ratio']}); published mount vs hand-made ext4"
+        f" worst {dp['worst_mount_vs_ext4']}x; stage with other controllers "
+        f"{sc['ratio']} of none; node plugin over {res['cycles']} cycles: RSS {res['rss_growth_pct']:+.1f}%, "
+        f"open files {res['fd_growth']:+d} after warm-up"
+    )
 
 
 def main() -> None:

@@ -92,9 +92,11 @@ def main(sock: str, rounds: int) -> dict[str, object]:
             csi.delete(name)
     med = {k: statistics.median(v) for k, v in times.items()}
     return {
-        "rounds": rounds, "csi_ms": [round(t * 1000, 1) for t in times["csi"]],
+        "rounds": rounds,
+        "csi_ms": [round(t * 1000, 1) for t in times["csi"]],
         "bare_ms": [round(t * 1000, 1) for t in times["bare"]],
-        "csi_median_ms": round(med["csi"] * 1000, 1), "bare_median_ms": round(med["bare"] * 1000, 1),
+        "csi_median_ms": round(med["csi"] * 1000, 1),
+        "bare_median_ms": round(med["bare"] * 1000, 1),
         "ratio_median": round(med["csi"] / med["bare"], 2),
     }
 

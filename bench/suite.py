@@ -26,8 +26,10 @@ from lab.stack import GuestDriver, running_stack
 
 #: the benchmarks that share the driver stack: name -> (its argument parser, its run)
 ON_STACK: dict[str, tuple[Callable[[], argparse.ArgumentParser], Callable[[GuestDriver, argparse.Namespace], None]]] = {
-    "stage": (stage.parser, stage.run), "pathloss": (pathloss.parser, pathloss.run),
-    "qos": (qos.parser, qos.run_and_report)}
+    "stage": (stage.parser, stage.run),
+    "pathloss": (pathloss.parser, pathloss.run),
+    "qos": (qos.parser, qos.run_and_report),
+}
 NAMES = ("provision", *ON_STACK, "dataset")
 
 
@@ -40,16 +42,20 @@ def attempt(name: str, step: Callable[[], None], failed: list[str]) -> None:
     except (Exception, SystemExit):  # the suite's one boundary: report, go on with the next
         traceback.print_exc()
         failed.append(name)
-    print(f"bench suite: {name} {'FAILED' if name in failed else 'done'} in {time.monotonic() - began:.0f} s",
-          flush=True)
+    print(
+        f"bench suite: {name} {'FAILED' if name in failed else 'done'} in {time.monotonic() - began:.0f} s", flush=True
+    )
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     mode = ap.add_mutually_exclusive_group()
     mode.add_argument("--quick", action="store_true", help="every benchmark's quick mode")
-    mode.add_argument("--smoke", action="store_true",
-                      help="CI: every benchmark's code path once at its smallest sizes; not a measurement")
+    mode.add_argument(
+        "--smoke",
+        action="store_true",
+        help="CI: every benchmark's code path once at its smallest sizes; not a measurement",
+    )
     ap.add_argument("--only", nargs="+", choices=NAMES, default=list(NAMES), help="run these benchmarks only")
     args = ap.parse_args()
     flags = ["--quick"] if args.quick else (["--smoke"] if args.smoke else [])

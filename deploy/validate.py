@@ -41,8 +41,15 @@ def versions() -> dict[str, str]:
 
 def go_module_dir(module: str, version: str) -> Path:
     env = dict(os.environ, GOFLAGS="-mod=mod")
-    proc = subprocess.run(["go", "mod", "download", "-json", f"{module}@{version}"], capture_output=True, text=True,
-                          env=env, cwd=tempfile.gettempdir(), timeout=600, check=False)
+    proc = subprocess.run(
+        ["go", "mod", "download", "-json", f"{module}@{version}"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tempfile.gettempdir(),
+        timeout=600,
+        check=False,
+    )
     info = json.loads(proc.stdout or "{}")
     if proc.returncode or "Dir" not in info:
         raise SystemExit(f"validate: go mod download {module}@{version} failed: {info.get('Error') or proc.stderr}")
@@ -54,8 +61,10 @@ def strict(schema: Any) -> Any:
     unknown fields), so an unknown field fails like the API server's strict field validation."""
     if isinstance(schema, dict):
         out = {k: strict(v) for k, v in schema.items()}
-        if "properties" in out and "additionalProperties" not in out and not out.get(
-            "x-kubernetes-preserve-unknown-fields"
+        if (
+            "properties" in out
+            and "additionalProperties" not in out
+            and not out.get("x-kubernetes-preserve-unknown-fields")
         ):
             out["additionalProperties"] = False
         return out
@@ -68,8 +77,10 @@ def crd_schemas(v: dict[str, str]) -> dict[tuple[str, str], Any]:
     """(apiVersion, kind) -> strict object schema, for the CRDs our manifests use."""
     snap = go_module_dir("github.com/kubernetes-csi/external-snapshotter/client/v8", v["EXTERNAL_SNAPSHOTTER_VERSION"])
     volcano = go_module_dir("volcano.sh/volcano", v["VOLCANO_VERSION"])
-    files = [*sorted((snap / "config" / "crd").glob("snapshot.storage.k8s.io_*.yaml")),
-             volcano / "config" / "crd" / "volcano" / "bases" / "batch.volcano.sh_jobs.yaml"]
+    files = [
+        *sorted((snap / "config" / "crd").glob("snapshot.storage.k8s.io_*.yaml")),
+        volcano / "config" / "crd" / "volcano" / "bases" / "batch.volcano.sh_jobs.yaml",
+    ]
     schemas = {}
     for path in files:
         crd = yaml.safe_load(path.read_text())
@@ -77,7 +88,8 @@ def crd_schemas(v: dict[str, str]) -> dict[tuple[str, str], Any]:
         for ver in crd["spec"]["versions"]:
             schema = copy.deepcopy(ver["schema"]["openAPIV3Schema"])
             schema.setdefault("properties", {}).update(
-                apiVersion={"type": "string"}, kind={"type": "string"}, metadata={"type": "object"})
+                apiVersion={"type": "string"}, kind={"type": "string"}, metadata={"type": "object"}
+            )
             schemas[(f"{group}/{ver['name']}", kind)] = strict(schema)
     return schemas
 
@@ -111,10 +123,20 @@ def documents(kustomize: str) -> Iterator[tuple[str, dict[str, Any]]]:
 
 
 def self_check(crds: dict[tuple[str, str], Any], k8s: str) -> None:
-    bad_deployment = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "x"},
-                      "spec": {"selector": {}, "template": {"spec": {"containers": [{"name": "c", "imagee": "x"}]}}}}
-    bad_class = {"apiVersion": "snapshot.storage.k8s.io/v1", "kind": "VolumeSnapshotClass",
-                 "metadata": {"name": "x"}, "driver": "csi.nvmeof.io", "deletionPolicy": "Delete", "drivr": "x"}
+    bad_deployment = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "x"},
+        "spec": {"selector": {}, "template": {"spec": {"containers": [{"name": "c", "imagee": "x"}]}}},
+    }
+    bad_class = {
+        "apiVersion": "snapshot.storage.k8s.io/v1",
+        "kind": "VolumeSnapshotClass",
+        "metadata": {"name": "x"},
+        "driver": "csi.nvmeof.io",
+        "deletionPolicy": "Delete",
+        "drivr": "x",
+    }
     for doc in (bad_deployment, bad_class):
         if not problems(doc, crds, k8s):
             raise SystemExit(f"validate: the validator accepted a known-bad {doc['kind']}; it cannot be trusted")

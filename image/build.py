@@ -91,8 +91,14 @@ def base_root(work: Path) -> Path:
         say(f"debootstrap bookworm with {len(packages())} packages (cached as {tarball.name})")
         staging = work / "debootstrap"
         run(["debootstrap", "--variant=minbase", f"--include={','.join(packages())}", "bookworm", str(staging), MIRROR])
-        for junk in ("var/cache/apt/archives", "var/lib/apt/lists", "usr/share/doc", "usr/share/man",
-                     "usr/share/locale", "usr/share/info"):
+        for junk in (
+            "var/cache/apt/archives",
+            "var/lib/apt/lists",
+            "usr/share/doc",
+            "usr/share/man",
+            "usr/share/locale",
+            "usr/share/info",
+        ):
             shutil.rmtree(staging / junk, ignore_errors=True)
         (staging / "var/lib/apt/lists").mkdir(parents=True, exist_ok=True)
         CACHE.mkdir(parents=True, exist_ok=True)
@@ -124,9 +130,15 @@ def install_driver(root: Path, work: Path) -> None:
     # the build host's trust store (it may sit behind a TLS-inspecting proxy); used for this install only
     host_ca = root / "tmp" / "build-host-ca.crt"
     shutil.copy2(os.environ.get("PIP_CERT") or "/etc/ssl/certs/ca-certificates.crt", host_ca)
-    env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "HOME": "/root", "LANG": "C.UTF-8",
-           "PIP_DISABLE_PIP_VERSION_CHECK": "1", "PIP_NO_CACHE_DIR": "1", "PIP_CERT": "/tmp/build-host-ca.crt",
-           **{k: v for k, v in os.environ.items() if k in PIP_PASSED}}
+    env = {
+        "PATH": "/usr/sbin:/usr/bin:/sbin:/bin",
+        "HOME": "/root",
+        "LANG": "C.UTF-8",
+        "PIP_DISABLE_PIP_VERSION_CHECK": "1",
+        "PIP_NO_CACHE_DIR": "1",
+        "PIP_CERT": "/tmp/build-host-ca.crt",
+        **{k: v for k, v in os.environ.items() if k in PIP_PASSED},
+    }
     try:
         with proc_mounted(root):
             run(["chroot", str(root), "python3", "-m", "venv", PREFIX], env=env)
@@ -171,8 +183,10 @@ def slim(root: Path) -> None:
             shutil.rmtree(path)
         else:
             path.unlink(missing_ok=True)
-    run(["chroot", str(root), f"{PREFIX}/bin/python", "-m", "pip", "uninstall", "-q", "-y", "setuptools", "pip"],
-        env=env)
+    run(
+        ["chroot", str(root), f"{PREFIX}/bin/python", "-m", "pip", "uninstall", "-q", "-y", "setuptools", "pip"],
+        env=env,
+    )
     for tool in ("pip", "pip3", "pip3.11"):
         (root / PREFIX.lstrip("/") / "bin" / tool).unlink(missing_ok=True)
 
@@ -187,9 +201,26 @@ def pack(root: Path, out: Path, tag: str) -> None:
     shutil.rmtree(bundle / "rootfs")
     os.rename(root, bundle / "rootfs")
     run(["umoci", "repack", "--image", f"{layout}:{tag}", str(bundle)])
-    run(["umoci", "config", "--image", f"{layout}:{tag}", "--config.entrypoint", "/usr/local/bin/nvmeof-csi",
-         "--config.cmd", "--help", "--config.env", "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-         "--config.workingdir", "/", "--author", "nvmeof-csi", "--history.comment", "nvmeof-csi image/build.py"])
+    run(
+        [
+            "umoci",
+            "config",
+            "--image",
+            f"{layout}:{tag}",
+            "--config.entrypoint",
+            "/usr/local/bin/nvmeof-csi",
+            "--config.cmd",
+            "--help",
+            "--config.env",
+            "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+            "--config.workingdir",
+            "/",
+            "--author",
+            "nvmeof-csi",
+            "--history.comment",
+            "nvmeof-csi image/build.py",
+        ]
+    )
     run(["umoci", "gc", "--layout", str(layout)])
     shutil.rmtree(bundle)
     run(["tar", "-C", str(layout), "-cf", str(out / "nvmeof-csi.oci.tar"), "."])
@@ -213,8 +244,14 @@ def build(force: bool = False) -> dict[str, object]:
         slim(root)
         pack(root, out, version())
     size = sum(p.stat().st_size for p in (out / "oci" / "blobs").rglob("*") if p.is_file())
-    info = {"layout": str(out / "oci"), "tag": version(), "tar": str(out / "nvmeof-csi.oci.tar"),
-            "size_mib": round(size / 2**20, 1), "inputs": key, "seconds": round(time.monotonic() - start, 1)}
+    info = {
+        "layout": str(out / "oci"),
+        "tag": version(),
+        "tar": str(out / "nvmeof-csi.oci.tar"),
+        "size_mib": round(size / 2**20, 1),
+        "inputs": key,
+        "seconds": round(time.monotonic() - start, 1),
+    }
     described.write_text(json.dumps(info, indent=1) + "\n")
     for stale in CACHE.iterdir():  # keep the base roots and this image only
         if stale.is_dir() and stale != out and not stale.name.startswith("nvmeof-image-"):

@@ -12,6 +12,19 @@ from lab.probe import IoProbe, ProbeResult
 from lab.vm import GuestError, GuestTimeout, LabError, LabVM, Result, VMExited
 
 __all__ = [
-    "BuildError", "BuildInfo", "Fabric", "GuestError", "GuestTimeout", "IoProbe", "LabError", "LabVM",
-    "PathState", "Portal", "ProbeResult", "Result", "VMExited", "build", "lab_qemu_pids",
+    "BuildError",
+    "BuildInfo",
+    "Fabric",
+    "GuestError",
+    "GuestTimeout",
+    "IoProbe",
+    "LabError",
+    "LabVM",
+    "PathState",
+    "Portal",
+    "ProbeResult",
+    "Result",
+    "VMExited",
+    "build",
+    "lab_qemu_pids",
 ]

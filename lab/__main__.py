@@ -15,17 +15,25 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     b = sub.add_parser("build", help="install packages, fetch the kernel, build the initramfs (idempotent)")
     b.add_argument("--force", action="store_true", help="rebuild even when nothing changed")
-    b.add_argument("--kernel", choices=[*KERNELS, "all"], default=None,
-                   help="lab kernel flavour to build (default: $LAB_KERNEL, else 6.12); 'all' builds every one")
+    b.add_argument(
+        "--kernel",
+        choices=[*KERNELS, "all"],
+        default=None,
+        help="lab kernel flavour to build (default: $LAB_KERNEL, else 6.12); 'all' builds every one",
+    )
     r = sub.add_parser("run", help="boot the VM, run each command (a shell-quoted string) in the guest, stop")
     r.add_argument("commands", nargs="+", help="e.g. 'nvme version' 'uname -r'")
     r.add_argument("--timeout", type=float, default=120, help="per-command timeout in seconds")
-    r.add_argument("--kernel", choices=list(KERNELS), default=None,
-                   help="lab kernel flavour to boot (default: $LAB_KERNEL, else 6.12)")
+    r.add_argument(
+        "--kernel",
+        choices=list(KERNELS),
+        default=None,
+        help="lab kernel flavour to boot (default: $LAB_KERNEL, else 6.12)",
+    )
     args = parser.parse_args(argv)
     try:
         if args.command == "build":
-            for kernel in (KERNELS if args.kernel == "all" else [args.kernel]):
+            for kernel in KERNELS if args.kernel == "all" else [args.kernel]:
                 build(kernel, force=args.force)
             return 0
         with LabVM(kernel=args.kernel) as vm:

@@ -36,10 +36,17 @@ SERVERS = {  # name -> (main class, heap)
     "proxy": ("alluxio.proxy.AlluxioProxy", "256m"),
 }
 PORT_KEYS = (
-    "alluxio.master.rpc.port", "alluxio.master.web.port", "alluxio.master.embedded.journal.port",
-    "alluxio.worker.rpc.port", "alluxio.worker.web.port",
-    "alluxio.job.master.rpc.port", "alluxio.job.master.web.port", "alluxio.job.master.embedded.journal.port",
-    "alluxio.job.worker.rpc.port", "alluxio.job.worker.data.port", "alluxio.job.worker.web.port",
+    "alluxio.master.rpc.port",
+    "alluxio.master.web.port",
+    "alluxio.master.embedded.journal.port",
+    "alluxio.worker.rpc.port",
+    "alluxio.worker.web.port",
+    "alluxio.job.master.rpc.port",
+    "alluxio.job.master.web.port",
+    "alluxio.job.master.embedded.journal.port",
+    "alluxio.job.worker.rpc.port",
+    "alluxio.job.worker.data.port",
+    "alluxio.job.worker.web.port",
     "alluxio.proxy.web.port",
 )
 LOOPBACK = "127.0.0.1"
@@ -105,16 +112,25 @@ class AlluxioCluster:
     def properties(self) -> dict[str, str]:
         b = self.base
         props = {
-            "alluxio.master.hostname": LOOPBACK, "alluxio.worker.hostname": LOOPBACK,
-            "alluxio.job.master.hostname": LOOPBACK, "alluxio.job.worker.hostname": LOOPBACK,
-            "alluxio.proxy.web.hostname": LOOPBACK, "alluxio.user.hostname": LOOPBACK,
-            "alluxio.master.bind.host": LOOPBACK, "alluxio.master.web.bind.host": LOOPBACK,
-            "alluxio.worker.bind.host": LOOPBACK, "alluxio.worker.web.bind.host": LOOPBACK,
-            "alluxio.job.master.bind.host": LOOPBACK, "alluxio.job.master.web.bind.host": LOOPBACK,
-            "alluxio.job.worker.bind.host": LOOPBACK, "alluxio.job.worker.web.bind.host": LOOPBACK,
+            "alluxio.master.hostname": LOOPBACK,
+            "alluxio.worker.hostname": LOOPBACK,
+            "alluxio.job.master.hostname": LOOPBACK,
+            "alluxio.job.worker.hostname": LOOPBACK,
+            "alluxio.proxy.web.hostname": LOOPBACK,
+            "alluxio.user.hostname": LOOPBACK,
+            "alluxio.master.bind.host": LOOPBACK,
+            "alluxio.master.web.bind.host": LOOPBACK,
+            "alluxio.worker.bind.host": LOOPBACK,
+            "alluxio.worker.web.bind.host": LOOPBACK,
+            "alluxio.job.master.bind.host": LOOPBACK,
+            "alluxio.job.master.web.bind.host": LOOPBACK,
+            "alluxio.job.worker.bind.host": LOOPBACK,
+            "alluxio.job.worker.web.bind.host": LOOPBACK,
             "alluxio.proxy.web.bind.host": LOOPBACK,
-            "alluxio.master.journal.type": "UFS", "alluxio.master.journal.folder": str(b / "journal"),
-            "alluxio.master.metastore": "HEAP", "alluxio.master.mount.table.root.ufs": str(self.ufs),
+            "alluxio.master.journal.type": "UFS",
+            "alluxio.master.journal.folder": str(b / "journal"),
+            "alluxio.master.metastore": "HEAP",
+            "alluxio.master.mount.table.root.ufs": str(self.ufs),
             "alluxio.security.authentication.type": "NOSASL",
             "alluxio.security.authorization.permission.enabled": "false",
             "alluxio.worker.tieredstore.levels": "2",
@@ -153,25 +169,38 @@ class AlluxioCluster:
         (self.base / "logs").mkdir(exist_ok=True)
         for tier in ("tier-mem", "tier-ssd"):
             (self.base / tier).mkdir(exist_ok=True)
-        (conf / "alluxio-site.properties").write_text(
-            "".join(f"{k}={v}\n" for k, v in self.properties().items()))
+        (conf / "alluxio-site.properties").write_text("".join(f"{k}={v}\n" for k, v in self.properties().items()))
         (conf / "log4j2.properties").write_text(
             "status=error\nappender.out.type=Console\nappender.out.name=out\nappender.out.layout.type=PatternLayout\n"
             "appender.out.layout.pattern=%d{ISO8601} %-5p %c{1} - %m%n\nrootLogger.level=info\n"
-            "rootLogger.appenderRef.out.ref=out\n")
+            "rootLogger.appenderRef.out.ref=out\n"
+        )
 
     def _argv(self, main_class: str, heap: str) -> list[str]:
-        return [java(), f"-Xmx{heap}", "-XX:MaxDirectMemorySize=512m", "-XX:+UseSerialGC",
-                f"-Dalluxio.home={self.base}", f"-Dalluxio.conf.dir={self.base / 'conf'}",
-                f"-Dalluxio.logs.dir={self.base / 'logs'}",
-                f"-Dlog4j.configurationFile={self.base / 'conf' / 'log4j2.properties'}",
-                "-cp", f"{LIB}/*", main_class]
+        return [
+            java(),
+            f"-Xmx{heap}",
+            "-XX:MaxDirectMemorySize=512m",
+            "-XX:+UseSerialGC",
+            f"-Dalluxio.home={self.base}",
+            f"-Dalluxio.conf.dir={self.base / 'conf'}",
+            f"-Dalluxio.logs.dir={self.base / 'logs'}",
+            f"-Dlog4j.configurationFile={self.base / 'conf' / 'log4j2.properties'}",
+            "-cp",
+            f"{LIB}/*",
+            main_class,
+        ]
 
     def _spawn(self, name: str) -> None:
         main_class, heap = SERVERS[name]
         log = (self.base / "logs" / f"{name}.out").open("ab")
-        self.procs[name] = subprocess.Popen(self._argv(main_class, heap), stdout=log, stderr=subprocess.STDOUT,
-                                            stdin=subprocess.DEVNULL, start_new_session=True)
+        self.procs[name] = subprocess.Popen(
+            self._argv(main_class, heap),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
         log.close()
 
     def start(self, timeout: float = 240) -> AlluxioCluster:
@@ -182,8 +211,9 @@ class AlluxioCluster:
         self.ufs.mkdir(parents=True, exist_ok=True)
         self._write_conf()
         if not (self.base / "journal").exists():
-            fmt = subprocess.run([*self._argv("alluxio.cli.Format", "256m"), "master"], capture_output=True,
-                                 timeout=180, check=False)
+            fmt = subprocess.run(
+                [*self._argv("alluxio.cli.Format", "256m"), "master"], capture_output=True, timeout=180, check=False
+            )
             if fmt.returncode != 0:
                 out = (fmt.stdout + fmt.stderr).decode(errors="replace")[-3000:]
                 raise AlluxioError(f"formatting the journal failed:\n{out}")

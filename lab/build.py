@@ -37,6 +37,7 @@ CACHE = Path(os.environ.get("LAB_CACHE") or machine_cache() / "lab")
 INIT_SCRIPT = LAB_DIR / "guest" / "init.sh"
 
 #: Host packages: QEMU, and the userland the guest uses through the 9p root share.
+# fmt: off
 PACKAGES = (
     "qemu-system-x86", "qemu-utils", "nvme-cli", "rdma-core", "ibverbs-utils", "fio", "busybox-static", "cpio",
     "kmod", "iproute2", "xfsprogs", "e2fsprogs", "udev", "util-linux", "socat",
@@ -57,6 +58,7 @@ BUSYBOX_APPLETS = (
     "sh", "mount", "umount", "mkdir", "modprobe", "insmod", "switch_root", "cat", "cut", "cp", "echo",
     "sleep", "ls", "ln", "rm", "poweroff",
 )
+# fmt: on
 
 
 #: Lab kernel flavours: name -> the Debian suite its ``linux-image-amd64`` comes from ("" = the host's sources).
@@ -139,11 +141,21 @@ def apt_options(suite: str, cache: Path) -> list[str]:
     for folder in (root / "lists" / "partial", root / "archives" / "partial"):
         folder.mkdir(parents=True, exist_ok=True)
     sources = root / "sources.list"
-    sources.write_text(f"deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] "
-                       f"http://deb.debian.org/debian {suite} main\n")
-    return ["-o", f"Dir::Etc::SourceList={sources}", "-o", "Dir::Etc::SourceParts=/dev/null",
-            "-o", f"Dir::State::Lists={root / 'lists'}", "-o", f"Dir::Cache={root}",
-            "-o", f"Dir::Cache::Archives={root / 'archives'}"]
+    sources.write_text(
+        f"deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] http://deb.debian.org/debian {suite} main\n"
+    )
+    return [
+        "-o",
+        f"Dir::Etc::SourceList={sources}",
+        "-o",
+        "Dir::Etc::SourceParts=/dev/null",
+        "-o",
+        f"Dir::State::Lists={root / 'lists'}",
+        "-o",
+        f"Dir::Cache={root}",
+        "-o",
+        f"Dir::Cache::Archives={root / 'archives'}",
+    ]
 
 
 def resolve_kernel(apt: Sequence[str] = ()) -> tuple[str, str]:

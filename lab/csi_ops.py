@@ -32,7 +32,6 @@ the batch with a non-zero exit and the gRPC code and message on stderr.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import sys
@@ -43,6 +42,7 @@ from typing import Any
 
 import grpc
 
+from lab.guest_files import verify_dataset, write_dataset, write_probe_file
 from nvmeof_csi.gen import csi_pb2, csi_pb2_grpc
 
 LEDGER = Path("/run/nvmeof-csi/lab/ledger.json")
@@ -50,17 +50,13 @@ WORK = Path("/run/nvmeof-csi/lab/volumes")
 TIMEOUT = 300.0
 POD_UID = "csi.storage.k8s.io/pod.uid"
 Step = dict[str, Any]
-
-
-def write_probe_file(folder: Path, mib: int) -> Path:
-    """``folder/probe.bin`` of ``mib`` MiB, allocated and written once (so O_DIRECT I/O hits allocated,
-    initialised blocks) and fsynced."""
-    path = folder / "probe.bin"
-    with path.open("wb") as fh:
-        os.posix_fallocate(fh.fileno(), 0, mib << 20)
-        fh.write(b"\0" * (mib << 20))
-        os.fsync(fh.fileno())
-    return path
+#: the ops a batch may name (``probe_target`` as ``probe-target`` and so on)
+# fmt: off
+OPS = (
+    "create", "attach", "stage", "publish", "unpublish", "unstage", "detach", "delete", "up", "down", "stats",
+    "health", "expand", "probe_target", "write_dataset", "verify_dataset", "access", "modify",
+)
+# fmt: on
 
 
 class Csi:
@@ -93,29 +89,50 @@ class Csi:
         return cap
 
     # -- ops -------------------------------------------------------------------------------------------------
-    def create(self, name: str, size: int, mode: str = "mount", fs: str = "ext4",
-               params: dict[str, str] | None = None) -> Step:
+    def create(
+        self, name: str, size: int, mode: str = "mount", fs: str = "ext4", params: dict[str, str] | None = None
+    ) -> Step:
         vol: Step = {"mode": mode, "fs": fs}
         topo = csi_pb2.Topology(segments=self.info().accessible_topology.segments)
-        reply = self.controller.CreateVolume(csi_pb2.CreateVolumeRequest(
-            name=name, capacity_range=csi_pb2.CapacityRange(required_bytes=size),
-            volume_capabilities=[self.capability(vol)], parameters=params or {},
-            accessibility_requirements=csi_pb2.TopologyRequirement(requisite=[topo], preferred=[topo]),
-        ), timeout=TIMEOUT)
+        reply = self.controller.CreateVolume(
+            csi_pb2.CreateVolumeRequest(
+                name=name,
+                capacity_range=csi_pb2.CapacityRange(required_bytes=size),
+                volume_capabilities=[self.capability(vol)],
+                parameters=params or {},
+                accessibility_requirements=csi_pb2.TopologyRequirement(requisite=[topo], preferred=[topo]),
+            ),
+            timeout=TIMEOUT,
+        )
         base = WORK / name
-        vol.update(volume_id=reply.volume.volume_id, context=dict(reply.volume.volume_context),
-                   capacity=reply.volume.capacity_bytes, staging=str(base / "staging"),
-                   target=str(base / ("device" if mode == "block" else "mount")))
+        vol.update(
+            volume_id=reply.volume.volume_id,
+            context=dict(reply.volume.volume_context),
+            capacity=reply.volume.capacity_bytes,
+            staging=str(base / "staging"),
+            target=str(base / ("device" if mode == "block" else "mount")),
+        )
         self.ledger[name] = vol
         self.save()
-        return {"volume_id": vol["volume_id"], "capacity": vol["capacity"], "nqn": vol["context"].get("nqn"),
-                "portals": vol["context"].get("portals")}
+        return {
+            "volume_id": vol["volume_id"],
+            "capacity": vol["capacity"],
+            "nqn": vol["context"].get("nqn"),
+            "portals": vol["context"].get("portals"),
+        }
 
     def attach(self, name: str, secrets: dict[str, str] | None = None) -> Step:
         vol = self.ledger[name]
-        reply = self.controller.ControllerPublishVolume(csi_pb2.ControllerPublishVolumeRequest(
-            volume_id=vol["volume_id"], node_id=self.info().node_id, volume_capability=self.capability(vol),
-            volume_context=vol["context"], secrets=secrets or {}), timeout=TIMEOUT)
+        reply = self.controller.ControllerPublishVolume(
+            csi_pb2.ControllerPublishVolumeRequest(
+                volume_id=vol["volume_id"],
+                node_id=self.info().node_id,
+                volume_capability=self.capability(vol),
+                volume_context=vol["context"],
+                secrets=secrets or {},
+            ),
+            timeout=TIMEOUT,
+        )
         vol["publish_context"] = dict(reply.publish_context)
         self.save()
         return {"publish_context": vol["publish_context"]}
@@ -123,33 +140,51 @@ class Csi:
     def stage(self, name: str, secrets: dict[str, str] | None = None) -> Step:
         vol = self.ledger[name]
         Path(vol["staging"]).mkdir(parents=True, exist_ok=True)
-        self.node.NodeStageVolume(csi_pb2.NodeStageVolumeRequest(
-            volume_id=vol["volume_id"], staging_target_path=vol["staging"], volume_capability=self.capability(vol),
-            publish_context=vol.get("publish_context", {}), volume_context=vol["context"], secrets=secrets or {}),
-            timeout=TIMEOUT)
+        self.node.NodeStageVolume(
+            csi_pb2.NodeStageVolumeRequest(
+                volume_id=vol["volume_id"],
+                staging_target_path=vol["staging"],
+                volume_capability=self.capability(vol),
+                publish_context=vol.get("publish_context", {}),
+                volume_context=vol["context"],
+                secrets=secrets or {},
+            ),
+            timeout=TIMEOUT,
+        )
         return {}
 
     def publish(self, name: str, target: str = "", pod: str = "") -> Step:
         vol = self.ledger[name]
         path = target or vol["target"]
         context = {**vol["context"], **({POD_UID: pod} if pod else {})}  # what kubelet adds (podInfoOnMount)
-        self.node.NodePublishVolume(csi_pb2.NodePublishVolumeRequest(
-            volume_id=vol["volume_id"], staging_target_path=vol["staging"], target_path=path,
-            volume_capability=self.capability(vol), publish_context=vol.get("publish_context", {}),
-            volume_context=context), timeout=TIMEOUT)
+        self.node.NodePublishVolume(
+            csi_pb2.NodePublishVolumeRequest(
+                volume_id=vol["volume_id"],
+                staging_target_path=vol["staging"],
+                target_path=path,
+                volume_capability=self.capability(vol),
+                publish_context=vol.get("publish_context", {}),
+                volume_context=context,
+            ),
+            timeout=TIMEOUT,
+        )
         return {"target": path}
 
     def unpublish(self, name: str, target: str = "") -> Step:
         vol = self.ledger[name]
-        self.node.NodeUnpublishVolume(csi_pb2.NodeUnpublishVolumeRequest(
-            volume_id=vol["volume_id"], target_path=target or vol["target"]), timeout=TIMEOUT)
+        self.node.NodeUnpublishVolume(
+            csi_pb2.NodeUnpublishVolumeRequest(volume_id=vol["volume_id"], target_path=target or vol["target"]),
+            timeout=TIMEOUT,
+        )
         return {}
 
     def modify(self, name: str, params: dict[str, str]) -> Step:
         """ControllerModifyVolume with ``params`` as the mutable parameters (a VolumeAttributesClass change)."""
         vol = self.ledger[name]
-        self.controller.ControllerModifyVolume(csi_pb2.ControllerModifyVolumeRequest(
-            volume_id=vol["volume_id"], mutable_parameters=params), timeout=TIMEOUT)
+        self.controller.ControllerModifyVolume(
+            csi_pb2.ControllerModifyVolumeRequest(volume_id=vol["volume_id"], mutable_parameters=params),
+            timeout=TIMEOUT,
+        )
         return {"modified_at": time.time()}
 
     def access(self, name: str, mode: str) -> Step:
@@ -160,14 +195,18 @@ class Csi:
 
     def unstage(self, name: str) -> Step:
         vol = self.ledger[name]
-        self.node.NodeUnstageVolume(csi_pb2.NodeUnstageVolumeRequest(
-            volume_id=vol["volume_id"], staging_target_path=vol["staging"]), timeout=TIMEOUT)
+        self.node.NodeUnstageVolume(
+            csi_pb2.NodeUnstageVolumeRequest(volume_id=vol["volume_id"], staging_target_path=vol["staging"]),
+            timeout=TIMEOUT,
+        )
         return {}
 
     def detach(self, name: str) -> Step:
         vol = self.ledger[name]
-        self.controller.ControllerUnpublishVolume(csi_pb2.ControllerUnpublishVolumeRequest(
-            volume_id=vol["volume_id"], node_id=self.info().node_id), timeout=TIMEOUT)
+        self.controller.ControllerUnpublishVolume(
+            csi_pb2.ControllerUnpublishVolumeRequest(volume_id=vol["volume_id"], node_id=self.info().node_id),
+            timeout=TIMEOUT,
+        )
         return {}
 
     def delete(self, name: str) -> Step:
@@ -190,37 +229,54 @@ class Csi:
 
     def stats(self, name: str) -> Step:
         vol = self.ledger[name]
-        reply = self.node.NodeGetVolumeStats(csi_pb2.NodeGetVolumeStatsRequest(
-            volume_id=vol["volume_id"], volume_path=vol["target"], staging_target_path=vol["staging"]),
-            timeout=TIMEOUT)
+        reply = self.node.NodeGetVolumeStats(
+            csi_pb2.NodeGetVolumeStatsRequest(
+                volume_id=vol["volume_id"], volume_path=vol["target"], staging_target_path=vol["staging"]
+            ),
+            timeout=TIMEOUT,
+        )
         usage = {csi_pb2.VolumeUsage.Unit.Name(u.unit): {"total": u.total, "used": u.used} for u in reply.usage}
         return {"usage": usage}
 
     def health(self, name: str) -> Step:
         """NodeGetVolumeHealth and ControllerGetVolumeHealth: [status, reason, message] entries of each."""
         vol = self.ledger[name]
-        node = self.node.NodeGetVolumeHealth(csi_pb2.NodeGetVolumeHealthRequest(
-            volume_id=vol["volume_id"], volume_publish_path=vol["target"], staging_target_path=vol["staging"]),
-            timeout=TIMEOUT).volume_health
-        ctl = self.controller.ControllerGetVolumeHealth(csi_pb2.ControllerGetVolumeHealthRequest(
-            volume_id=vol["volume_id"]), timeout=TIMEOUT).volume_health
+        node = self.node.NodeGetVolumeHealth(
+            csi_pb2.NodeGetVolumeHealthRequest(
+                volume_id=vol["volume_id"], volume_publish_path=vol["target"], staging_target_path=vol["staging"]
+            ),
+            timeout=TIMEOUT,
+        ).volume_health
+        ctl = self.controller.ControllerGetVolumeHealth(
+            csi_pb2.ControllerGetVolumeHealthRequest(volume_id=vol["volume_id"]), timeout=TIMEOUT
+        ).volume_health
 
         def entries(health: csi_pb2.VolumeHealth) -> list[list[str]]:
-            return [[csi_pb2.VolumeHealthErrorType.Name(e.status), e.reason, e.message]
-                    for e in health.health_statuses]
+            return [[csi_pb2.VolumeHealthErrorType.Name(e.status), e.reason, e.message] for e in health.health_statuses]
 
         return {"node": entries(node), "controller": entries(ctl)}
 
     def expand(self, name: str, size: int) -> Step:
         vol = self.ledger[name]
         rng = csi_pb2.CapacityRange(required_bytes=size)
-        ctrl = self.controller.ControllerExpandVolume(csi_pb2.ControllerExpandVolumeRequest(
-            volume_id=vol["volume_id"], capacity_range=rng, volume_capability=self.capability(vol)), timeout=TIMEOUT)
+        ctrl = self.controller.ControllerExpandVolume(
+            csi_pb2.ControllerExpandVolumeRequest(
+                volume_id=vol["volume_id"], capacity_range=rng, volume_capability=self.capability(vol)
+            ),
+            timeout=TIMEOUT,
+        )
         node_bytes = 0
         if ctrl.node_expansion_required:
-            node_bytes = self.node.NodeExpandVolume(csi_pb2.NodeExpandVolumeRequest(
-                volume_id=vol["volume_id"], volume_path=vol["target"], staging_target_path=vol["staging"],
-                capacity_range=rng, volume_capability=self.capability(vol)), timeout=TIMEOUT).capacity_bytes
+            node_bytes = self.node.NodeExpandVolume(
+                csi_pb2.NodeExpandVolumeRequest(
+                    volume_id=vol["volume_id"],
+                    volume_path=vol["target"],
+                    staging_target_path=vol["staging"],
+                    capacity_range=rng,
+                    volume_capability=self.capability(vol),
+                ),
+                timeout=TIMEOUT,
+            ).capacity_bytes
         vol["capacity"] = ctrl.capacity_bytes
         self.save()
         fs_bytes = 0
@@ -237,51 +293,27 @@ class Csi:
 
     def write_dataset(self, name: str, files: int = 64, kib: int = 512) -> Step:
         vol = self.ledger[name]
-        root = Path(vol["target"]) / "dataset"
-        root.mkdir(exist_ok=True)
-        manifest = {}
-        for i in range(files):
-            data = os.urandom(kib << 10)
-            path = root / f"shard-{i:05d}.bin"
-            path.write_bytes(data)
-            manifest[path.name] = hashlib.sha256(data).hexdigest()
-        os.sync()
-        vol["manifest"] = manifest
+        vol["manifest"] = write_dataset(Path(vol["target"]) / "dataset", files, kib)
         self.save()
         return {"files": files, "bytes": files * (kib << 10)}
 
     def verify_dataset(self, name: str) -> Step:
         vol = self.ledger[name]
-        root = Path(vol["target"]) / "dataset"
-        Path("/proc/sys/vm/drop_caches").write_text("3")  # read from the device, not the page cache
-        verified = mismatched = 0
-        bad = []
-        for file, digest in vol["manifest"].items():
-            data = (root / file).read_bytes()
-            if hashlib.sha256(data).hexdigest() == digest:
-                verified += len(data)
-            else:
-                mismatched += 1
-                bad.append(file)
-        return {"bytes_verified": verified, "files": len(vol["manifest"]), "mismatched": mismatched, "bad": bad[:5]}
+        return verify_dataset(Path(vol["target"]) / "dataset", vol["manifest"])
 
 
 def run(socket: str, steps: list[Step]) -> list[Step]:
     csi = Csi(socket)
-    ops: dict[str, Callable[..., Step]] = {
-        name.replace("_", "-"): getattr(csi, name) for name in (
-            "create", "attach", "stage", "publish", "unpublish", "unstage", "detach", "delete", "up", "down",
-            "stats", "health", "expand", "probe_target", "write_dataset", "verify_dataset", "access",
-            "modify")
-    }
+    ops: dict[str, Callable[..., Step]] = {name.replace("_", "-"): getattr(csi, name) for name in OPS}
     results = []
     for step in steps:
         args = dict(step)
         op = ops[args.pop("op")]
         begin = time.monotonic()
         result = op(**args)
-        results.append({"op": step["op"], "name": step.get("name"), **result,
-                        "seconds": round(time.monotonic() - begin, 3)})
+        results.append(
+            {"op": step["op"], "name": step.get("name"), **result, "seconds": round(time.monotonic() - begin, 3)}
+        )
     return results
 
 

@@ -80,9 +80,12 @@ def _csi_phases(report: DemoReport, steps: list[dict[str, Any]]) -> None:
 def _exercise(driver: GuestDriver, report: DemoReport, say: Say, size: int, files: int) -> None:
     vm, fabric = driver.vm, Fabric(driver.vm)
     with _phase(report, "provision, attach, stage, publish (CSI)", say):
-        steps = driver.csi({"op": "create", "name": "demo", "size": size, "mode": "mount", "fs": "ext4"},
-                           {"op": "attach", "name": "demo"}, {"op": "stage", "name": "demo"},
-                           {"op": "publish", "name": "demo"})
+        steps = driver.csi(
+            {"op": "create", "name": "demo", "size": size, "mode": "mount", "fs": "ext4"},
+            {"op": "attach", "name": "demo"},
+            {"op": "stage", "name": "demo"},
+            {"op": "publish", "name": "demo"},
+        )
     _csi_phases(report, steps)
     nqn = steps[0]["nqn"]
     report.capacity_before = steps[0]["capacity"]
@@ -93,8 +96,10 @@ def _exercise(driver: GuestDriver, report: DemoReport, say: Say, size: int, file
     say(f"volume {steps[0]['volume_id']}: portals {steps[0]['portals']}, ANA {report.ana_before}")
 
     with _phase(report, f"write data set ({files} files x 1 MiB)", say):
-        steps = driver.csi({"op": "write-dataset", "name": "demo", "files": files, "kib": 1024},
-                           {"op": "probe-target", "name": "demo", "mib": 16})
+        steps = driver.csi(
+            {"op": "write-dataset", "name": "demo", "files": files, "kib": 1024},
+            {"op": "probe-target", "name": "demo", "mib": 16},
+        )
     report.bytes_written = steps[0]["bytes"]
 
     with _phase(report, "fail over under I/O (ANA group a -> inaccessible)", say):
@@ -102,34 +107,48 @@ def _exercise(driver: GuestDriver, report: DemoReport, say: Say, size: int, file
         time.sleep(3)
         driver.agent.ctl("ana", "set", "a", "inaccessible")
         result = probe.result()
-    report.probe = {"ios": result.ios, "errors": result.errors, "longest_stall_s": result.max_gap_s,
-                    "ios_after_last_stall": result.ios_after_last_stall}
+    report.probe = {
+        "ios": result.ios,
+        "errors": result.errors,
+        "longest_stall_s": result.max_gap_s,
+        "ios_after_last_stall": result.ios_after_last_stall,
+    }
     report.ana_after = _ana(fabric, nqn)
     report.check("I/O through the failover", result.errors == 0 and result.ios_after_last_stall > 0, result.line())
     moved = report.ana_after.get("127.0.0.1") == "inaccessible" and report.ana_after.get("127.0.0.2") in (
-        "optimized", "non-optimized")
+        "optimized",
+        "non-optimized",
+    )
     report.check("ANA moved to the other path", moved, f"{report.ana_before} -> {report.ana_after}")
 
     with _phase(report, "read everything back (page cache dropped)", say):
         verify = driver.one("verify-dataset", "demo")
     report.bytes_verified = verify["bytes_verified"]
-    report.check("data set read back", verify["mismatched"] == 0 and report.bytes_verified == report.bytes_written,
-                 f"{report.bytes_verified} of {report.bytes_written} bytes, {verify['mismatched']} files differ")
+    report.check(
+        "data set read back",
+        verify["mismatched"] == 0 and report.bytes_verified == report.bytes_written,
+        f"{report.bytes_verified} of {report.bytes_written} bytes, {verify['mismatched']} files differ",
+    )
 
     with _phase(report, "expand online (controller + node)", say):
         grown = driver.one("expand", "demo", size=2 * size)
     report.capacity_after = grown["controller_bytes"]
-    report.check("volume and filesystem grew", grown["controller_bytes"] >= 2 * size
-                 and grown["filesystem_bytes"] > size, f"volume {grown['controller_bytes']} B, "
-                 f"ext4 {grown['filesystem_bytes']} B")
+    report.check(
+        "volume and filesystem grew",
+        grown["controller_bytes"] >= 2 * size and grown["filesystem_bytes"] > size,
+        f"volume {grown['controller_bytes']} B, ext4 {grown['filesystem_bytes']} B",
+    )
 
     with _phase(report, "unpublish, unstage, detach, delete (CSI)", say):
         driver.agent.ctl("ana", "set", "a", "optimized")
         driver.agent.ctl("ana", "set", "b", "optimized")
         steps = driver.csi({"op": "down", "name": "demo"})
     left = fabric.paths(nqn)
-    report.check("nothing left connected or mounted", not left and not driver.mounts(),
-                 f"{len(left)} controllers, {len(driver.mounts())} mounts")
+    report.check(
+        "nothing left connected or mounted",
+        not left and not driver.mounts(),
+        f"{len(left)} controllers, {len(driver.mounts())} mounts",
+    )
 
 
 def run_demo(say: Say = print, size_mib: int = 512, files: int = 64) -> DemoReport:

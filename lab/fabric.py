@@ -156,13 +156,31 @@ class Fabric:
 
     # -- initiator -----------------------------------------------------------------------------------------
     def connect(
-        self, portal: Portal, nqn: str, ctrl_loss_tmo: int = 60, reconnect_delay: int = 1, keep_alive_tmo: int = 5,
+        self,
+        portal: Portal,
+        nqn: str,
+        ctrl_loss_tmo: int = 60,
+        reconnect_delay: int = 1,
+        keep_alive_tmo: int = 5,
         extra: Sequence[str] = (),
     ) -> None:
         self.vm.check(
-            ["nvme", "connect", "-t", portal.trtype, "-a", portal.traddr, "-s", str(portal.trsvcid), "-n", nqn,
-             f"--ctrl-loss-tmo={ctrl_loss_tmo}", f"--reconnect-delay={reconnect_delay}",
-             f"--keep-alive-tmo={keep_alive_tmo}", *extra],
+            [
+                "nvme",
+                "connect",
+                "-t",
+                portal.trtype,
+                "-a",
+                portal.traddr,
+                "-s",
+                str(portal.trsvcid),
+                "-n",
+                nqn,
+                f"--ctrl-loss-tmo={ctrl_loss_tmo}",
+                f"--reconnect-delay={reconnect_delay}",
+                f"--keep-alive-tmo={keep_alive_tmo}",
+                *extra,
+            ],
             timeout=60,
         )
 
@@ -214,8 +232,29 @@ class Fabric:
         if on:
             if "prio" not in self.vm.check(["tc", "qdisc", "show", "dev", "lo"]):
                 self.vm.check(["tc", "qdisc", "add", "dev", "lo", "root", "handle", "1:", "prio"])
-            self.vm.check(["tc", "filter", "add", "dev", "lo", "parent", "1:", "protocol", "ip", "prio", "1", "u32",
-                           "match", "ip", "dport", str(trsvcid), "0xffff", "action", "drop"])
+            self.vm.check(
+                [
+                    "tc",
+                    "filter",
+                    "add",
+                    "dev",
+                    "lo",
+                    "parent",
+                    "1:",
+                    "protocol",
+                    "ip",
+                    "prio",
+                    "1",
+                    "u32",
+                    "match",
+                    "ip",
+                    "dport",
+                    str(trsvcid),
+                    "0xffff",
+                    "action",
+                    "drop",
+                ]
+            )
         else:
             self.vm.run(["tc", "qdisc", "del", "dev", "lo", "root"], 10)
 

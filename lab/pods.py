@@ -26,7 +26,7 @@ def pod_path(uid: str, qos: str = "burstable", driver: str = "systemd") -> str:
 
 def make_pod(vm: LabVM, uid: str, qos: str = "burstable", driver: str = "systemd") -> str:
     path = pod_path(uid, qos, driver)
-    parts = path[len(ROOT) + 1:].split("/")
+    parts = path[len(ROOT) + 1 :].split("/")
     folder = ROOT
     for part in parts:  # enable io (and the writeback pair, memory) for the children of every level
         vm.check(["sh", "-c", f"echo '+io +memory' > {folder}/cgroup.subtree_control"], timeout=30)

@@ -28,18 +28,29 @@ class ProbeResult:
         return self.io_errors + self.verify_errors
 
     def line(self) -> str:
-        return (f"ios={self.ios} errors={self.errors} (io={self.io_errors} verify={self.verify_errors}) "
-                f"longest_stall={self.max_gap_s:.3f}s stalls={self.stalls[:3]} resumed_ios={self.ios_after_last_stall}")
+        return (
+            f"ios={self.ios} errors={self.errors} (io={self.io_errors} verify={self.verify_errors}) "
+            f"longest_stall={self.max_gap_s:.3f}s stalls={self.stalls[:3]} resumed_ios={self.ios_after_last_stall}"
+        )
 
 
 class IoProbe:
     """An I/O probe running on a guest device."""
 
-    def __init__(self, vm: LabVM, device: str, seconds: float, stall_ms: float = 200.0, timeline_ms: float = 0.0
-                 ) -> None:
+    def __init__(
+        self, vm: LabVM, device: str, seconds: float, stall_ms: float = 200.0, timeline_ms: float = 0.0
+    ) -> None:
         self.device, self.seconds = device, seconds
-        argv = [vm.python, str(PROBE), device, str(seconds), "--stall-ms", str(stall_ms),
-                "--timeline-ms", str(timeline_ms)]
+        argv = [
+            vm.python,
+            str(PROBE),
+            device,
+            str(seconds),
+            "--stall-ms",
+            str(stall_ms),
+            "--timeline-ms",
+            str(timeline_ms),
+        ]
         self._pending: Pending = vm.submit(argv, timeout=seconds + 180)
 
     def result(self) -> ProbeResult:

@@ -59,8 +59,10 @@ def config(targets: dict[str, str], interval: str, rules: Path | str = RULES) ->
     jobs = "".join(
         f"  - job_name: {job}\n    static_configs:\n      - targets: ['{target}']\n" for job, target in targets.items()
     )
-    return (f"global:\n  scrape_interval: {interval}\n  evaluation_interval: {interval}\n"
-            f"rule_files:\n  - {rules}\nscrape_configs:\n{jobs}")
+    return (
+        f"global:\n  scrape_interval: {interval}\n  evaluation_interval: {interval}\n"
+        f"rule_files:\n  - {rules}\nscrape_configs:\n{jobs}"
+    )
 
 
 class Prometheus(ABC):
@@ -78,8 +80,13 @@ class Prometheus(ABC):
     def argv(self, work: str, listen: str) -> list[str]:
         if not BINARY.exists():
             raise LabError(f"{BINARY} is missing: run ./dev setup (it builds Prometheus from its Go module)")
-        return [str(BINARY.resolve()), f"--config.file={work}/prometheus.yml", f"--storage.tsdb.path={work}/data",
-                f"--web.listen-address={listen}", "--log.level=warn"]
+        return [
+            str(BINARY.resolve()),
+            f"--config.file={work}/prometheus.yml",
+            f"--storage.tsdb.path={work}/data",
+            f"--web.listen-address={listen}",
+            "--log.level=warn",
+        ]
 
     def start(self, timeout: float = 180) -> float:
         """Start; returns the seconds until Prometheus was ready with every target up."""
@@ -95,8 +102,9 @@ class Prometheus(ABC):
             time.sleep(2)
         raise LabError(f"Prometheus did not become ready with every target up:\n{self.log_tail()}")
 
-    def query(self, instant: Sequence[str] = (), ranged: Sequence[str] = (), start: float = 0, end: float = 0,
-              step: float = 2) -> dict[str, Any]:
+    def query(
+        self, instant: Sequence[str] = (), ranged: Sequence[str] = (), start: float = 0, end: float = 0, step: float = 2
+    ) -> dict[str, Any]:
         """Instant and range queries in one batch, and the alerts (see the module docstring). A Prometheus that
         stopped answering ready (``/-/ready``: 503 while it is busy) is asked again for up to ``ready_wait``
         seconds; after that :class:`LabError` with its log."""
@@ -111,8 +119,9 @@ class Prometheus(ABC):
             time.sleep(1)
 
     @staticmethod
-    def _request(instant: Sequence[str] = (), ranged: Sequence[str] = (), start: float = 0, end: float = 0,
-                 step: float = 2) -> dict[str, Any]:
+    def _request(
+        instant: Sequence[str] = (), ranged: Sequence[str] = (), start: float = 0, end: float = 0, step: float = 2
+    ) -> dict[str, Any]:
         return {"instant": list(instant), "range": list(ranged), "start": start, "end": end, "step": step}
 
     @abstractmethod
@@ -150,7 +159,8 @@ class GuestPrometheus(Prometheus):
         self.vm.write(f"{WORK}/alerts.yaml", self.rules)
         self.vm.write(f"{WORK}/prometheus.yml", config(self.targets, self.interval, f"{WORK}/alerts.yaml"))
         self._pending = self.vm.submit(
-            ["sh", "-c", f'echo $$ > {WORK}/pid; exec "$@" >{WORK}/log 2>&1', "prometheus", *argv], timeout=7200)
+            ["sh", "-c", f'echo $$ > {WORK}/pid; exec "$@" >{WORK}/log 2>&1', "prometheus", *argv], timeout=7200
+        )
 
     def _exited(self) -> bool:
         return self._pending is None or self._pending.done()
@@ -159,8 +169,9 @@ class GuestPrometheus(Prometheus):
         return self.vm.run(["tail", "-n", "30", f"{WORK}/log"], 10).out
 
     def _query(self, request: dict[str, Any]) -> dict[str, Any]:
-        out = self.vm.check([self.vm.python, "-m", "lab.prometheus", self.url, json.dumps(request)], timeout=300,
-                            cwd=str(REPO))
+        out = self.vm.check(
+            [self.vm.python, "-m", "lab.prometheus", self.url, json.dumps(request)], timeout=300, cwd=str(REPO)
+        )
         result: dict[str, Any] = json.loads(out.strip().splitlines()[-1])
         return result
 
@@ -231,8 +242,9 @@ def _run(url: str, request: dict[str, Any]) -> dict[str, Any]:
     for expr in request.get("instant", []):
         out["instant"][expr] = get("/api/v1/query", query=expr)["result"]
     for expr in request.get("range", []):
-        out["range"][expr] = get("/api/v1/query_range", query=expr, start=request["start"], end=request["end"],
-                                 step=request["step"])["result"]
+        out["range"][expr] = get(
+            "/api/v1/query_range", query=expr, start=request["start"], end=request["end"], step=request["step"]
+        )["result"]
     out["alerts"] = get("/api/v1/alerts")["alerts"]
     return out
 

@@ -32,12 +32,40 @@ DRIVER_METRICS = "127.0.0.1:9810"  # /metrics of the driver (controller + node) 
 class GuestDriver:
     def __init__(self, vm: LabVM, agent: GuestTargetAgent, log_level: str = "INFO") -> None:
         self.vm, self.agent = vm, agent
-        self.process = GuestProcess(vm, "driver", [
-            vm.python, "-m", "nvmeof_csi", "serve", "--mode", "all", "--backend", "nvmeof",
-            "--fabric-map", FABRIC_MAP, "--fabric", "lab", "--endpoint", f"unix://{DRIVER_SOCK}",
-            "--state-dir", NODE_STATE, "--max-volumes-per-node", "8", "--log-level", log_level,
-            "--kubelet-root", KUBELET_ROOT, "--metrics-listen", DRIVER_METRICS, "--qos-period", str(QOS_PERIOD),
-        ], DRIVER_SOCK, DRIVER_LOG)
+        self.process = GuestProcess(
+            vm,
+            "driver",
+            [
+                vm.python,
+                "-m",
+                "nvmeof_csi",
+                "serve",
+                "--mode",
+                "all",
+                "--backend",
+                "nvmeof",
+                "--fabric-map",
+                FABRIC_MAP,
+                "--fabric",
+                "lab",
+                "--endpoint",
+                f"unix://{DRIVER_SOCK}",
+                "--state-dir",
+                NODE_STATE,
+                "--max-volumes-per-node",
+                "8",
+                "--log-level",
+                log_level,
+                "--kubelet-root",
+                KUBELET_ROOT,
+                "--metrics-listen",
+                DRIVER_METRICS,
+                "--qos-period",
+                str(QOS_PERIOD),
+            ],
+            DRIVER_SOCK,
+            DRIVER_LOG,
+        )
 
     def start(self) -> float:
         return self.process.start()
@@ -51,8 +79,9 @@ class GuestDriver:
         return self.process.start()
 
     def csi(self, *steps: dict[str, Any], timeout: float = 900) -> list[dict[str, Any]]:
-        out = self.vm.check([self.vm.python, "-m", "lab.csi_ops", DRIVER_SOCK, json.dumps(list(steps))],
-                            timeout=timeout, cwd=str(REPO))
+        out = self.vm.check(
+            [self.vm.python, "-m", "lab.csi_ops", DRIVER_SOCK, json.dumps(list(steps))], timeout=timeout, cwd=str(REPO)
+        )
         result: list[dict[str, Any]] = json.loads(out.strip().splitlines()[-1])
         return result
 

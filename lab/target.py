@@ -78,9 +78,24 @@ class GuestTargetAgent:
         self._process: GuestProcess | None = None
 
     def argv(self, prune: bool = False) -> list[str]:
-        argv = [self.vm.python, "-m", "nvmeof_csi", "agent", "--name", self.name, "--state-dir", STATE_DIR,
-                "--pool-dir", POOL_DIR, "--listen-unix", f"unix://{AGENT_SOCK}", "--grace-seconds", "5",
-                "--metrics-listen", AGENT_METRICS]
+        argv = [
+            self.vm.python,
+            "-m",
+            "nvmeof_csi",
+            "agent",
+            "--name",
+            self.name,
+            "--state-dir",
+            STATE_DIR,
+            "--pool-dir",
+            POOL_DIR,
+            "--listen-unix",
+            f"unix://{AGENT_SOCK}",
+            "--grace-seconds",
+            "5",
+            "--metrics-listen",
+            AGENT_METRICS,
+        ]
         for portal, group in zip(self.portals, self.groups, strict=True):
             argv += ["--portal", f"{portal.port_id}:{portal.trtype}:{portal.traddr}:{portal.trsvcid}:{group}"]
         return [*argv, *(["--prune"] if prune else [])]
@@ -99,20 +114,22 @@ class GuestTargetAgent:
 
     def ctl(self, *args: str, timeout: float = 120) -> Any:
         """``nvmeofctl --agent ... -o json ARGS`` in the guest; returns the parsed JSON."""
-        out = self.vm.check([self.vm.python, "-m", "nvmeof_csi.cli.main", "--agent", f"unix://{AGENT_SOCK}",
-                             "-o", "json", *args], timeout=timeout)
+        out = self.vm.check(
+            [self.vm.python, "-m", "nvmeof_csi.cli.main", "--agent", f"unix://{AGENT_SOCK}", "-o", "json", *args],
+            timeout=timeout,
+        )
         return json.loads(out)
 
     def ops(self, *args: str, timeout: float = 300) -> Any:
         """One ``tests.support.guest_ops`` call in the guest (several agent operations in one process)."""
-        out = self.vm.check([self.vm.python, "-m", "tests.support.guest_ops", AGENT_SOCK, *args], timeout=timeout,
-                            cwd=str(REPO))
+        out = self.vm.check(
+            [self.vm.python, "-m", "tests.support.guest_ops", AGENT_SOCK, *args], timeout=timeout, cwd=str(REPO)
+        )
         return json.loads(out.strip().splitlines()[-1])
 
     def wipe(self) -> None:
         """Forget everything (state and pool) -- between tests only, with the agent stopped."""
         self.vm.run(["rm", "-rf", "/scratch/agent"], 60)
-
 
 
 FABRIC_MAP = "/run/nvmeof-csi/fabric.yaml"
@@ -144,8 +161,11 @@ def running_agent(vm: LabVM, fabric: str = "lab", rdma: bool = False) -> Iterato
     agent.wipe()
     agent.start()
     transports = "[tcp, rdma]" if rdma else "[tcp]"
-    vm.write(FABRIC_MAP, f"agents:\n  - {{name: {agent.name}, endpoint: 'unix://{AGENT_SOCK}', fabric: {fabric}, "
-             f"transports: {transports}}}\n")
+    vm.write(
+        FABRIC_MAP,
+        f"agents:\n  - {{name: {agent.name}, endpoint: 'unix://{AGENT_SOCK}', fabric: {fabric}, "
+        f"transports: {transports}}}\n",
+    )
     try:
         yield agent
     finally:

@@ -32,8 +32,17 @@ from lab.build import LAB_DIR, BuildInfo
 from lab.guest_calls import BootCrash, GuestError, GuestTimeout, LabError, Pending, Result, VMExited
 from lab.host import VM_NAME, die_with_parent, kvm_usable
 
-__all__ = ["TCG_SAFE_BOOT", "BootCrash", "GuestError", "GuestTimeout", "LabError", "LabVM", "Pending",
-           "Result", "VMExited"]
+__all__ = [
+    "TCG_SAFE_BOOT",
+    "BootCrash",
+    "GuestError",
+    "GuestTimeout",
+    "LabError",
+    "LabVM",
+    "Pending",
+    "Result",
+    "VMExited",
+]
 
 AGENT = LAB_DIR / "guest" / "agent.py"
 
@@ -50,8 +59,13 @@ TCG_SAFE_BOOT = ("no_timer_check", "tsc=reliable")
 def copy_disk(source: Path, target: Path) -> subprocess.CompletedProcess[str]:
     """``cp`` of a disk image that keeps it sparse (a reflink where the filesystem offers one); the finished
     process, stderr captured, not checked."""
-    return subprocess.run(["cp", "--sparse=always", "--reflink=auto", str(source), str(target)],
-                          capture_output=True, text=True, timeout=900, check=False)
+    return subprocess.run(
+        ["cp", "--sparse=always", "--reflink=auto", str(source), str(target)],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+    )
 
 
 class LabVM:
@@ -99,6 +113,7 @@ class LabVM:
         qboot = Path("/usr/share/qemu/qboot.rom")
         python = os.environ.get("LAB_GUEST_PYTHON", "/usr/bin/python3")
         append = f"console=ttyS0 quiet panic=-1 {' '.join(TCG_SAFE_BOOT)} lab.agent={AGENT} lab.python={python}"
+        # fmt: off
         return [
             "qemu-system-x86_64", "-name", VM_NAME, *accel, *(["-bios", str(qboot)] if qboot.exists() else []),
             "-M", "q35", "-m", str(self.mem_mb), "-smp", str(self.cpus),
@@ -111,6 +126,7 @@ class LabVM:
             "-chardev", f"socket,id=ctl,path={sock},server=on,wait=on",
             "-device", "virtserialport,chardev=ctl,name=ctl",
         ]
+        # fmt: on
 
     def start(self) -> LabVM:
         """Boot and wait for the guest agent. A guest kernel that crashes while booting, before anything of ours
@@ -128,7 +144,10 @@ class LabVM:
         t0 = time.monotonic()
         with open(self.rundir / "qemu.out", "ab") as qemu_out:
             self.proc = subprocess.Popen(
-                self._argv(sock_path), stdin=subprocess.DEVNULL, stdout=qemu_out, stderr=subprocess.STDOUT,
+                self._argv(sock_path),
+                stdin=subprocess.DEVNULL,
+                stdout=qemu_out,
+                stderr=subprocess.STDOUT,
                 preexec_fn=die_with_parent,  # noqa: PLW1509 - only prctl, no locks taken
             )
         sock = socket.socket(socket.AF_UNIX)
@@ -192,8 +211,10 @@ class LabVM:
 
     def exit_report(self, doing: str) -> str:
         rc = self.proc.poll() if self.proc is not None else None
-        return (f"the lab VM exited (qemu rc={rc}) while {doing}; console:\n{self._tail('console.log')}\n"
-                f"qemu:\n{self._tail('qemu.out', 1500)}")
+        return (
+            f"the lab VM exited (qemu rc={rc}) while {doing}; console:\n{self._tail('console.log')}\n"
+            f"qemu:\n{self._tail('qemu.out', 1500)}"
+        )
 
     def _tail(self, name: str, size: int = 4000) -> str:
         try:

@@ -97,8 +97,19 @@ class CommandError(DriverError):
 
 def error_for(code: grpc.StatusCode, message: str) -> DriverError:
     """The domain error for a status a peer returned (the reverse of the boundary's mapping)."""
-    for cls in (InvalidArgument, NotFound, AlreadyExists, FailedPrecondition, OutOfRange, ResourceExhausted,
-                Aborted, PermissionDenied, Unavailable, DeadlineExceeded, Unimplemented):
+    for cls in (
+        InvalidArgument,
+        NotFound,
+        AlreadyExists,
+        FailedPrecondition,
+        OutOfRange,
+        ResourceExhausted,
+        Aborted,
+        PermissionDenied,
+        Unavailable,
+        DeadlineExceeded,
+        Unimplemented,
+    ):
         if cls.code == code:
             return cls(message)
     return DriverError(f"{code.name}: {message}")

@@ -53,8 +53,15 @@ def run_argv(
     environ = dict(os.environ, PATH=PATH, HOME="/root")
     environ.update(env or {})
     t0 = time.monotonic()
-    proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            cwd=cwd, env=environ, start_new_session=True)
+    proc = subprocess.Popen(
+        argv,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        cwd=cwd,
+        env=environ,
+        start_new_session=True,
+    )
     try:
         out, err = proc.communicate(stdin.encode(), timeout=timeout)
         rc = proc.returncode
@@ -66,8 +73,12 @@ def run_argv(
         except subprocess.TimeoutExpired:  # stuck in D state (I/O with all paths down): leave it
             out, err = b"", b""
         rc, err = -9, err + f"\n[agent] timeout after {timeout}s".encode()
-    return {"rc": rc, "out": out.decode(errors="replace"), "err": err.decode(errors="replace"),
-            "t": round(time.monotonic() - t0, 4)}
+    return {
+        "rc": rc,
+        "out": out.decode(errors="replace"),
+        "err": err.decode(errors="replace"),
+        "t": round(time.monotonic() - t0, 4),
+    }
 
 
 def file_op(req: dict[str, Any]) -> Reply:
@@ -147,7 +158,7 @@ class Channel:
         data = (json.dumps(obj) + "\n").encode()
         with self.lock:
             while data:
-                data = data[os.write(self.fd, data):]
+                data = data[os.write(self.fd, data) :]
 
     def handle(self, req: dict[str, Any]) -> None:
         rid, op = req.get("id"), req.get("op", "exec")
@@ -206,8 +217,17 @@ def main() -> None:
     nqn, host_id = identity()
     with open("/proc/uptime") as f:
         up = float(f.read().split()[0])
-    channel.send({"id": 0, "ready": True, "uptime": up, "kernel": os.uname().release, "hostnqn": nqn,
-                  "hostid": host_id, "scratch": scratch_state})
+    channel.send(
+        {
+            "id": 0,
+            "ready": True,
+            "uptime": up,
+            "kernel": os.uname().release,
+            "hostnqn": nqn,
+            "hostid": host_id,
+            "scratch": scratch_state,
+        }
+    )
     channel.serve()
 
 

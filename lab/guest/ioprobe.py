@@ -88,10 +88,21 @@ def main() -> None:
         last = done
         seq += 1
     os.close(fd)
-    print(json.dumps({"ios": ios, "io_errors": io_errors, "verify_errors": verify_errors, "errlog": errlog,
-                      "max_gap_s": round(max_gap, 4), "stalls": stalls[:50],
-                      "ios_after_last_stall": after_stall, "seconds": round(time.monotonic() - t0, 3),
-                      **({"timeline": timeline} if a.timeline_ms > 0 else {})}))
+    print(
+        json.dumps(
+            {
+                "ios": ios,
+                "io_errors": io_errors,
+                "verify_errors": verify_errors,
+                "errlog": errlog,
+                "max_gap_s": round(max_gap, 4),
+                "stalls": stalls[:50],
+                "ios_after_last_stall": after_stall,
+                "seconds": round(time.monotonic() - t0, 3),
+                **({"timeline": timeline} if a.timeline_ms > 0 else {}),
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

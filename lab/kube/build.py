@@ -68,17 +68,30 @@ class Go:
 
     def env(self, extra: Mapping[str, str] | None = None) -> dict[str, str]:
         env = dict(os.environ)
-        env.update({"GOWORK": "off", "GOFLAGS": "-mod=mod -buildvcs=false", "GOTOOLCHAIN": "local",
-                    "CGO_ENABLED": "0", "GOCACHE": str(self.gocache)})
+        env.update(
+            {
+                "GOWORK": "off",
+                "GOFLAGS": "-mod=mod -buildvcs=false",
+                "GOTOOLCHAIN": "local",
+                "CGO_ENABLED": "0",
+                "GOCACHE": str(self.gocache),
+            }
+        )
         env.update(extra or {})
         return env
 
-    def run(self, args: Sequence[str], cwd: Path | None = None, timeout: float = 3600,
-            extra: Mapping[str, str] | None = None) -> str:
+    def run(
+        self,
+        args: Sequence[str],
+        cwd: Path | None = None,
+        timeout: float = 3600,
+        extra: Mapping[str, str] | None = None,
+    ) -> str:
         argv = ["go", *args]
         try:
-            proc = subprocess.run(argv, cwd=cwd, env=self.env(extra), capture_output=True, text=True,
-                                  timeout=timeout, check=False)
+            proc = subprocess.run(
+                argv, cwd=cwd, env=self.env(extra), capture_output=True, text=True, timeout=timeout, check=False
+            )
         except (OSError, subprocess.TimeoutExpired) as exc:
             raise KubeBuildError(f"{' '.join(argv)}: {exc}") from exc
         if proc.returncode:
@@ -137,12 +150,20 @@ def build_kubernetes(go: Go, version: str, work: Path, out: Path) -> None:
             _say(f"k8s.io/{name}@{staging_version} not served; a bare go.mod stands in (nothing built imports it)")
     major, minor = version.lstrip("v").split(".")[:2]
     pkg = "k8s.io/component-base/version"
-    ldflags = " ".join([
-        "-s", "-w",
-        f"-X {pkg}.gitVersion={version}", f"-X {pkg}.gitMajor={major}", f"-X {pkg}.gitMinor={minor}",
-        f"-X {pkg}.gitTreeState=clean", f"-X {pkg}.buildDate={time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}",
-        f"-X {pkg}/base.gitVersion={version}", f"-X {pkg}/base.gitMajor={major}", f"-X {pkg}/base.gitMinor={minor}",
-    ])
+    ldflags = " ".join(
+        [
+            "-s",
+            "-w",
+            f"-X {pkg}.gitVersion={version}",
+            f"-X {pkg}.gitMajor={major}",
+            f"-X {pkg}.gitMinor={minor}",
+            f"-X {pkg}.gitTreeState=clean",
+            f"-X {pkg}.buildDate={time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}",
+            f"-X {pkg}/base.gitVersion={version}",
+            f"-X {pkg}/base.gitMajor={major}",
+            f"-X {pkg}/base.gitMinor={minor}",
+        ]
+    )
     for binary in KUBE_BINARIES:
         t0 = time.monotonic()
         go.run(["build", "-trimpath", "-ldflags", ldflags, "-o", str(out / binary), f"./cmd/{binary}"], cwd=src)
@@ -151,8 +172,13 @@ def build_kubernetes(go: Go, version: str, work: Path, out: Path) -> None:
 
 def build_etcd(go: Go, version: str, work: Path, out: Path) -> None:
     root = work / "etcd"
-    for module, place in (("server/v3", "server"), ("api/v3", "api"), ("client/pkg/v3", "client/pkg"),
-                          ("client/v3", "client/v3"), ("pkg/v3", "pkg")):
+    for module, place in (
+        ("server/v3", "server"),
+        ("api/v3", "api"),
+        ("client/pkg/v3", "client/pkg"),
+        ("client/v3", "client/v3"),
+        ("pkg/v3", "pkg"),
+    ):
         copy_writable(go.download(f"go.etcd.io/etcd/{module}", version), root / place)
     go.run(["build", "-trimpath", "-ldflags", "-s -w", "-o", str(out / "etcd"), "."], cwd=root / "server")
 
@@ -162,16 +188,19 @@ def build_containerd(go: Go, version: str, work: Path, out: Path) -> None:
     copy_writable(go.download("github.com/containerd/containerd/v2", version), src)
     tags = "no_btrfs no_devmapper no_zfs no_aufs"
     for cmd in ("containerd", "containerd-shim-runc-v2", "ctr"):
-        go.run(["build", "-trimpath", "-tags", tags, "-ldflags", "-s -w", "-o", str(out / cmd), f"./cmd/{cmd}"],
-               cwd=src)
+        go.run(
+            ["build", "-trimpath", "-tags", tags, "-ldflags", "-s -w", "-o", str(out / cmd), f"./cmd/{cmd}"], cwd=src
+        )
 
 
 def build_cni(go: Go, version: str, work: Path, out: Path) -> None:
     src = work / "cni"
     copy_writable(go.download("github.com/containernetworking/plugins", version), src)
     for plugin in ("main/bridge", "main/loopback", "ipam/host-local"):
-        go.run(["build", "-trimpath", "-ldflags", "-s -w", "-o", str(out / plugin.split("/")[1]),
-                f"./plugins/{plugin}"], cwd=src)
+        go.run(
+            ["build", "-trimpath", "-ldflags", "-s -w", "-o", str(out / plugin.split("/")[1]), f"./plugins/{plugin}"],
+            cwd=src,
+        )
 
 
 def build_crictl(go: Go, version: str, work: Path, out: Path) -> None:
@@ -180,16 +209,28 @@ def build_crictl(go: Go, version: str, work: Path, out: Path) -> None:
     go.run(["build", "-trimpath", "-ldflags", "-s -w", "-o", str(out / "crictl"), "./cmd/crictl"], cwd=src)
 
 
-def _sidecar(module: str, commands: Sequence[str], extra: Sequence[tuple[str, str]] = ()) -> Callable[
-        [Go, str, Path, Path], None]:
+def _sidecar(
+    module: str, commands: Sequence[str], extra: Sequence[tuple[str, str]] = ()
+) -> Callable[[Go, str, Path, Path], None]:
     def recipe(go: Go, version: str, work: Path, out: Path) -> None:
         src = work / "src"
         copy_writable(go.download(module, version), src)
         for mod, place in extra:
             copy_writable(go.download(mod, version), src / place)
         for cmd in commands:
-            go.run(["build", "-trimpath", "-ldflags", f"-s -w -X main.version={version}", "-o", str(out / cmd),
-                    f"./cmd/{cmd}"], cwd=src)
+            go.run(
+                [
+                    "build",
+                    "-trimpath",
+                    "-ldflags",
+                    f"-s -w -X main.version={version}",
+                    "-o",
+                    str(out / cmd),
+                    f"./cmd/{cmd}",
+                ],
+                cwd=src,
+            )
+
     return recipe
 
 
@@ -200,16 +241,30 @@ def components(pins: Mapping[str, str]) -> list[Component]:
         Component("crictl", pins["CRICTL_VERSION"], build_crictl),
         Component("containerd", pins["CONTAINERD_VERSION"], build_containerd),
         Component("etcd", pins["ETCD_VERSION"], build_etcd),
-        Component("csi-provisioner", pins["CSI_PROVISIONER_VERSION"],
-                  _sidecar("github.com/kubernetes-csi/external-provisioner/v6", ["csi-provisioner"])),
-        Component("csi-attacher", pins["CSI_ATTACHER_VERSION"],
-                  _sidecar("github.com/kubernetes-csi/external-attacher/v4", ["csi-attacher"])),
-        Component("csi-resizer", pins["CSI_RESIZER_VERSION"],
-                  _sidecar("github.com/kubernetes-csi/external-resizer/v2", ["csi-resizer"])),
-        Component("csi-snapshotter", pins["EXTERNAL_SNAPSHOTTER_VERSION"],
-                  _sidecar("github.com/kubernetes-csi/external-snapshotter/v8",
-                           ["csi-snapshotter", "snapshot-controller"],
-                           [("github.com/kubernetes-csi/external-snapshotter/client/v8", "client")])),
+        Component(
+            "csi-provisioner",
+            pins["CSI_PROVISIONER_VERSION"],
+            _sidecar("github.com/kubernetes-csi/external-provisioner/v6", ["csi-provisioner"]),
+        ),
+        Component(
+            "csi-attacher",
+            pins["CSI_ATTACHER_VERSION"],
+            _sidecar("github.com/kubernetes-csi/external-attacher/v4", ["csi-attacher"]),
+        ),
+        Component(
+            "csi-resizer",
+            pins["CSI_RESIZER_VERSION"],
+            _sidecar("github.com/kubernetes-csi/external-resizer/v2", ["csi-resizer"]),
+        ),
+        Component(
+            "csi-snapshotter",
+            pins["EXTERNAL_SNAPSHOTTER_VERSION"],
+            _sidecar(
+                "github.com/kubernetes-csi/external-snapshotter/v8",
+                ["csi-snapshotter", "snapshot-controller"],
+                [("github.com/kubernetes-csi/external-snapshotter/client/v8", "client")],
+            ),
+        ),
         Component("kubernetes", pins["KUBERNETES_BUILD_VERSION"], build_kubernetes),
     ]
 

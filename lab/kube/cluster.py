@@ -59,17 +59,23 @@ def kustomize() -> str:
 
 def snapshot_crds() -> list[Path]:
     """The VolumeSnapshot CRDs from the pinned external-snapshotter client module."""
-    snap = Go(Path(tempfile.gettempdir())).download("github.com/kubernetes-csi/external-snapshotter/client/v8",
-                                                    versions()["EXTERNAL_SNAPSHOTTER_VERSION"])
+    snap = Go(Path(tempfile.gettempdir())).download(
+        "github.com/kubernetes-csi/external-snapshotter/client/v8", versions()["EXTERNAL_SNAPSHOTTER_VERSION"]
+    )
     return sorted((snap / "config" / "crd").glob("snapshot.storage.k8s.io_*.yaml"))
 
 
 def tls_secret(name: str, pair: Pair, ca: Path) -> dict[str, Any]:
     def b64(p: Path) -> str:
         return base64.b64encode(p.read_bytes()).decode()
-    return {"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls",
-            "metadata": {"name": name, "namespace": NAMESPACE},
-            "data": {"tls.crt": b64(pair.crt), "tls.key": b64(pair.key), "ca.crt": b64(ca)}}
+
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "type": "kubernetes.io/tls",
+        "metadata": {"name": name, "namespace": NAMESPACE},
+        "data": {"tls.crt": b64(pair.crt), "tls.key": b64(pair.key), "ca.crt": b64(ca)},
+    }
 
 
 class KubeCluster:
@@ -91,11 +97,15 @@ class KubeCluster:
         server = signed(pki, ca, "agent-server", "/CN=lab", [f"IP:{NODE_IP}"], server=True)
         client = signed(pki, ca, "controller", "/CN=controller.nvmeof-csi")
         node = signed(pki, ca, "node", "/CN=lab-node.nvmeof-csi")
-        for name, pair in (("nvmeof-csi-agent-server", server), ("nvmeof-csi-agent-client", client),
-                           ("nvmeof-csi-node-client", node)):
+        for name, pair in (
+            ("nvmeof-csi-agent-server", server),
+            ("nvmeof-csi-agent-client", client),
+            ("nvmeof-csi-node-client", node),
+        ):
             self.cp.apply(tls_secret(name, pair, ca.crt))
-        manifests = subprocess.run([kustomize(), "build", str(REPO / "deploy/overlays/lab")], capture_output=True,
-                                   text=True, check=True).stdout
+        manifests = subprocess.run(
+            [kustomize(), "build", str(REPO / "deploy/overlays/lab")], capture_output=True, text=True, check=True
+        ).stdout
         self.kubectl("apply", "-f", "-", stdin=manifests)
         self.wait_driver_ready()
 
@@ -103,15 +113,20 @@ class KubeCluster:
         """Every workload rolled out and the node plugin registered with kubelet; a VM that exits meanwhile
         is raised at once (:class:`VMExited`), not after ``timeout``."""
         deadline = time.monotonic() + timeout
-        for kind, name in (("daemonset", "nvmeof-csi-agent"), ("daemonset", "nvmeof-csi-node"),
-                           ("deployment", "nvmeof-csi-controller"), ("deployment", "snapshot-controller")):
+        for kind, name in (
+            ("daemonset", "nvmeof-csi-agent"),
+            ("daemonset", "nvmeof-csi-node"),
+            ("deployment", "nvmeof-csi-controller"),
+            ("deployment", "snapshot-controller"),
+        ):
             while True:
                 self.vm.ensure_alive(f"waiting for {kind}/{name} to roll out")
                 left = deadline - time.monotonic()
                 step = int(max(1, min(20, left)))
                 try:
-                    self.kubectl("-n", NAMESPACE, "rollout", "status", f"{kind}/{name}", f"--timeout={step}s",
-                                 timeout=step + 30)
+                    self.kubectl(
+                        "-n", NAMESPACE, "rollout", "status", f"{kind}/{name}", f"--timeout={step}s", timeout=step + 30
+                    )
                     break
                 except KubeError:
                     if left <= step:
@@ -131,7 +146,7 @@ class KubeCluster:
     def driver_logs(self) -> str:
         """Every container log of the driver's pods and the kubelet/containerd tails (read in the guest)."""
         out = [self.node.logs(200)]
-        res = self.vm.sh("for f in /var/log/pods/*/*/*.log; do echo \"--- $f\"; tail -n 80 \"$f\"; done", 60)
+        res = self.vm.sh('for f in /var/log/pods/*/*/*.log; do echo "--- $f"; tail -n 80 "$f"; done', 60)
         out.append(res.out[-60000:])
         for name in ("kube-controller-manager", "kube-scheduler", "kube-apiserver"):
             out.append(f"--- {name}\n{self.cp.log_tail(name, 4000)}")
@@ -173,9 +188,17 @@ def running_cluster(mem_mb: int = 6144, attempts: int = 2) -> Iterator[KubeClust
         disk_key = scratch_cache.key(images, SCRATCH_GB)  # not the driver image: it changes with every commit
         for attempt in range(1, attempts + 1):
             saved = scratch_cache.cached(disk_key)
-            vm = timed(f"node disk: {f'a copy of {saved}' if saved else f'blank (no saved disk {disk_key} yet)'}",
-                       partial(LabVM, mem_mb=mem_mb, cpus=2, scratch_gb=SCRATCH_GB, nic=qemu_netdev(cp.api_port),
-                               scratch_from=saved))
+            vm = timed(
+                f"node disk: {f'a copy of {saved}' if saved else f'blank (no saved disk {disk_key} yet)'}",
+                partial(
+                    LabVM,
+                    mem_mb=mem_mb,
+                    cpus=2,
+                    scratch_gb=SCRATCH_GB,
+                    nic=qemu_netdev(cp.api_port),
+                    scratch_from=saved,
+                ),
+            )
             try:
                 cluster = bring_up(cp, vm, all_images, tag, disk_key)
                 break
@@ -186,8 +209,12 @@ def running_cluster(mem_mb: int = 6144, attempts: int = 2) -> Iterator[KubeClust
                 vm = None
                 if attempt == attempts:
                     raise
-                print(f"kube: the lab VM exited during bring-up (attempt {attempt} of {attempts}); "
-                      f"starting a fresh one. {gone}", file=sys.stderr, flush=True)
+                print(
+                    f"kube: the lab VM exited during bring-up (attempt {attempt} of {attempts}); "
+                    f"starting a fresh one. {gone}",
+                    file=sys.stderr,
+                    flush=True,
+                )
                 cp.kubectl("delete", "node", NODE, "--ignore-not-found", "--wait=false")
         yield cluster
     finally:

@@ -51,8 +51,13 @@ class ControlPlane:
         self.etcd_port, self.etcd_peer = free_port(), free_port()
         self.pki: KubePki = make_pki(rundir / "pki", node, ["127.0.0.1", GUEST_API, SERVICE_IP])
         self.admin_config = kubeconfig(rundir / "admin.conf", self.server, self.pki.ca.crt, self.pki.admin)
-        self.kubelet_config = kubeconfig(rundir / "kubelet.conf", f"https://{GUEST_API}:{GUEST_API_PORT}",
-                                         self.pki.ca.crt, self.pki.kubelet, f"system:node:{node}")
+        self.kubelet_config = kubeconfig(
+            rundir / "kubelet.conf",
+            f"https://{GUEST_API}:{GUEST_API_PORT}",
+            self.pki.ca.crt,
+            self.pki.kubelet,
+            f"system:node:{node}",
+        )
 
     @property
     def server(self) -> str:
@@ -61,7 +66,11 @@ class ControlPlane:
     def _spawn(self, name: str, argv: Sequence[str]) -> None:
         with open(self.rundir / f"{name}.log", "ab") as log:
             self.procs[name] = subprocess.Popen(
-                list(argv), stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, cwd=self.rundir,
+                list(argv),
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                cwd=self.rundir,
                 preexec_fn=die_with_parent,  # noqa: PLW1509 - only prctl
             )
 
@@ -76,56 +85,103 @@ class ControlPlane:
         while time.monotonic() < deadline:
             for name, proc in self.procs.items():
                 if proc.poll() is not None:
-                    raise KubeError(f"{name} exited {proc.returncode} while waiting for {what}:\n"
-                                    f"{self.log_tail(name)}")
+                    raise KubeError(f"{name} exited {proc.returncode} while waiting for {what}:\n{self.log_tail(name)}")
             if ok():
                 return
             time.sleep(0.5)
-        raise KubeError(f"{what}: not ready after {timeout:.0f}s\n" + "\n".join(
-            f"--- {n}\n{self.log_tail(n)}" for n in self.procs))
+        raise KubeError(
+            f"{what}: not ready after {timeout:.0f}s\n" + "\n".join(f"--- {n}\n{self.log_tail(n)}" for n in self.procs)
+        )
 
     def start(self) -> ControlPlane:
         p, d = self.pki, self.rundir
         etcd_url = f"http://127.0.0.1:{self.etcd_port}"
-        self._spawn("etcd", [
-            str(binary("etcd")), "--name", "lab", "--data-dir", str(d / "etcd"),
-            "--listen-client-urls", etcd_url, "--advertise-client-urls", etcd_url,
-            "--listen-peer-urls", f"http://127.0.0.1:{self.etcd_peer}",
-            "--initial-advertise-peer-urls", f"http://127.0.0.1:{self.etcd_peer}",
-            "--initial-cluster", f"lab=http://127.0.0.1:{self.etcd_peer}", "--log-level", "warn",
-            "--unsafe-no-fsync",  # throw-away lab data: the host disk's fsync latency is not under test
-        ])
-        self._spawn("kube-apiserver", [
-            str(binary("kube-apiserver")), f"--etcd-servers={etcd_url}",
-            "--bind-address=127.0.0.1", f"--secure-port={self.api_port}", f"--advertise-address={GUEST_API}",
-            f"--tls-cert-file={p.apiserver.crt}", f"--tls-private-key-file={p.apiserver.key}",
-            f"--client-ca-file={p.ca.crt}",
-            "--service-account-issuer=https://kubernetes.default.svc",
-            f"--service-account-key-file={p.sa_pub}", f"--service-account-signing-key-file={p.sa_key}",
-            f"--service-cluster-ip-range={SERVICE_RANGE}",
-            "--authorization-mode=Node,RBAC", "--enable-admission-plugins=NodeRestriction",
-            "--allow-privileged=true", "--endpoint-reconciler-type=none", "--v=1",
-        ])
+        self._spawn(
+            "etcd",
+            [
+                str(binary("etcd")),
+                "--name",
+                "lab",
+                "--data-dir",
+                str(d / "etcd"),
+                "--listen-client-urls",
+                etcd_url,
+                "--advertise-client-urls",
+                etcd_url,
+                "--listen-peer-urls",
+                f"http://127.0.0.1:{self.etcd_peer}",
+                "--initial-advertise-peer-urls",
+                f"http://127.0.0.1:{self.etcd_peer}",
+                "--initial-cluster",
+                f"lab=http://127.0.0.1:{self.etcd_peer}",
+                "--log-level",
+                "warn",
+                "--unsafe-no-fsync",  # throw-away lab data: the host disk's fsync latency is not under test
+            ],
+        )
+        self._spawn(
+            "kube-apiserver",
+            [
+                str(binary("kube-apiserver")),
+                f"--etcd-servers={etcd_url}",
+                "--bind-address=127.0.0.1",
+                f"--secure-port={self.api_port}",
+                f"--advertise-address={GUEST_API}",
+                f"--tls-cert-file={p.apiserver.crt}",
+                f"--tls-private-key-file={p.apiserver.key}",
+                f"--client-ca-file={p.ca.crt}",
+                "--service-account-issuer=https://kubernetes.default.svc",
+                f"--service-account-key-file={p.sa_pub}",
+                f"--service-account-signing-key-file={p.sa_key}",
+                f"--service-cluster-ip-range={SERVICE_RANGE}",
+                "--authorization-mode=Node,RBAC",
+                "--enable-admission-plugins=NodeRestriction",
+                "--allow-privileged=true",
+                "--endpoint-reconciler-type=none",
+                "--v=1",
+            ],
+        )
         self._wait("kube-apiserver /readyz", self._ready, 180)
         cm_conf = kubeconfig(d / "controller-manager.conf", self.server, p.ca.crt, p.controller_manager)
-        self._spawn("kube-controller-manager", [
-            str(binary("kube-controller-manager")), f"--kubeconfig={cm_conf}",
-            f"--service-account-private-key-file={p.sa_key}", f"--root-ca-file={p.ca.crt}",
-            "--use-service-account-credentials=true", "--leader-elect=false",
-            "--bind-address=127.0.0.1", f"--secure-port={free_port()}", f"--cert-dir={d / 'kcm-certs'}",
-            f"--service-cluster-ip-range={SERVICE_RANGE}", "--v=1",
-        ])
+        self._spawn(
+            "kube-controller-manager",
+            [
+                str(binary("kube-controller-manager")),
+                f"--kubeconfig={cm_conf}",
+                f"--service-account-private-key-file={p.sa_key}",
+                f"--root-ca-file={p.ca.crt}",
+                "--use-service-account-credentials=true",
+                "--leader-elect=false",
+                "--bind-address=127.0.0.1",
+                f"--secure-port={free_port()}",
+                f"--cert-dir={d / 'kcm-certs'}",
+                f"--service-cluster-ip-range={SERVICE_RANGE}",
+                "--v=1",
+            ],
+        )
         sched_conf = kubeconfig(d / "scheduler.conf", self.server, p.ca.crt, p.scheduler)
-        self._spawn("kube-scheduler", [
-            str(binary("kube-scheduler")), f"--kubeconfig={sched_conf}", "--leader-elect=false",
-            "--bind-address=127.0.0.1", f"--secure-port={free_port()}", f"--cert-dir={d / 'sched-certs'}",
-            "--v=1",
-        ])
+        self._spawn(
+            "kube-scheduler",
+            [
+                str(binary("kube-scheduler")),
+                f"--kubeconfig={sched_conf}",
+                "--leader-elect=false",
+                "--bind-address=127.0.0.1",
+                f"--secure-port={free_port()}",
+                f"--cert-dir={d / 'sched-certs'}",
+                "--v=1",
+            ],
+        )
         return self
 
     def _ready(self) -> bool:
-        res = subprocess.run([str(binary("kubectl")), f"--kubeconfig={self.admin_config}", "get", "--raw",
-                              "/readyz"], capture_output=True, text=True, timeout=30, check=False)
+        res = subprocess.run(
+            [str(binary("kubectl")), f"--kubeconfig={self.admin_config}", "get", "--raw", "/readyz"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
         return res.returncode == 0 and res.stdout.strip() == "ok"
 
     def kubectl(self, *args: str, stdin: str | None = None, timeout: float = 120, check: bool = True) -> str:

@@ -42,8 +42,10 @@ class Image:
 def images(pause: Path, pins: Mapping[str, str] | None = None) -> list[Image]:
     pins = pins or versions()
     sidecars = [
-        ("csi-provisioner", pins["CSI_PROVISIONER_VERSION"]), ("csi-attacher", pins["CSI_ATTACHER_VERSION"]),
-        ("csi-resizer", pins["CSI_RESIZER_VERSION"]), ("csi-snapshotter", pins["EXTERNAL_SNAPSHOTTER_VERSION"]),
+        ("csi-provisioner", pins["CSI_PROVISIONER_VERSION"]),
+        ("csi-attacher", pins["CSI_ATTACHER_VERSION"]),
+        ("csi-resizer", pins["CSI_RESIZER_VERSION"]),
+        ("csi-snapshotter", pins["EXTERNAL_SNAPSHOTTER_VERSION"]),
         ("snapshot-controller", pins["EXTERNAL_SNAPSHOTTER_VERSION"]),
     ]
     return [
@@ -79,8 +81,16 @@ def _pack(img: Image, out: Path, work: Path) -> None:
     _run(["umoci", "init", "--layout", str(layout)])
     _run(["umoci", "new", "--image", f"{layout}:{img.tag}"])
     _run(["umoci", "insert", "--rootless", "--image", f"{layout}:{img.tag}", str(rootfs), "/"])
-    _run(["umoci", "config", "--image", f"{layout}:{img.tag}", f"--config.entrypoint={img.entrypoint}",
-          "--config.user=0:0"])
+    _run(
+        [
+            "umoci",
+            "config",
+            "--image",
+            f"{layout}:{img.tag}",
+            f"--config.entrypoint={img.entrypoint}",
+            "--config.user=0:0",
+        ]
+    )
     _run(["umoci", "gc", "--layout", str(layout)])
     tmp = out.with_suffix(".tmp")
     with tarfile.open(tmp, "w") as tar:
@@ -106,8 +116,9 @@ def build_images() -> dict[str, Path]:
             digest.update(img.ref.encode())
             for target, src in sorted(img.files.items()):
                 digest.update(target.encode())
-                digest.update(hashlib.sha256((HERE / "pause.c").read_bytes() if src == pause
-                                             else src.read_bytes()).digest())
+                digest.update(
+                    hashlib.sha256((HERE / "pause.c").read_bytes() if src == pause else src.read_bytes()).digest()
+                )
         folder = cache_root() / f"images-{digest.hexdigest()[:16]}"
         folder.mkdir(parents=True, exist_ok=True)
         result: dict[str, Path] = {}

@@ -28,8 +28,16 @@ POD_CIDR = "10.88.0.0/16"
 LOGS = "/scratch/kube"
 CONTAINERD_SOCK = "/run/containerd/containerd.sock"
 KUBELET_SOCK = "/var/lib/kubelet/pod-resources/kubelet.sock"
-MODULES = ("overlay", "veth", "bridge", "virtio_net", "loop",  # kubelet: CNI bridge; loop for block volumes
-           "nvmet", "nvmet-tcp", "nvme-tcp")  # the README's node set-up
+MODULES = (
+    "overlay",
+    "veth",
+    "bridge",
+    "virtio_net",
+    "loop",  # kubelet: CNI bridge; loop for block volumes
+    "nvmet",
+    "nvmet-tcp",
+    "nvme-tcp",
+)  # the README's node set-up
 #: the node's NVMe host identity, as an operator would provision it; deploy/overlays/lab/agent-authz.yaml names it
 HOST_ID = "6c61622d-6e6f-4465-8000-000000000001"
 HOST_NQN = f"nqn.2014-08.org.nvmexpress:uuid:{HOST_ID}"
@@ -38,9 +46,13 @@ HOST_NQN = f"nqn.2014-08.org.nvmexpress:uuid:{HOST_ID}"
 def qemu_netdev(api_port: int) -> list[str]:
     """QEMU arguments: a user-mode NIC that reaches nothing but the API server's host loopback port (a
     ``guestfwd`` to a command runs one socat per guest connection; a ``tcp:`` target would be one connection)."""
-    return ["-netdev", f"user,id=kube,restrict=on,net=10.0.2.0/24,host=10.0.2.2,"
-                       f"guestfwd=tcp:{GUEST_API}:{GUEST_API_PORT}-cmd:socat - TCP:127.0.0.1:{api_port}",
-            "-device", "virtio-net-pci,netdev=kube"]
+    return [
+        "-netdev",
+        f"user,id=kube,restrict=on,net=10.0.2.0/24,host=10.0.2.2,"
+        f"guestfwd=tcp:{GUEST_API}:{GUEST_API_PORT}-cmd:socat - TCP:127.0.0.1:{api_port}",
+        "-device",
+        "virtio-net-pci,netdev=kube",
+    ]
 
 
 def containerd_config(cni_bin: str, pause_ref: str) -> str:
@@ -66,11 +78,23 @@ state = "/run/containerd"
 """
 
 
-CNI_CONFIG = json.dumps({
-    "cniVersion": "1.0.0", "name": "lab", "plugins": [
-        {"type": "bridge", "bridge": "cni0", "isGateway": True, "ipMasq": False, "hairpinMode": True,
-         "ipam": {"type": "host-local", "ranges": [[{"subnet": POD_CIDR}]], "routes": [{"dst": "0.0.0.0/0"}]}},
-    ]}, indent=1)
+CNI_CONFIG = json.dumps(
+    {
+        "cniVersion": "1.0.0",
+        "name": "lab",
+        "plugins": [
+            {
+                "type": "bridge",
+                "bridge": "cni0",
+                "isGateway": True,
+                "ipMasq": False,
+                "hairpinMode": True,
+                "ipam": {"type": "host-local", "ranges": [[{"subnet": POD_CIDR}]], "routes": [{"dst": "0.0.0.0/0"}]},
+            },
+        ],
+    },
+    indent=1,
+)
 
 
 def kubelet_config(ca: str) -> str:
@@ -97,8 +121,15 @@ volumeStatsAggPeriod: 10s
 
 
 class KubeNode:
-    def __init__(self, vm: LabVM, cp: ControlPlane, images: Mapping[str, Path], labels: Mapping[str, str],
-                 aliases: Mapping[str, str] | None = None, always: Collection[str] = ()) -> None:
+    def __init__(
+        self,
+        vm: LabVM,
+        cp: ControlPlane,
+        images: Mapping[str, Path],
+        labels: Mapping[str, str],
+        aliases: Mapping[str, str] | None = None,
+        always: Collection[str] = (),
+    ) -> None:
         """``images``: reference -> OCI tar (its one tag is the reference's); ``aliases``: extra reference ->
         imported reference (the driver image is built with its package version and deployed as ``:lab``);
         ``always``: references imported even when containerd holds them (the driver's image keeps its tag,
@@ -123,29 +154,38 @@ class KubeNode:
         disk), cgroup controllers, and the config files."""
         for m in MODULES:
             self.vm.check(["modprobe", m])
-        self._sh(f"ip link set lo up && ip link set eth0 up && ip addr add {NODE_IP}/24 dev eth0 && "
-                 f"ip route add default via 10.0.2.2 && ip addr add {SERVICE_IP}/32 dev lo && "
-                 "sysctl -qw net.ipv4.ip_forward=1")
-        self._sh(f"rm -rf {LOGS} && mkdir -p {LOGS} /scratch/containerd /var/lib/containerd /var/lib/kubelet "
-                 "/srv/nvmeof-pool /scratch/nvmeof-pool /etc/cni/net.d /etc/containerd /etc/kubernetes "
-                 "/etc/nvmeof-csi && "
-                 "mount --bind /scratch/containerd /var/lib/containerd && "
-                 "mount --bind /scratch/nvmeof-pool /srv/nvmeof-pool && "
-                 "mount -t tmpfs kubelet /var/lib/kubelet && mount --make-rshared /")
-        self._sh("for c in $(cat /sys/fs/cgroup/cgroup.controllers); do "
-                 "echo +$c > /sys/fs/cgroup/cgroup.subtree_control || true; done")
+        self._sh(
+            f"ip link set lo up && ip link set eth0 up && ip addr add {NODE_IP}/24 dev eth0 && "
+            f"ip route add default via 10.0.2.2 && ip addr add {SERVICE_IP}/32 dev lo && "
+            "sysctl -qw net.ipv4.ip_forward=1"
+        )
+        self._sh(
+            f"rm -rf {LOGS} && mkdir -p {LOGS} /scratch/containerd /var/lib/containerd /var/lib/kubelet "
+            "/srv/nvmeof-pool /scratch/nvmeof-pool /etc/cni/net.d /etc/containerd /etc/kubernetes "
+            "/etc/nvmeof-csi && "
+            "mount --bind /scratch/containerd /var/lib/containerd && "
+            "mount --bind /scratch/nvmeof-pool /srv/nvmeof-pool && "
+            "mount -t tmpfs kubelet /var/lib/kubelet && mount --make-rshared /"
+        )
+        self._sh(
+            "for c in $(cat /sys/fs/cgroup/cgroup.controllers); do "
+            "echo +$c > /sys/fs/cgroup/cgroup.subtree_control || true; done"
+        )
         cni_bin = str(binary("bridge").parent)
         pause = next(ref for ref in self.images if ref.startswith("localhost/pause:"))
         self.vm.write("/etc/containerd/config.toml", containerd_config(cni_bin, pause))
         self.vm.write("/etc/cni/net.d/10-lab.conflist", CNI_CONFIG)
-        self.vm.write("/etc/crictl.yaml", f"runtime-endpoint: unix://{CONTAINERD_SOCK}\n"
-                                          f"image-endpoint: unix://{CONTAINERD_SOCK}\ntimeout: 60\n")
+        self.vm.write(
+            "/etc/crictl.yaml",
+            f"runtime-endpoint: unix://{CONTAINERD_SOCK}\nimage-endpoint: unix://{CONTAINERD_SOCK}\ntimeout: 60\n",
+        )
         self.vm.write("/etc/kubernetes/kubelet.yaml", kubelet_config(str(self.cp.pki.ca.crt)))
         self.vm.write("/etc/nvme/hostnqn", HOST_NQN + "\n")
         self.vm.write("/etc/nvme/hostid", HOST_ID + "\n")
-        self.vm.write("/etc/nvmeof-csi/agent.env",
-                      'NVMEOF_CSI_AGENT_PORTALS="1:tcp:127.0.0.1:4420:a 2:tcp:127.0.0.2:4421:b"\n'
-                      "NVMEOF_CSI_AGENT_NAME=lab\n")
+        self.vm.write(
+            "/etc/nvmeof-csi/agent.env",
+            'NVMEOF_CSI_AGENT_PORTALS="1:tcp:127.0.0.1:4420:a 2:tcp:127.0.0.2:4421:b"\nNVMEOF_CSI_AGENT_NAME=lab\n',
+        )
 
     def start(self, timeout: float = 600) -> float:
         """Bring the node up; returns the seconds from containerd's start to Node Ready (each step's seconds in
@@ -160,21 +200,33 @@ class KubeNode:
             lap = now
 
         # the kubernetes Service address, relayed to the API server (stands in for kube-proxy's one rule)
-        self.relay = self.vm.submit(["socat", f"TCP-LISTEN:443,bind={SERVICE_IP},fork,reuseaddr",
-                                     f"TCP:{GUEST_API}:{GUEST_API_PORT}"], timeout=6 * 3600)
+        self.relay = self.vm.submit(
+            ["socat", f"TCP-LISTEN:443,bind={SERVICE_IP},fork,reuseaddr", f"TCP:{GUEST_API}:{GUEST_API_PORT}"],
+            timeout=6 * 3600,
+        )
         ctrd = binary("containerd").parent
-        self.containerd.argv = ["env", f"PATH={ctrd}:/usr/sbin:/usr/bin:/sbin:/bin", str(ctrd / "containerd"),
-                                "--config", "/etc/containerd/config.toml"]
+        self.containerd.argv = [
+            "env",
+            f"PATH={ctrd}:/usr/sbin:/usr/bin:/sbin:/bin",
+            str(ctrd / "containerd"),
+            "--config",
+            "/etc/containerd/config.toml",
+        ]
         self.containerd.start(timeout=180)
         step("containerd")
         imported = self.import_images()
         step("images imported" if imported else "images found on the saved disk")
         if self.on_imported is not None:
             self.on_imported(imported)
-        self.kubelet.argv = [str(binary("kubelet")), "--config=/etc/kubernetes/kubelet.yaml",
-                             f"--kubeconfig={self.cp.kubelet_config}", f"--hostname-override={self.cp.node}",
-                             f"--node-ip={NODE_IP}", "--v=2",
-                             "--node-labels=" + ",".join(f"{k}={v}" for k, v in self.labels.items())]
+        self.kubelet.argv = [
+            str(binary("kubelet")),
+            "--config=/etc/kubernetes/kubelet.yaml",
+            f"--kubeconfig={self.cp.kubelet_config}",
+            f"--hostname-override={self.cp.node}",
+            f"--node-ip={NODE_IP}",
+            "--v=2",
+            "--node-labels=" + ",".join(f"{k}={v}" for k, v in self.labels.items()),
+        ]
         self.kubelet.start(timeout=300)
         step("kubelet serving")
         deadline = time.monotonic() + timeout
@@ -203,8 +255,12 @@ class KubeNode:
         proves each reference is there; returns the references imported."""
         held = set(self.ctr("images", "ls", "-q").split())
         todo = {ref: tar for ref, tar in self.images.items() if ref not in held or ref in self.always}
-        pending = [self.vm.submit(self.ctr_argv("images", "import", "--base-name", ref.rsplit(":", 1)[0], str(tar)),
-                                  timeout=900) for ref, tar in todo.items()]
+        pending = [
+            self.vm.submit(
+                self.ctr_argv("images", "import", "--base-name", ref.rsplit(":", 1)[0], str(tar)), timeout=900
+            )
+            for ref, tar in todo.items()
+        ]
         for job in pending:
             job.check()
         listed = set(self.ctr("images", "ls", "-q").split())

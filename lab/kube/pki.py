@@ -44,14 +44,32 @@ def signed(folder: Path, ca: Pair, name: str, subject: str, sans: Sequence[str] 
     pair = Pair(folder / f"{name}.crt", folder / f"{name}.key")
     csr = folder / f"{name}.csr"
     ext = folder / f"{name}.ext"
-    lines = ["basicConstraints=CA:FALSE", "keyUsage=critical,digitalSignature,keyEncipherment",
-             f"extendedKeyUsage={'serverAuth' if server else 'clientAuth'}"]
+    lines = [
+        "basicConstraints=CA:FALSE",
+        "keyUsage=critical,digitalSignature,keyEncipherment",
+        f"extendedKeyUsage={'serverAuth' if server else 'clientAuth'}",
+    ]
     if sans:
         lines.append("subjectAltName=" + ",".join(sans))
     ext.write_text("\n".join(lines) + "\n")
     openssl("req", "-newkey", "rsa:2048", "-nodes", "-subj", subject, "-keyout", str(pair.key), "-out", str(csr))
-    openssl("x509", "-req", "-in", str(csr), "-CA", str(ca.crt), "-CAkey", str(ca.key), "-CAcreateserial",
-             "-days", "1", "-extfile", str(ext), "-out", str(pair.crt))
+    openssl(
+        "x509",
+        "-req",
+        "-in",
+        str(csr),
+        "-CA",
+        str(ca.crt),
+        "-CAkey",
+        str(ca.key),
+        "-CAcreateserial",
+        "-days",
+        "1",
+        "-extfile",
+        str(ext),
+        "-out",
+        str(pair.crt),
+    )
     pair.key.chmod(0o600)
     return pair
 
@@ -60,12 +78,29 @@ def make_pki(folder: Path, node: str, api_ips: Sequence[str]) -> KubePki:
     """A fresh PKI for one lab cluster; ``api_ips`` are the addresses the API server is reached at."""
     folder.mkdir(parents=True, exist_ok=True)
     ca = Pair(folder / "ca.crt", folder / "ca.key")
-    openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=nvmeof-csi-lab-ca",
-             "-keyout", str(ca.key), "-out", str(ca.crt))
+    openssl(
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-days",
+        "1",
+        "-subj",
+        "/CN=nvmeof-csi-lab-ca",
+        "-keyout",
+        str(ca.key),
+        "-out",
+        str(ca.crt),
+    )
     ca.key.chmod(0o600)
     sans = [f"IP:{ip}" for ip in api_ips] + [
-        "DNS:localhost", "DNS:kubernetes", "DNS:kubernetes.default", "DNS:kubernetes.default.svc",
-        "DNS:kubernetes.default.svc.cluster.local"]
+        "DNS:localhost",
+        "DNS:kubernetes",
+        "DNS:kubernetes.default",
+        "DNS:kubernetes.default.svc",
+        "DNS:kubernetes.default.svc.cluster.local",
+    ]
     sa_key, sa_pub = folder / "sa.key", folder / "sa.pub"
     openssl("genrsa", "-out", str(sa_key), "2048")
     openssl("rsa", "-in", str(sa_key), "-pubout", "-out", str(sa_pub))
@@ -77,7 +112,8 @@ def make_pki(folder: Path, node: str, api_ips: Sequence[str]) -> KubePki:
         controller_manager=signed(folder, ca, "controller-manager", "/CN=system:kube-controller-manager"),
         scheduler=signed(folder, ca, "scheduler", "/CN=system:kube-scheduler"),
         kubelet=signed(folder, ca, "kubelet", f"/O=system:nodes/CN=system:node:{node}"),
-        sa_key=sa_key, sa_pub=sa_pub,
+        sa_key=sa_key,
+        sa_pub=sa_pub,
     )
 
 

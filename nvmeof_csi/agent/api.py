@@ -68,6 +68,8 @@ def _map(values: Mapping[str, str], field: str) -> dict[str, str]:
         if len(value.encode()) > MAX_VALUE_BYTES or "\x00" in value:
             raise InvalidArgument(f"{field}[{key!r}] must be at most {MAX_VALUE_BYTES} bytes without NUL")
     return dict(values)
+
+
 #: The agent locks inside its service (per name, per volume), where it can wait; the edge takes no keys.
 AGENT_LOCK_TABLE: dict[str, tuple[str, ...]] = {}
 #: Calls served at once (threads are made on demand). Health answers unless this many calls are in flight; long
@@ -77,8 +79,12 @@ AGENT_RPC_THREADS = 128
 
 def portal_msg(portal: PortSpec, ana_state: str) -> pb.Portal:
     return pb.Portal(
-        port_id=portal.port_id, trtype=portal.trtype, traddr=portal.traddr, trsvcid=portal.trsvcid,
-        group=portal.group, ana_state=ana_state,
+        port_id=portal.port_id,
+        trtype=portal.trtype,
+        traddr=portal.traddr,
+        trsvcid=portal.trsvcid,
+        group=portal.group,
+        ana_state=ana_state,
     )
 
 
@@ -92,12 +98,21 @@ def _labels(view: VolumeView) -> dict[str, str]:
 def volume_msg(view: VolumeView) -> pb.Volume:
     rec = view.record
     return pb.Volume(
-        uuid=rec.uuid, name=rec.name, capacity_bytes=rec.capacity_bytes, parameters=dict(rec.parameters),
-        labels=_labels(view), nqn=view.nqn, namespace_uuid=view.namespace_uuid,
-        namespace_nguid=view.namespace_nguid, allowed_hosts=sorted(rec.hosts),
-        source_volume_uuid=rec.source_volume, source_snapshot_uuid=rec.source_snapshot,
-        portals=[portal_msg(p, s) for p, s in view.portals], status=rec.status,
-        readonly_hosts=list(rec.readonly_hosts), created_at=rec.created_at,
+        uuid=rec.uuid,
+        name=rec.name,
+        capacity_bytes=rec.capacity_bytes,
+        parameters=dict(rec.parameters),
+        labels=_labels(view),
+        nqn=view.nqn,
+        namespace_uuid=view.namespace_uuid,
+        namespace_nguid=view.namespace_nguid,
+        allowed_hosts=sorted(rec.hosts),
+        source_volume_uuid=rec.source_volume,
+        source_snapshot_uuid=rec.source_snapshot,
+        portals=[portal_msg(p, s) for p, s in view.portals],
+        status=rec.status,
+        readonly_hosts=list(rec.readonly_hosts),
+        created_at=rec.created_at,
     )
 
 
@@ -116,8 +131,12 @@ def reservation_msg(res: Reservation) -> pb.Reservation:
 
 def snapshot_msg(snap: SnapshotRecord) -> pb.Snapshot:
     return pb.Snapshot(
-        uuid=snap.uuid, name=snap.name, source_volume_uuid=snap.source_volume, size_bytes=snap.size_bytes,
-        created_at_unix=int(snap.created_at), ready=snap.status == "ready",
+        uuid=snap.uuid,
+        name=snap.name,
+        source_volume_uuid=snap.source_volume,
+        size_bytes=snap.size_bytes,
+        created_at_unix=int(snap.created_at),
+        ready=snap.status == "ready",
     )
 
 
@@ -130,7 +149,10 @@ class AgentServicer(pb_grpc.AgentServicer):
         ready = self._agent.nvmet.available()
         message = "ready" if ready else f"nvmet configfs not available at {self._agent.nvmet.root}"
         return pb.HealthResponse(
-            ready=ready, message=message, version=__version__, agent_name=self._agent.name,
+            ready=ready,
+            message=message,
+            version=__version__,
+            agent_name=self._agent.name,
             unknown_objects=self._unknown,
         )
 
@@ -140,15 +162,23 @@ class AgentServicer(pb_grpc.AgentServicer):
         source_volume = _uuid(request.source.volume_uuid, "source.volume_uuid") if source == "volume_uuid" else ""
         source_snap = _uuid(request.source.snapshot_uuid, "source.snapshot_uuid") if source == "snapshot_uuid" else ""
         view = self._agent.create_volume(
-            name, request.capacity_bytes, _map(request.parameters, "parameters"), _map(request.labels, "labels"),
-            source_volume, source_snap, _uuid(request.uuid, "uuid"),
+            name,
+            request.capacity_bytes,
+            _map(request.parameters, "parameters"),
+            _map(request.labels, "labels"),
+            source_volume,
+            source_snap,
+            _uuid(request.uuid, "uuid"),
         )
         return volume_msg(view)
 
     def ReserveName(self, request: pb.Reservation, context: Ctx) -> pb.Reservation:
         require(request.volume_uuid, "volume_uuid")
-        wanted = Reservation(_name(request.name, "name"), _uuid(request.volume_uuid, "volume_uuid"),
-                             _name(request.agent, "agent", MAX_AGENT_BYTES))
+        wanted = Reservation(
+            _name(request.name, "name"),
+            _uuid(request.volume_uuid, "volume_uuid"),
+            _name(request.agent, "agent", MAX_AGENT_BYTES),
+        )
         return reservation_msg(self._agent.reserve_name(wanted))
 
     def LookupName(self, request: pb.LookupNameRequest, context: Ctx) -> pb.Reservation:
@@ -197,8 +227,9 @@ class AgentServicer(pb_grpc.AgentServicer):
 
     def ListVolumes(self, request: pb.ListVolumesRequest, context: Ctx) -> pb.ListVolumesResponse:
         views = self._agent.list_volumes()
-        page, token = _page([v for v in views if self._visible(v)], lambda v: v.record.uuid,
-                            request.max_entries, request.starting_token)
+        page, token = _page(
+            [v for v in views if self._visible(v)], lambda v: v.record.uuid, request.max_entries, request.starting_token
+        )
         return pb.ListVolumesResponse(volumes=[volume_msg(v) for v in page], next_token=token)
 
     def CreateSnapshot(self, request: pb.CreateSnapshotRequest, context: Ctx) -> pb.Snapshot:
@@ -222,7 +253,10 @@ class AgentServicer(pb_grpc.AgentServicer):
         require(request.host_nqn, "host_nqn")
         check_host_nqn(request.host_nqn)
         view = self._agent.allow_host(
-            _uuid(request.volume_uuid, "volume_uuid"), request.host_nqn, request.dhchap_secret, request.readonly,
+            _uuid(request.volume_uuid, "volume_uuid"),
+            request.host_nqn,
+            request.dhchap_secret,
+            request.readonly,
             request.dhchap_ctrl_secret,
         )
         return volume_msg(view)
@@ -247,7 +281,9 @@ class AgentServicer(pb_grpc.AgentServicer):
         total = self._agent.capacity_bytes()
         provisioned = self._agent.provisioned_bytes()
         pool = pb.Pool(
-            name=str(self._agent.store.pool), total_bytes=total,
-            free_bytes=max(0, min(total - provisioned, usage.free_bytes)), provisioned_bytes=provisioned,
+            name=str(self._agent.store.pool),
+            total_bytes=total,
+            free_bytes=max(0, min(total - provisioned, usage.free_bytes)),
+            provisioned_bytes=provisioned,
         )
         return pb.GetCapacityResponse(pools=[pool])

@@ -39,8 +39,18 @@ from nvmeof_csi.rpc.edge import Context
 READER, NODE, CONTROLLER, ADMIN = "reader", "node", "controller", "admin"
 ROLES = (READER, NODE, CONTROLLER, ADMIN)
 _READ = {"Health", "GetVolume", "ListVolumes", "ListSnapshots", "ListPortals", "GetCapacity", "LookupName"}
-_WRITE = {"CreateVolume", "DeleteVolume", "ResizeVolume", "ModifyVolume", "CreateSnapshot", "DeleteSnapshot",
-          "AllowHost", "DenyHost", "ReserveName", "ReleaseName"}
+_WRITE = {
+    "CreateVolume",
+    "DeleteVolume",
+    "ResizeVolume",
+    "ModifyVolume",
+    "CreateSnapshot",
+    "DeleteSnapshot",
+    "AllowHost",
+    "DenyHost",
+    "ReserveName",
+    "ReleaseName",
+}
 ALLOWED: Mapping[str, frozenset[str]] = {
     READER: frozenset(_READ),
     NODE: frozenset({"Health", "GetVolume", "ListVolumes"}),
@@ -123,9 +133,12 @@ class Authorizer:
             return
         principal = next((self._policy[i] for i in identities if i in self._policy), None)
         if principal is None:
-            raise PermissionDenied(f"client {identities[0] if identities else '?'!r} is not in this agent's "
-                                   f"authz policy; {short} needs role {needed_role(short)}")
+            raise PermissionDenied(
+                f"client {identities[0] if identities else '?'!r} is not in this agent's "
+                f"authz policy; {short} needs role {needed_role(short)}"
+            )
         if principal.role != ADMIN and short not in ALLOWED[principal.role]:
-            raise PermissionDenied(f"{short} needs role {needed_role(short)}; client {principal.identity!r} "
-                                   f"has role {principal.role}")
+            raise PermissionDenied(
+                f"{short} needs role {needed_role(short)}; client {principal.identity!r} has role {principal.role}"
+            )
         _CALLER.set(principal)

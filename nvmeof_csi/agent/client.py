@@ -79,9 +79,15 @@ class AgentClient:
         return self._call(self._stub.Health, pb.HealthRequest())
 
     def create_volume(
-        self, name: str, capacity_bytes: int, parameters: Mapping[str, str] | None = None,
-        labels: Mapping[str, str] | None = None, source_volume: str = "", source_snapshot: str = "",
-        timeout: float | None = None, vol_uuid: str = "",
+        self,
+        name: str,
+        capacity_bytes: int,
+        parameters: Mapping[str, str] | None = None,
+        labels: Mapping[str, str] | None = None,
+        source_volume: str = "",
+        source_snapshot: str = "",
+        timeout: float | None = None,
+        vol_uuid: str = "",
     ) -> pb.Volume:
         """Create (idempotent by name; ``vol_uuid``: the UUID the name's reservation holds). ``timeout``
         overrides the client's default: filling a dataset volume can take much longer than an ordinary create."""
@@ -91,8 +97,12 @@ class AgentClient:
         elif source_snapshot:
             source = pb.VolumeSource(snapshot_uuid=source_snapshot)
         request = pb.CreateVolumeRequest(
-            name=name, capacity_bytes=capacity_bytes, parameters=dict(parameters or {}), labels=dict(labels or {}),
-            source=source, uuid=vol_uuid,
+            name=name,
+            capacity_bytes=capacity_bytes,
+            parameters=dict(parameters or {}),
+            labels=dict(labels or {}),
+            source=source,
+            uuid=vol_uuid,
         )
         return self._call(self._stub.CreateVolume, request, timeout)
 
@@ -146,8 +156,9 @@ class AgentClient:
         found: list[pb.Snapshot] = []
         token = ""
         while True:
-            request = pb.ListSnapshotsRequest(source_volume_uuid=source_volume, snapshot_uuid=snapshot_uuid,
-                                              starting_token=token)
+            request = pb.ListSnapshotsRequest(
+                source_volume_uuid=source_volume, snapshot_uuid=snapshot_uuid, starting_token=token
+            )
             reply = self._call(self._stub.ListSnapshots, request)
             found += reply.snapshots
             token = reply.next_token
@@ -157,8 +168,13 @@ class AgentClient:
     def allow_host(
         self, vol_uuid: str, host_nqn: str, secret: str = "", readonly: bool = False, ctrl_secret: str = ""
     ) -> pb.Volume:
-        request = pb.AllowHostRequest(volume_uuid=vol_uuid, host_nqn=host_nqn, dhchap_secret=secret, readonly=readonly,
-                                      dhchap_ctrl_secret=ctrl_secret)
+        request = pb.AllowHostRequest(
+            volume_uuid=vol_uuid,
+            host_nqn=host_nqn,
+            dhchap_secret=secret,
+            readonly=readonly,
+            dhchap_ctrl_secret=ctrl_secret,
+        )
         return self._call(self._stub.AllowHost, request)
 
     def deny_host(self, vol_uuid: str, host_nqn: str) -> pb.Volume:

@@ -31,8 +31,10 @@ DEFAULT_ROOT = Path("/sys/kernel/config/nvmet")
 DEFAULT_ANA_GROUP = 1
 #: a host entry made (and removed) only to learn whether nvmet has DH-HMAC-CHAP attributes
 PROBE_HOST = "nqn.2014-08.io.nvmeof:csi:auth-probe"
-NO_TARGET_AUTH = ("this target kernel's nvmet has no in-band authentication (CONFIG_NVME_TARGET_AUTH, Linux 6.0+ "
-                  "built with it, e.g. Debian bookworm-backports' 6.12; bookworm's 6.1 lacks it)")
+NO_TARGET_AUTH = (
+    "this target kernel's nvmet has no in-band authentication (CONFIG_NVME_TARGET_AUTH, Linux 6.0+ "
+    "built with it, e.g. Debian bookworm-backports' 6.12; bookworm's 6.1 lacks it)"
+)
 
 
 class Nvmet(ConfigfsTree):
@@ -110,8 +112,13 @@ class Nvmet(ConfigfsTree):
         identity attribute must change (a disabled namespace is enabled)."""
         ns = f"{self._sub(nqn)}/namespaces/{nsid:d}"
         made = self._mkdir(ns)
-        wanted = {"device_path": device_path, "device_uuid": ns_uuid, "device_nguid": nguid,
-                  "buffered_io": "1" if buffered_io else "0", "ana_grpid": str(DEFAULT_ANA_GROUP)}
+        wanted = {
+            "device_path": device_path,
+            "device_uuid": ns_uuid,
+            "device_nguid": nguid,
+            "buffered_io": "1" if buffered_io else "0",
+            "ana_grpid": str(DEFAULT_ANA_GROUP),
+        }
         if made:  # a new, disabled namespace: set everything, then enable, without reading first
             for key, value in wanted.items():
                 self._put(f"{ns}/{key}", value)
@@ -204,8 +211,12 @@ class Nvmet(ConfigfsTree):
         self._mkdir(port)
         for group in ("subsystems", "ana_groups", f"ana_groups/{DEFAULT_ANA_GROUP}"):
             self._mkdir(f"{port}/{group}")
-        wanted = {"addr_trtype": spec.trtype, "addr_adrfam": spec.adrfam, "addr_traddr": spec.traddr,
-                  "addr_trsvcid": str(spec.trsvcid)}
+        wanted = {
+            "addr_trtype": spec.trtype,
+            "addr_adrfam": spec.adrfam,
+            "addr_traddr": spec.traddr,
+            "addr_trsvcid": str(spec.trsvcid),
+        }
         if all(self._read(f"{port}/{k}") == v for k, v in wanted.items()):
             return
         linked = self.linked(spec.port_id)

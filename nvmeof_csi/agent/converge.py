@@ -34,7 +34,10 @@ log = logging.getLogger(__name__)
 PORT, ANA = "port", "ana"
 SNAPSHOT_DELETE, SNAPSHOT_FINISH, SNAPSHOT_DROP = "snapshot-delete", "snapshot-finish", "snapshot-drop"
 VOLUME_DELETE, VOLUME_FINISH, VOLUME_REPAIR, VOLUME_FILL_LATER = (
-    "volume-delete", "volume-finish", "volume-repair", "volume-fill-later",
+    "volume-delete",
+    "volume-finish",
+    "volume-repair",
+    "volume-fill-later",
 )
 UNKNOWN, PRUNE = "unknown", "prune"
 
@@ -108,8 +111,7 @@ def volume_drift(rec: VolumeRecord, layout: Layout, observed: Observed) -> str:
     if sub is None:
         return "subsystem missing"
     ns = sub["namespaces"].get(str(NSID), {})
-    want = {"device_path": str(path), "device_uuid": rec.uuid, "device_nguid": namespace_nguid(rec.uuid),
-            "enable": "1"}
+    want = {"device_path": str(path), "device_uuid": rec.uuid, "device_nguid": namespace_nguid(rec.uuid), "enable": "1"}
     if any(ns.get(k) != v for k, v in want.items()) or sub["allow_any_host"] != "0":
         return "namespace or subsystem attributes differ"
     if sorted(sub["hosts"]) != sorted(rec.hosts) or not set(rec.hosts) <= set(observed.tree["hosts"]):
@@ -125,8 +127,9 @@ def _plan_volumes(state: AgentState, layout: Layout, observed: Observed) -> list
         if rec.status == DELETING:
             actions.append(Action(VOLUME_DELETE, rec.uuid, f"finished deleting volume {rec.uuid}"))
         elif rec.status == CREATING and needs_fill(rec.parameters):
-            actions.append(Action(VOLUME_FILL_LATER, rec.uuid,
-                                  f"volume {rec.uuid}: dataset hydration resumes in the background"))
+            actions.append(
+                Action(VOLUME_FILL_LATER, rec.uuid, f"volume {rec.uuid}: dataset hydration resumes in the background")
+            )
         elif rec.status == CREATING:
             actions.append(Action(VOLUME_FINISH, rec.uuid, f"finished creating volume {rec.uuid}"))
         elif why := volume_drift(rec, layout, observed):
@@ -189,8 +192,13 @@ class Applier:
                 self._apply(action, report)
             except DriverError as err:
                 report.problems.append(f"{action.kind} {action.key}: {err}")
-        log.info("converged: %d applied, %d unknown, %d pruned, %d problems",
-                 len(report.applied), len(report.unknown), len(report.pruned), len(report.problems))
+        log.info(
+            "converged: %d applied, %d unknown, %d pruned, %d problems",
+            len(report.applied),
+            len(report.unknown),
+            len(report.pruned),
+            len(report.problems),
+        )
         return report
 
     def _apply(self, action: Action, report: ConvergeReport) -> None:

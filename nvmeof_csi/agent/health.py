@@ -40,6 +40,12 @@ def volume_health(parts: AgentParts, rec: VolumeRecord) -> list[Issue]:
         issues.append((DEGRADED, "PortUnlinked", f"{nqn} is not linked to port(s) {names}"))
     pool = parts.store.usage()
     if pool.total_bytes and pool.free_bytes < POOL_LOW * pool.total_bytes:
-        issues.append((DEGRADED, "PoolNearlyFull", f"pool of agent {parts.name} has {pool.free_bytes} of "
-                                                   f"{pool.total_bytes} bytes free: thin volumes may fail writes"))
+        issues.append(
+            (
+                DEGRADED,
+                "PoolNearlyFull",
+                f"pool of agent {parts.name} has {pool.free_bytes} of "
+                f"{pool.total_bytes} bytes free: thin volumes may fail writes",
+            )
+        )
     return issues

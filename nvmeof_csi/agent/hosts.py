@@ -46,9 +46,13 @@ class HostOps:
                 ctrl_keys = {h: k for h, k in rec.ctrl_keys.items() if h != host_nqn}
                 if ctrl_secret:
                     ctrl_keys[host_nqn] = ctrl_secret
-                rec = p.state.put_volume(rec.evolve(
-                    hosts={**rec.hosts, host_nqn: secret}, ctrl_keys=ctrl_keys, readonly_hosts=ro,
-                ))
+                rec = p.state.put_volume(
+                    rec.evolve(
+                        hosts={**rec.hosts, host_nqn: secret},
+                        ctrl_keys=ctrl_keys,
+                        readonly_hosts=ro,
+                    )
+                )
             p.nvmet.allow(volume_nqn(vol_uuid), host_nqn)
             return p.view(rec)
 
@@ -76,11 +80,13 @@ class HostOps:
         with p.keys.hold(vol_uuid), p.keys.hold(f"host:{host_nqn}"):
             rec = p.volume(vol_uuid)
             if host_nqn in rec.hosts:
-                rec = p.state.put_volume(rec.evolve(
-                    hosts={k: v for k, v in rec.hosts.items() if k != host_nqn},
-                    ctrl_keys={k: v for k, v in rec.ctrl_keys.items() if k != host_nqn},
-                    readonly_hosts=tuple(h for h in rec.readonly_hosts if h != host_nqn),
-                ))
+                rec = p.state.put_volume(
+                    rec.evolve(
+                        hosts={k: v for k, v in rec.hosts.items() if k != host_nqn},
+                        ctrl_keys={k: v for k, v in rec.ctrl_keys.items() if k != host_nqn},
+                        readonly_hosts=tuple(h for h in rec.readonly_hosts if h != host_nqn),
+                    )
+                )
             p.nvmet.deny(volume_nqn(vol_uuid), host_nqn)
             p.nvmet.remove_host(host_nqn)
             return p.view(rec)

@@ -40,8 +40,11 @@ class AgentCollector(Collector):
             for metric, help_, value in (
                 ("pool_bytes", "Size of the pool filesystem.", usage.total_bytes),
                 ("pool_free_bytes", "Free bytes in the pool filesystem.", usage.free_bytes),
-                ("provisioned_bytes", "Sum of the volumes' sizes (thin provisioning).",
-                 self._agent.provisioned_bytes()),
+                (
+                    "provisioned_bytes",
+                    "Sum of the volumes' sizes (thin provisioning).",
+                    self._agent.provisioned_bytes(),
+                ),
                 ("capacity_bytes", "Bytes that may be provisioned in all.", self._agent.capacity_bytes()),
                 ("subsystems", "NVMe-oF subsystems in configfs.", len(self._agent.nvmet.subsystems())),
                 ("drift_objects", "Objects in configfs or the pool the agent's state does not know.", self._drift()),
@@ -50,8 +53,11 @@ class AgentCollector(Collector):
                 family.add_metric([name], value)
                 families.append(family)
             by_status = GaugeMetricFamily("nvmeof_csi_agent_volumes", "Volumes by status.", labels=["agent", "status"])
-            hosts = GaugeMetricFamily("nvmeof_csi_agent_volume_allowed_hosts", "Hosts allowed on each volume.",
-                                      labels=["agent", "volume_uuid"])
+            hosts = GaugeMetricFamily(
+                "nvmeof_csi_agent_volume_allowed_hosts",
+                "Hosts allowed on each volume.",
+                labels=["agent", "volume_uuid"],
+            )
             counts: dict[str, int] = {}
             for view in self._agent.list_volumes():
                 counts[view.record.status] = counts.get(view.record.status, 0) + 1

@@ -93,8 +93,7 @@ class NameBook:
     def reserve(self, wanted: Reservation) -> Reservation:
         """Keep ``wanted`` unless ``wanted.name`` is reserved already; returns the reservation kept."""
         check_reservation(wanted)
-        doc = {"version": FORMAT_VERSION, "name": wanted.name, "volume_uuid": wanted.volume_uuid,
-               "agent": wanted.agent}
+        doc = {"version": FORMAT_VERSION, "name": wanted.name, "volume_uuid": wanted.volume_uuid, "agent": wanted.agent}
         with self._lock:
             if create_exclusive(self._path(wanted.name), (json.dumps(doc, sort_keys=True) + "\n").encode()):
                 return wanted

@@ -56,7 +56,10 @@ class AgentParts:
     def view(self, rec: VolumeRecord) -> VolumeView:
         ana = self.state.current.ana
         return VolumeView(
-            rec, volume_nqn(rec.uuid), rec.uuid, namespace_nguid(rec.uuid),
+            rec,
+            volume_nqn(rec.uuid),
+            rec.uuid,
+            namespace_nguid(rec.uuid),
             [(p, ana.get(p.group, "optimized")) for p in self.portals],
             self.filler.progress(rec.uuid) if self.filler else "",
         )

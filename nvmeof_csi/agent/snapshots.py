@@ -35,8 +35,12 @@ class SnapshotOps:
             with p.keys.hold(source_volume):
                 vol = p.volume(source_volume)
                 snap = SnapshotRecord(
-                    uuid=str(uuidlib.uuid4()), name=name, source_volume=source_volume,
-                    size_bytes=vol.capacity_bytes, status=CREATING, created_at=p.clock(),
+                    uuid=str(uuidlib.uuid4()),
+                    name=name,
+                    source_volume=source_volume,
+                    size_bytes=vol.capacity_bytes,
+                    status=CREATING,
+                    created_at=p.clock(),
                 )
                 with p.keys.hold(snap.uuid):
                     p.state.put_snapshot(snap)

@@ -104,8 +104,10 @@ class AgentState:
         if doc.get("version") != FORMAT_VERSION:
             raise DriverError(f"agent state format {doc.get('version')!r} is not {FORMAT_VERSION}")
         return cls(
-            volumes={k: VolumeRecord(**{**v, "readonly_hosts": tuple(v.get("readonly_hosts", ()))})
-                     for k, v in doc.get("volumes", {}).items()},
+            volumes={
+                k: VolumeRecord(**{**v, "readonly_hosts": tuple(v.get("readonly_hosts", ()))})
+                for k, v in doc.get("volumes", {}).items()
+            },
             snapshots={k: SnapshotRecord(**v) for k, v in doc.get("snapshots", {}).items()},
             ana=dict(doc.get("ana", {})),
         )
@@ -169,8 +171,9 @@ class Delta:
             for k in self.gone[kind]:
                 records.pop(k, None)
             merged[kind] = records
-        return AgentState(volumes=merged["volumes"], snapshots=merged["snapshots"],
-                          ana=state.ana if self.ana is None else self.ana)
+        return AgentState(
+            volumes=merged["volumes"], snapshots=merged["snapshots"], ana=state.ana if self.ana is None else self.ana
+        )
 
 
 class StateStore:
@@ -194,8 +197,10 @@ class StateStore:
                     continue
                 rec = self._read_record(path, build)
                 if rec.uuid in parsed[kind]:
-                    raise DriverError(f"agent state: {kind} record {rec.uuid} is saved twice ({path.name} and "
-                                      f"{file_name(parsed[kind][rec.uuid])}); refusing to guess")
+                    raise DriverError(
+                        f"agent state: {kind} record {rec.uuid} is saved twice ({path.name} and "
+                        f"{file_name(parsed[kind][rec.uuid])}); refusing to guess"
+                    )
                 parsed[kind][rec.uuid] = rec
         ana = read_json(self.folder / "ana.json") or {}
         return AgentState(volumes=parsed["volumes"], snapshots=parsed["snapshots"], ana=dict(ana))

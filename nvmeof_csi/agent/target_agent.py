@@ -122,8 +122,14 @@ class TargetAgent:
 
     # -- operations ----------------------------------------------------------------------------------------
     def create_volume(
-        self, name: str, capacity_bytes: int, parameters: Mapping[str, str], labels: Mapping[str, str],
-        source_volume: str = "", source_snapshot: str = "", vol_uuid: str = "",
+        self,
+        name: str,
+        capacity_bytes: int,
+        parameters: Mapping[str, str],
+        labels: Mapping[str, str],
+        source_volume: str = "",
+        source_snapshot: str = "",
+        vol_uuid: str = "",
     ) -> VolumeView:
         return self._volumes.create_volume(
             name, capacity_bytes, parameters, labels, source_volume, source_snapshot, vol_uuid

@@ -44,8 +44,14 @@ class VolumeOps:
 
     # -- create ------------------------------------------------------------------------------------------
     def create_volume(
-        self, name: str, capacity_bytes: int, parameters: Mapping[str, str], labels: Mapping[str, str],
-        source_volume: str = "", source_snapshot: str = "", vol_uuid: str = "",
+        self,
+        name: str,
+        capacity_bytes: int,
+        parameters: Mapping[str, str],
+        labels: Mapping[str, str],
+        source_volume: str = "",
+        source_snapshot: str = "",
+        vol_uuid: str = "",
     ) -> VolumeView:
         p = self._p
         if not name:
@@ -58,8 +64,9 @@ class VolumeOps:
                 found = named[0]
                 self._check_same(found, capacity_bytes, parameters, source_volume, source_snapshot)
                 if vol_uuid and found.uuid != vol_uuid:
-                    raise AlreadyExists(f"volume {name!r} exists on agent {p.name} as {found.uuid}, not as the "
-                                        f"reserved {vol_uuid}")
+                    raise AlreadyExists(
+                        f"volume {name!r} exists on agent {p.name} as {found.uuid}, not as the reserved {vol_uuid}"
+                    )
                 if found.status == CREATING:
                     with p.keys.hold(found.uuid):
                         found = self._finish_creating(found)
@@ -70,9 +77,14 @@ class VolumeOps:
                 raise OutOfRange(f"capacity {capacity_bytes} is smaller than the source's {source_size} bytes")
             p.store.check_space(capacity_bytes, p.provisioned_bytes(), p.capacity_bytes())
             rec = VolumeRecord(
-                uuid=self._fresh_uuid(vol_uuid, name), name=name, capacity_bytes=capacity_bytes,
-                parameters=dict(parameters), labels=dict(labels), source_volume=source_volume,
-                source_snapshot=source_snapshot, status=CREATING,
+                uuid=self._fresh_uuid(vol_uuid, name),
+                name=name,
+                capacity_bytes=capacity_bytes,
+                parameters=dict(parameters),
+                labels=dict(labels),
+                source_volume=source_volume,
+                source_snapshot=source_snapshot,
+                status=CREATING,
             )
             self.filler_for(rec)  # refuse a volume to fill early when this agent has no filler
             with p.keys.hold(rec.uuid):
@@ -85,8 +97,10 @@ class VolumeOps:
         """A volume with ``auth`` only on a kernel whose nvmet can authenticate hosts."""
         mode = check_auth(parameters.get("auth", "none"))
         if mode != "none" and not self._p.nvmet.supports_dhchap():
-            raise FailedPrecondition(f"agent {self._p.name} cannot create a volume with auth {mode!r}: "
-                                     f"{NO_TARGET_AUTH} (kernel {os.uname().release})")
+            raise FailedPrecondition(
+                f"agent {self._p.name} cannot create a volume with auth {mode!r}: "
+                f"{NO_TARGET_AUTH} (kernel {os.uname().release})"
+            )
 
     def _fresh_uuid(self, vol_uuid: str, name: str) -> str:
         """``vol_uuid`` (reserved by the controller) unless a record here holds it already; else a random one."""
@@ -137,8 +151,9 @@ class VolumeOps:
         if not needs_fill(rec.parameters):
             return None
         if self._p.filler is None:
-            raise FailedPrecondition(f"agent {self._p.name} has no Alluxio configured (--alluxio-proxy): "
-                                     "it cannot create dataset volumes")
+            raise FailedPrecondition(
+                f"agent {self._p.name} has no Alluxio configured (--alluxio-proxy): it cannot create dataset volumes"
+            )
         return self._p.filler
 
     def materialize_new(self, rec: VolumeRecord) -> VolumeRecord:

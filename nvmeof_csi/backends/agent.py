@@ -19,13 +19,13 @@ Contract (in addition to ``service/contracts.py``):
 from __future__ import annotations
 
 import logging
-import threading
 import time
 import uuid as uuidlib
 from collections.abc import Callable, Mapping
 from functools import partial
 
 from nvmeof_csi.backends.agent_api import AgentApi, default_client, transport_of
+from nvmeof_csi.backends.agent_fleet import AgentFleet
 from nvmeof_csi.backends.agent_msgs import snapshot_of, volume_of
 from nvmeof_csi.backends.agent_names import Held, NameDirectory
 from nvmeof_csi.errors import Aborted, DeadlineExceeded, DriverError, NotFound, ResourceExhausted, Unavailable
@@ -36,17 +36,15 @@ from nvmeof_csi.service.contracts import (
     NO_SECRETS,
     Condition,
     ContentSource,
-    Health,
     Problem,
     Snapshot,
-    Topology,
     TopologyRequirement,
     Volume,
     VolumeRef,
 )
 from nvmeof_csi.service.datasets import DatasetSpec
 from nvmeof_csi.topology.fabric_map import AgentEntry, FabricMap
-from nvmeof_csi.topology.placement import Candidate, capacity_in, place, reachable
+from nvmeof_csi.topology.placement import place, reachable
 
 log = logging.getLogger(__name__)
 
@@ -59,63 +57,28 @@ DATASET_CREATE_TIMEOUT = 3600.0
 FILL_POLL_SECONDS = 1.0
 
 
-class AgentBackend:
+class AgentBackend(AgentFleet):
     supports_snapshots = True
 
     def __init__(
-        self, fabric: FabricMap, client: Callable[[AgentEntry], AgentApi] = default_client,
+        self,
+        fabric: FabricMap,
+        client: Callable[[AgentEntry], AgentApi] = default_client,
         locality: Callable[[DatasetSpec], Mapping[str, int]] | None = None,
-        sleep: Callable[[float], None] = time.sleep, clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self.fabric = fabric
-        self._factory = client
+        super().__init__(fabric, client)
         self._locality = locality
         self._sleep, self._clock = sleep, clock
-        self._clients: dict[str, AgentApi] = {}
-        self._lock = threading.Lock()
         self._names = NameDirectory(fabric, self._client)
-
-    def _client(self, entry: AgentEntry) -> AgentApi:
-        with self._lock:
-            if entry.name not in self._clients:
-                self._clients[entry.name] = self._factory(entry)
-            return self._clients[entry.name]
-
-    def _entry(self, location: str) -> AgentEntry | None:
-        return self.fabric.agent(location)
-
-    # -- health and capacity -----------------------------------------------------------------------------
-    def health(self) -> Health:
-        down = []
-        for entry in self.fabric.agents:
-            try:
-                if not self._client(entry).health().ready:
-                    down.append(f"{entry.name} (not ready)")
-            except DriverError as err:
-                down.append(f"{entry.name} ({err})")
-        ready = len(down) < len(self.fabric.agents)
-        return Health(ready, "all agents answer" if not down else f"unreachable or not ready: {', '.join(down)}")
-
-    def _candidates(self) -> list[Candidate]:
-        found = []
-        for entry in self.fabric.agents:
-            try:
-                pools = self._client(entry).capacity()
-            except Unavailable as err:
-                log.warning("agent %s skipped for placement: %s", entry.name, err)
-                continue
-            found.append(Candidate(entry, max((p.free_bytes for p in pools), default=0)))
-        return found
-
-    def available_capacity(self, segment: Topology | None, parameters: Mapping[str, str] | None = None) -> int:
-        return capacity_in(self._candidates(), transport_of(parameters), segment)
-
-    def max_volume_size(self) -> int:
-        return max((c.free_bytes for c in self._candidates()), default=0)
 
     # -- volumes -------------------------------------------------------------------------------------------
     def find_volume_by_name(
-        self, name: str, parameters: Mapping[str, str] | None = None, requirement: TopologyRequirement | None = None,
+        self,
+        name: str,
+        parameters: Mapping[str, str] | None = None,
+        requirement: TopologyRequirement | None = None,
         source: ContentSource | None = None,
     ) -> Volume | None:
         scope = partial(self._could_hold, transport=transport_of(parameters), requirement=requirement, source=source)
@@ -126,8 +89,10 @@ class AgentBackend:
         """The volume a reservation (or a name lookup) points at; ``None`` while it is only reserved."""
         entry = self._entry(held.agent)
         if entry is None:
-            raise Unavailable(f"volume {held.name!r} is reserved on agent {held.agent}, which the fabric map does "
-                              "not list (restore it in the map)")
+            raise Unavailable(
+                f"volume {held.name!r} is reserved on agent {held.agent}, which the fabric map does "
+                "not list (restore it in the map)"
+            )
         try:
             return volume_of(entry, self._client(entry).get_volume(held.uuid))
         except NotFound:
@@ -160,17 +125,25 @@ class AgentBackend:
         return self._create_held(held, capacity_bytes, parameters, source, limit)
 
     def _create_held(
-        self, held: Held, capacity_bytes: int, parameters: Mapping[str, str], source: ContentSource | None,
+        self,
+        held: Held,
+        capacity_bytes: int,
+        parameters: Mapping[str, str],
+        source: ContentSource | None,
         limit: float,
     ) -> Volume:
         entry = self._require(VolumeRef(held.agent, held.uuid))
         timeout = limit if DatasetSpec.from_parameters(parameters) else None
         try:
             created = self._client(entry).create_volume(
-                held.name, capacity_bytes, parameters, {NAME_LABEL: held.name, KEPT_ON_LABEL: held.kept_on},
+                held.name,
+                capacity_bytes,
+                parameters,
+                {NAME_LABEL: held.name, KEPT_ON_LABEL: held.kept_on},
                 source_volume=source.ref.uuid if source and source.kind == "volume" else "",
                 source_snapshot=source.ref.uuid if source and source.kind == "snapshot" else "",
-                timeout=timeout, vol_uuid=held.uuid,
+                timeout=timeout,
+                vol_uuid=held.uuid,
             )
         except ResourceExhausted:
             self._names.release(held.name, held.uuid, held.kept_on)  # a retry may place it elsewhere
@@ -178,8 +151,10 @@ class AgentBackend:
         except DeadlineExceeded:
             if timeout is None:
                 raise
-            raise Aborted(f"volume {held.name!r} is still being filled on agent {entry.name}; the fill goes on "
-                          "and a retry returns the volume once it is ready") from None
+            raise Aborted(
+                f"volume {held.name!r} is still being filled on agent {entry.name}; the fill goes on "
+                "and a retry returns the volume once it is ready"
+            ) from None
         return volume_of(entry, created)
 
     def _await_filled(self, volume: Volume, limit: float) -> Volume:
@@ -195,8 +170,10 @@ class AgentBackend:
                 return volume_of(entry, vol)
             if self._clock() >= deadline:
                 progress = vol.labels.get("dataset.progress", "")
-                raise Aborted(f"volume {volume.name!r} is still being filled on agent {entry.name}"
-                              f"{f' ({progress})' if progress else ''}; a retry returns it once it is ready")
+                raise Aborted(
+                    f"volume {volume.name!r} is still being filled on agent {entry.name}"
+                    f"{f' ({progress})' if progress else ''}; a retry returns it once it is ready"
+                )
             self._sleep(min(FILL_POLL_SECONDS, max(0.0, deadline - self._clock())))
 
     @staticmethod
@@ -230,8 +207,10 @@ class AgentBackend:
         entry = self._entry(source.ref.location)
         if entry is None:
             raise NotFound(f"{source.kind} {source.ref.uuid} does not exist (unknown agent {source.ref.location})")
-        if requirement and requirement.requisite and not any(
-            reachable(entry, transport, t) for t in requirement.requisite
+        if (
+            requirement
+            and requirement.requisite
+            and not any(reachable(entry, transport, t) for t in requirement.requisite)
         ):
             raise ResourceExhausted(
                 f"the {source.kind} lives on {entry.name}, which the requested topology cannot reach"
@@ -269,12 +248,6 @@ class AgentBackend:
 
     def modify_volume(self, ref: VolumeRef, changes: Mapping[str, str]) -> None:
         self._client(self._require(ref)).modify_volume(ref.uuid, changes)
-
-    def _require(self, ref: VolumeRef) -> AgentEntry:
-        entry = self._entry(ref.location)
-        if entry is None:
-            raise NotFound(f"volume {ref.uuid} does not exist (unknown agent {ref.location})")
-        return entry
 
     def publish(
         self, ref: VolumeRef, node_id: str, readonly: bool, secrets: Mapping[str, str] = NO_SECRETS

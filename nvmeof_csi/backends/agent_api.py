@@ -17,9 +17,15 @@ class AgentApi(Protocol):
 
     def health(self) -> pb.HealthResponse: ...
     def create_volume(
-        self, name: str, capacity_bytes: int, parameters: Mapping[str, str] | None = ...,
-        labels: Mapping[str, str] | None = ..., source_volume: str = ..., source_snapshot: str = ...,
-        timeout: float | None = ..., vol_uuid: str = ...,
+        self,
+        name: str,
+        capacity_bytes: int,
+        parameters: Mapping[str, str] | None = ...,
+        labels: Mapping[str, str] | None = ...,
+        source_volume: str = ...,
+        source_snapshot: str = ...,
+        timeout: float | None = ...,
+        vol_uuid: str = ...,
     ) -> pb.Volume: ...
     def delete_volume(self, vol_uuid: str) -> None: ...
     def resize_volume(self, vol_uuid: str, capacity_bytes: int) -> pb.Volume: ...

@@ -16,10 +16,14 @@ from nvmeof_csi.topology.placement import volume_segment
 def volume_of(entry: AgentEntry, vol: pb.Volume) -> Volume:
     transport = transport_of(vol.parameters)
     context = VolumeContext(
-        nqn=vol.nqn, namespace_uuid=vol.namespace_uuid, transport=transport,
+        nqn=vol.nqn,
+        namespace_uuid=vol.namespace_uuid,
+        transport=transport,
         portals=tuple(Portal(p.trtype, p.traddr, str(p.trsvcid)) for p in vol.portals if p.trtype == transport),
-        tunables=tunables_from(vol.parameters), agent=entry.name,
-        auth=check_auth(vol.parameters.get("auth", "none")), qos=limits_from(vol.parameters),
+        tunables=tunables_from(vol.parameters),
+        agent=entry.name,
+        auth=check_auth(vol.parameters.get("auth", "none")),
+        qos=limits_from(vol.parameters),
     ).to_dict()
     source = None
     if vol.source_snapshot_uuid:
@@ -27,15 +31,24 @@ def volume_of(entry: AgentEntry, vol: pb.Volume) -> Volume:
     elif vol.source_volume_uuid:
         source = ContentSource("volume", VolumeRef(entry.name, vol.source_volume_uuid))
     return Volume(
-        ref=VolumeRef(entry.name, vol.uuid), name=vol.name, capacity_bytes=vol.capacity_bytes,
-        parameters=dict(vol.parameters), context=context,
+        ref=VolumeRef(entry.name, vol.uuid),
+        name=vol.name,
+        capacity_bytes=vol.capacity_bytes,
+        parameters=dict(vol.parameters),
+        context=context,
         accessible_topology=(volume_segment(entry, transport),),
-        published_nodes=tuple(sorted(vol.allowed_hosts)), source=source, ready=vol.status != "creating",
+        published_nodes=tuple(sorted(vol.allowed_hosts)),
+        source=source,
+        ready=vol.status != "creating",
     )
 
 
 def snapshot_of(entry: AgentEntry, snap: pb.Snapshot) -> Snapshot:
     return Snapshot(
-        ref=VolumeRef(entry.name, snap.uuid), name=snap.name, source=VolumeRef(entry.name, snap.source_volume_uuid),
-        size_bytes=snap.size_bytes, created_at=float(snap.created_at_unix), ready=snap.ready,
+        ref=VolumeRef(entry.name, snap.uuid),
+        name=snap.name,
+        source=VolumeRef(entry.name, snap.source_volume_uuid),
+        size_bytes=snap.size_bytes,
+        created_at=float(snap.created_at_unix),
+        ready=snap.ready,
     )

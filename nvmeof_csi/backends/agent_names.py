@@ -77,8 +77,9 @@ class NameDirectory:
             except Unavailable as err:
                 if could_hold(entry):
                     raise
-                log.warning("agent %s skipped in the lookup of %s (%s): this request could not use it",
-                            entry.name, name, err)
+                log.warning(
+                    "agent %s skipped in the lookup of %s (%s): this request could not use it", entry.name, name, err
+                )
                 continue
             if held is not None:
                 found.append(held)

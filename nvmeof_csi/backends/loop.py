@@ -81,8 +81,11 @@ class LoopTargetBackend:
             name=str(doc["name"]),
             capacity_bytes=int(doc["capacity_bytes"]),
             parameters=dict(doc.get("parameters", {})),
-            context={CTX_BACKEND: LOCATION, CTX_PATH: str(self._image_path(vol_uuid)),
-                     **limits_from(doc.get("parameters", {})).to_context()},
+            context={
+                CTX_BACKEND: LOCATION,
+                CTX_PATH: str(self._image_path(vol_uuid)),
+                **limits_from(doc.get("parameters", {})).to_context(),
+            },
             accessible_topology=(dict(self._topology),) if self._topology else (),
             published_nodes=tuple(sorted(doc.get("published", {}))),
         )
@@ -133,10 +136,17 @@ class LoopTargetBackend:
         if parameters.get("auth", "none") != "none":
             raise FailedPrecondition("the loop backend has no in-band authentication (auth: none only)")
         if DatasetSpec.from_parameters(parameters) is not None:
-            raise FailedPrecondition("the loop backend cannot fill dataset volumes (use the nvmeof backend with "
-                                     "agents started with --alluxio-proxy)")
-        if requirement and requirement.requisite and not any(
-            all(self._topology.get(k) == v for k, v in t.items() if k in self._topology) for t in requirement.requisite
+            raise FailedPrecondition(
+                "the loop backend cannot fill dataset volumes (use the nvmeof backend with "
+                "agents started with --alluxio-proxy)"
+            )
+        if (
+            requirement
+            and requirement.requisite
+            and not any(
+                all(self._topology.get(k) == v for k, v in t.items() if k in self._topology)
+                for t in requirement.requisite
+            )
         ):
             raise ResourceExhausted("no storage in the requested topology (requisite segments unreachable)")
         if self._provisioned() + capacity_bytes > self._capacity:
@@ -151,7 +161,10 @@ class LoopTargetBackend:
         return self._volume(vol_uuid, doc)
 
     def find_volume_by_name(
-        self, name: str, parameters: Mapping[str, str] | None = None, requirement: TopologyRequirement | None = None,
+        self,
+        name: str,
+        parameters: Mapping[str, str] | None = None,
+        requirement: TopologyRequirement | None = None,
         source: ContentSource | None = None,
     ) -> Volume | None:
         for vol_uuid, doc in self._all():
@@ -230,7 +243,6 @@ class LoopTargetBackend:
         if not self._image_path(ref.uuid).exists():
             return Condition(True, f"backing file {self._image_path(ref.uuid)} is missing")
         return Condition(False, "backing file present")
-
 
     def create_snapshot(self, name: str, source: VolumeRef) -> Snapshot:
         raise Unimplemented("the loop backend has no snapshots")

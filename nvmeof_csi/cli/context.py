@@ -70,7 +70,9 @@ def _target(entry: Any, source: str) -> AgentTarget:
     tls = entry.get("tls")
     files = TlsFiles.from_options(*(Path(tls[k]) if k in tls else None for k in ("cert", "key", "ca"))) if tls else None
     return AgentTarget(
-        name=str(entry["name"]), endpoint=Endpoint.parse(str(entry["endpoint"])), tls=files,
+        name=str(entry["name"]),
+        endpoint=Endpoint.parse(str(entry["endpoint"])),
+        tls=files,
         allow_plaintext_loopback=bool(entry.get("allowPlaintextLoopback", False)),
     )
 

@@ -13,8 +13,7 @@ from nvmeof_csi.datasets.client import AlluxioRest
 from nvmeof_csi.datasets.locality import bytes_by_host, node_label
 from nvmeof_csi.service.datasets import DatasetSpec
 
-app = typer.Typer(help="Dataset volumes (filled through Alluxio): progress and cache hit ratio.",
-                  no_args_is_help=True)
+app = typer.Typer(help="Dataset volumes (filled through Alluxio): progress and cache hit ratio.", no_args_is_help=True)
 COLUMNS = ("dataset", "volumes", "hydrating", "bytes", "from_cache", "from_ufs", "hit_ratio", "cached_on")
 Target = Annotated[str | None, typer.Option("--target", "-t", help="Only this target (name from the targets file).")]
 
@@ -26,8 +25,10 @@ def summarize(volumes: list[tuple[str, Any]]) -> list[dict[str, Any]]:
         path = vol.parameters.get("dataset.path") or vol.parameters.get("dataset.uri")
         if not path:
             continue
-        row = rows.setdefault(path, {"dataset": path, "volumes": [], "hydrating": [], "_bytes": 0, "_cache": 0,
-                                     "_ufs": 0, "cached_on": set()})
+        row = rows.setdefault(
+            path,
+            {"dataset": path, "volumes": [], "hydrating": [], "_bytes": 0, "_cache": 0, "_ufs": 0, "cached_on": set()},
+        )
         labels = vol.labels
         if "dataset.progress" in labels or vol.status == "creating":
             row["hydrating"].append(f"{target}/{vol.name}: {labels.get('dataset.progress', 'starting')}")
@@ -41,8 +42,13 @@ def summarize(volumes: list[tuple[str, Any]]) -> list[dict[str, Any]]:
     for row in rows.values():
         total = row.pop("_bytes")
         cache, ufs = row.pop("_cache"), row.pop("_ufs")
-        row.update(bytes=human_bytes(total), from_cache=human_bytes(cache), from_ufs=human_bytes(ufs),
-                   hit_ratio=f"{cache / total:.3f}" if total else "-", cached_on=sorted(row["cached_on"]))
+        row.update(
+            bytes=human_bytes(total),
+            from_cache=human_bytes(cache),
+            from_ufs=human_bytes(ufs),
+            hit_ratio=f"{cache / total:.3f}" if total else "-",
+            cached_on=sorted(row["cached_on"]),
+        )
         out.append(row)
     return sorted(out, key=lambda r: str(r["dataset"]))
 
@@ -63,15 +69,22 @@ def list_datasets(ctx: typer.Context, target: Target = None) -> None:
 def labels(
     ctx: typer.Context,
     path: Annotated[str, typer.Argument(help="The data set's Alluxio path (the StorageClass 'dataset.path').")],
-    alluxio_proxy: Annotated[str, typer.Option("--alluxio-proxy", envvar="NVMEOF_CSI_ALLUXIO_PROXY",
-                                               help="Alluxio REST proxy URL.")],
+    alluxio_proxy: Annotated[
+        str, typer.Option("--alluxio-proxy", envvar="NVMEOF_CSI_ALLUXIO_PROXY", help="Alluxio REST proxy URL.")
+    ],
 ) -> None:
     """Node labels a scheduler can use: for each Alluxio worker host caching the data set, the bytes it holds
     and the label (with the `kubectl label node` line) that marks the node as close to the data set."""
     spec = DatasetSpec(path)
     held = bytes_by_host(AlluxioRest(alluxio_proxy, ""), spec.path)
     key = node_label(spec)
-    rows = [{"host": host, "cached": human_bytes(size), "label": f"{key}=cached",
-             "command": f"kubectl label node {host} --overwrite {key}=cached"}
-            for host, size in sorted(held.items(), key=lambda item: -item[1])]
+    rows = [
+        {
+            "host": host,
+            "cached": human_bytes(size),
+            "label": f"{key}=cached",
+            "command": f"kubectl label node {host} --overwrite {key}=cached",
+        }
+        for host, size in sorted(held.items(), key=lambda item: -item[1])
+    ]
     render(rows, ("host", "cached", "label", "command"), state(ctx).output, title=f"where {path} is cached")

@@ -17,8 +17,12 @@ from nvmeof_csi.initiator.doctor import diagnose
 
 def doctor(
     ctx: typer.Context,
-    peers: Annotated[Path | None, typer.Option(help="File with the host NQNs / host IDs of the other nodes (one per "
-                                                   "line): fail if this node shares one.")] = None,
+    peers: Annotated[
+        Path | None,
+        typer.Option(
+            help="File with the host NQNs / host IDs of the other nodes (one per line): fail if this node shares one."
+        ),
+    ] = None,
     require_rdma: Annotated[bool, typer.Option(help="Fail when the node has no RDMA device.")] = False,
     sys_root: Annotated[Path, typer.Option(hidden=True)] = Path("/sys"),
     etc_nvme: Annotated[Path, typer.Option(hidden=True)] = Path("/etc/nvme"),

@@ -29,12 +29,17 @@ def health(
             with cli.client(t) as client:
                 h = client.health()
                 pools = client.capacity()
-            rows.append({
-                "target": t.name, "ready": h.ready, "message": h.message, "version": h.version,
-                "free": ", ".join(human_bytes(p.free_bytes) for p in pools),
-                "provisioned": ", ".join(human_bytes(p.provisioned_bytes) for p in pools),
-                "unknown_objects": list(h.unknown_objects),
-            })
+            rows.append(
+                {
+                    "target": t.name,
+                    "ready": h.ready,
+                    "message": h.message,
+                    "version": h.version,
+                    "free": ", ".join(human_bytes(p.free_bytes) for p in pools),
+                    "provisioned": ", ".join(human_bytes(p.provisioned_bytes) for p in pools),
+                    "unknown_objects": list(h.unknown_objects),
+                }
+            )
         except DriverError as err:
             rows.append({"target": t.name, "ready": False, "message": str(err)})
     render(rows, ("target", "ready", "message", "version", "free", "provisioned", "unknown_objects"), cli.output)

@@ -42,7 +42,8 @@ def common(
         Path | None, typer.Option(envvar="NVMEOFCTL_TARGETS", help="YAML file listing agents (see docs).")
     ] = None,
     agent: Annotated[
-        str | None, typer.Option(envvar="NVMEOFCTL_AGENT", help="One agent endpoint, e.g. unix:///run/nvmeof-csi/agent.sock")
+        str | None,
+        typer.Option(envvar="NVMEOFCTL_AGENT", help="One agent endpoint, e.g. unix:///run/nvmeof-csi/agent.sock"),
     ] = None,
     output: Annotated[Output, typer.Option("--output", "-o", help="table, json or yaml.")] = Output.TABLE,
     timeout: Annotated[float, typer.Option(help="Seconds per RPC.")] = 30.0,

@@ -32,7 +32,7 @@ UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}
 def parse_volume(text: str) -> tuple[str | None, str | None, str | None]:
     """(target, uuid, name) from a CSI volume ID ``nvmeof-v1.<target>.<uuid>``, a UUID, or a CSI name."""
     if text.startswith("nvmeof-v1."):
-        location, _, vol_uuid = text[len("nvmeof-v1."):].rpartition(".")
+        location, _, vol_uuid = text[len("nvmeof-v1.") :].rpartition(".")
         if not location or not UUID.match(vol_uuid):
             raise InvalidArgument(f"{text[:140]!r} is not a volume ID of this driver")
         return location, vol_uuid, None
@@ -81,18 +81,27 @@ def node_side(
         ns = next((n for n in sub.namespaces if n.uuid.lower() == ns_uuid.lower()), None)
         if ns is not None:
             device = f"/dev/{ns.name}"
-            node["device"] = {"path": device, "size": human_bytes(ns.size_bytes), "mounts": _mounts(device),
-                              "paths": [{"controller": p.controller, "portal": portal.get(p.controller, ""),
-                                         "ana_state": p.ana_state} for p in ns.paths]}
+            node["device"] = {
+                "path": device,
+                "size": human_bytes(ns.size_bytes),
+                "mounts": _mounts(device),
+                "paths": [
+                    {"controller": p.controller, "portal": portal.get(p.controller, ""), "ana_state": p.ana_state}
+                    for p in ns.paths
+                ],
+            }
     record = next((r for r in StagingStore(state_dir / "staging").all() if r.ref.uuid == ns_uuid), None)
     if record is not None:
         qos = QosEnforcer(PodCgroups(cgroup_root), LimitOverrides(state_dir / "qos"))
         limits = qos.wanted(record)
         node["staging"] = {
-            "path": record.staging_path, "targets": dict(record.targets), "pods": dict(record.pods),
+            "path": record.staging_path,
+            "targets": dict(record.targets),
+            "pods": dict(record.pods),
             "limits": dict(limits.values),
-            "limits_in_force": [{"pod": p.pod_uid, "enforced": p.enforced, "reason": p.reason}
-                                for p in qos.status(record)],
+            "limits_in_force": [
+                {"pod": p.pod_uid, "enforced": p.enforced, "reason": p.reason} for p in qos.status(record)
+            ],
         }
     return node
 
@@ -105,8 +114,10 @@ def _read(path: Path) -> str:
 
 
 def _tree(doc: dict[str, Any]) -> Tree:
-    tree = Tree(f"[bold]{doc.get('name') or doc['uuid']}[/] ({human_bytes(doc.get('capacity_bytes', 0))}, "
-                f"{doc.get('status', '')}) on agent [bold]{doc['agent']}[/]")
+    tree = Tree(
+        f"[bold]{doc.get('name') or doc['uuid']}[/] ({human_bytes(doc.get('capacity_bytes', 0))}, "
+        f"{doc.get('status', '')}) on agent [bold]{doc['agent']}[/]"
+    )
     health = doc.get("health") or []
     tree.add("health: " + ("; ".join(f"{h['status']} {h['reason']}: {h['message']}" for h in health) or "ok"))
     sub = tree.add(f"subsystem {doc['nqn']}")
@@ -150,7 +161,8 @@ def trace(
     volume: Annotated[str, typer.Argument(help="CSI volume ID (nvmeof-v1.<agent>.<uuid>), volume UUID or CSI name.")],
     node: Annotated[bool, typer.Option("--node", help="Also what this node sees (run it on the GPU node).")] = False,
     state_dir: Annotated[Path, typer.Option(help="The node plugin's --state-dir (staging records).")] = Path(
-        "/var/lib/nvmeof-csi"),
+        "/var/lib/nvmeof-csi"
+    ),
     cgroup_root: Annotated[Path, typer.Option(help="The cgroup v2 mount kubelet uses.")] = Path("/sys/fs/cgroup"),
 ) -> None:
     """Volume -> agent -> subsystem -> namespace and backing file -> portals with ANA state -> allowed hosts ->

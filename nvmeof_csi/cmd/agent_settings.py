@@ -32,53 +32,92 @@ def _absolute(path: Any) -> Path:
 class AgentSettings:
     """Everything ``nvmeof-csi agent`` needs; see ``nvmeof-csi agent --help``."""
 
-    name: str = setting(REQUIRED, "The agent's name: a DNS label, part of every volume ID it serves.",
-                        env="AGENT_NAME")
+    name: str = setting(REQUIRED, "The agent's name: a DNS label, part of every volume ID it serves.", env="AGENT_NAME")
     portals: tuple[PortSpec, ...] = setting(
-        REQUIRED, "`ID:TRTYPE:TRADDR:TRSVCID[:GROUP]`: an nvmet port (`tcp` or `rdma`), repeatable; GROUP is the "
-        "portal group whose ANA state `nvmeofctl ana set` changes.", env="AGENT_PORTALS", name="portal",
-        raw=(list[str], []), parse=lambda texts: tuple(PortSpec.parse(t) for t in texts),
-        metavar="ID:TRTYPE:TRADDR:TRSVCID[:GROUP]")
-    state_dir: Path = setting(Path("/var/lib/nvmeof-csi/agent"), "Where the desired state is saved (durable).",
-                              env="AGENT_STATE_DIR", raw=(Path, None), parse=_absolute)
-    pool_dir: Path = setting(Path("/var/lib/nvmeof-csi/pool"), "The backing-file pool (XFS with reflink "
-                             "recommended).", env="AGENT_POOL_DIR", raw=(Path, None), parse=_absolute)
+        REQUIRED,
+        "`ID:TRTYPE:TRADDR:TRSVCID[:GROUP]`: an nvmet port (`tcp` or `rdma`), repeatable; GROUP is the "
+        "portal group whose ANA state `nvmeofctl ana set` changes.",
+        env="AGENT_PORTALS",
+        name="portal",
+        raw=(list[str], []),
+        parse=lambda texts: tuple(PortSpec.parse(t) for t in texts),
+        metavar="ID:TRTYPE:TRADDR:TRSVCID[:GROUP]",
+    )
+    state_dir: Path = setting(
+        Path("/var/lib/nvmeof-csi/agent"),
+        "Where the desired state is saved (durable).",
+        env="AGENT_STATE_DIR",
+        raw=(Path, None),
+        parse=_absolute,
+    )
+    pool_dir: Path = setting(
+        Path("/var/lib/nvmeof-csi/pool"),
+        "The backing-file pool (XFS with reflink recommended).",
+        env="AGENT_POOL_DIR",
+        raw=(Path, None),
+        parse=_absolute,
+    )
     unix_endpoint: Endpoint | None = setting(
-        "unix:///run/nvmeof-csi/agent.sock", "`unix:///path`: the owner-only local socket (`''` to disable).",
-        env="AGENT_LISTEN_UNIX", name="listen-unix", parse=_endpoint_or_none)
+        "unix:///run/nvmeof-csi/agent.sock",
+        "`unix:///path`: the owner-only local socket (`''` to disable).",
+        env="AGENT_LISTEN_UNIX",
+        name="listen-unix",
+        parse=_endpoint_or_none,
+    )
     tcp_endpoint: Endpoint | None = setting(
-        "", "`tcp://HOST:PORT`, served with mutual TLS only; plaintext is refused unless "
-        "`--allow-plaintext-loopback` on a loopback address.", env="AGENT_LISTEN_TCP", name="listen-tcp",
-        parse=_endpoint_or_none)
+        "",
+        "`tcp://HOST:PORT`, served with mutual TLS only; plaintext is refused unless "
+        "`--allow-plaintext-loopback` on a loopback address.",
+        env="AGENT_LISTEN_TCP",
+        name="listen-tcp",
+        parse=_endpoint_or_none,
+    )
     tls_cert: Path | None = setting(None, "The server certificate (PEM).", env="AGENT_TLS_CERT")
     tls_key: Path | None = setting(None, "The server key (PEM).", env="AGENT_TLS_KEY")
     tls_ca: Path | None = setting(None, "The CA that signs accepted clients (PEM).", env="AGENT_TLS_CA")
-    allow_plaintext_loopback: bool = setting(False, "Allow TCP without TLS, on a loopback address only (tests).",
-                                             env=False)
+    allow_plaintext_loopback: bool = setting(
+        False, "Allow TCP without TLS, on a loopback address only (tests).", env=False
+    )
     prune: bool = setting(False, "Remove configfs objects and pool files the state does not know.", env=False)
-    capacity_limit_bytes: int = setting("0", "Thin-provisioning limit, e.g. `10T` (`0`: the pool filesystem's "
-                                        "size).", env="AGENT_CAPACITY_LIMIT", name="capacity-limit",
-                                        parse=lambda text: parse_size(str(text)))
+    capacity_limit_bytes: int = setting(
+        "0",
+        "Thin-provisioning limit, e.g. `10T` (`0`: the pool filesystem's size).",
+        env="AGENT_CAPACITY_LIMIT",
+        name="capacity-limit",
+        parse=lambda text: parse_size(str(text)),
+    )
     configfs_root: Path = setting(Path("/sys/kernel/config/nvmet"), "The nvmet configfs root.", env=False)
-    configfs_plain_tree: bool = setting(False, "TESTS ONLY: configfs-root is a plain folder standing in for "
-                                        "configfs.", env=False, hidden=True)
-    buffered_io: bool = setting(False, "Use the page cache for backing files (only where O_DIRECT is impossible, "
-                                "e.g. tmpfs).", env=False)
-    grace_seconds: float = setting(30.0, "On SIGTERM, the seconds in-flight RPCs get before they are cancelled.",
-                                   low=0, high=600, low_open=True)
+    configfs_plain_tree: bool = setting(
+        False, "TESTS ONLY: configfs-root is a plain folder standing in for configfs.", env=False, hidden=True
+    )
+    buffered_io: bool = setting(
+        False, "Use the page cache for backing files (only where O_DIRECT is impossible, e.g. tmpfs).", env=False
+    )
+    grace_seconds: float = setting(
+        30.0, "On SIGTERM, the seconds in-flight RPCs get before they are cancelled.", low=0, high=600, low_open=True
+    )
     log_level: str = setting("INFO", "`DEBUG`, `INFO`, `WARNING` or `ERROR`.")
     alluxio_proxy: str = setting("", "The Alluxio REST proxy URL (dataset volumes).")
     alluxio_job: str = setting("", "The Alluxio job master's web URL (cache load jobs).")
     metrics_listen: str = setting("", "`HOST:PORT` for Prometheus `/metrics`.")
-    authz_file: Path | None = setting(None, "YAML mapping client certificate identities to roles (controller, node, "
-                                      "admin, reader; see Security); required with `--listen-tcp`.",
-                                      env="AGENT_AUTHZ_FILE")
+    authz_file: Path | None = setting(
+        None,
+        "YAML mapping client certificate identities to roles (controller, node, "
+        "admin, reader; see Security); required with `--listen-tcp`.",
+        env="AGENT_AUTHZ_FILE",
+    )
     dataset_ufs_allow: tuple[str, ...] = setting(
-        [], "An under-store prefix `dataset.uri` may name (repeatable; none by default, so only data sets "
-        "already in Alluxio are used).", env="AGENT_DATASET_UFS_ALLOW", raw=(list[str], []), parse=tuple,
-        metavar="PREFIX")
-    dataset_root: str = setting("/datasets", "The Alluxio folder every `dataset.path` must be in.",
-                                env="AGENT_DATASET_ROOT")
+        [],
+        "An under-store prefix `dataset.uri` may name (repeatable; none by default, so only data sets "
+        "already in Alluxio are used).",
+        env="AGENT_DATASET_UFS_ALLOW",
+        raw=(list[str], []),
+        parse=tuple,
+        metavar="PREFIX",
+    )
+    dataset_root: str = setting(
+        "/datasets", "The Alluxio folder every `dataset.path` must be in.", env="AGENT_DATASET_ROOT"
+    )
 
     @property
     def tls(self) -> TlsFiles | None:

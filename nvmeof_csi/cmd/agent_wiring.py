@@ -42,8 +42,13 @@ def build_datasets(settings: AgentSettings, registry: CollectorRegistry) -> Data
         return None
     rest = AlluxioRest(settings.alluxio_proxy, settings.alluxio_job)
     hydrator = Hydrator(rest, JobServiceLoader(rest), SubprocessExecutor(), DatasetMetrics(registry))
-    return DatasetVolumes(hydrator, settings.pool_dir / ".hydrate", settings.dataset_ufs_allow, settings.dataset_root,
-                          holders=DatasetHolders(rest, settings.name))
+    return DatasetVolumes(
+        hydrator,
+        settings.pool_dir / ".hydrate",
+        settings.dataset_ufs_allow,
+        settings.dataset_root,
+        holders=DatasetHolders(rest, settings.name),
+    )
 
 
 def build_agent(
@@ -84,8 +89,9 @@ async def serve_agent(settings: AgentSettings, plain_tree: bool = False) -> None
     policy = load_policy(settings.authz_file) if settings.authz_file is not None else {}
     registry.register(AgentCollector(agent, lambda: len(report.unknown)))
     # threads, not asyncio: every agent call is blocking work, served straight on a server thread (#17)
-    server = new_threaded_server(AGENT_LOCK_TABLE, Authorizer(policy), RpcMetrics(registry, DRIVER_NAME).observe,
-                                 workers=AGENT_RPC_THREADS)
+    server = new_threaded_server(
+        AGENT_LOCK_TABLE, Authorizer(policy), RpcMetrics(registry, DRIVER_NAME).observe, workers=AGENT_RPC_THREADS
+    )
     pb_grpc.add_AgentServicer_to_server(AgentServicer(agent, report.unknown), server)
     sockets = []
     if settings.unix_endpoint is not None:
@@ -97,9 +103,14 @@ async def serve_agent(settings: AgentSettings, plain_tree: bool = False) -> None
             bind_mtls(server, settings.tcp_endpoint, settings.tls)
         else:  # plaintext: settings allow it on a loopback address only
             bind(server, settings.tcp_endpoint)
-    log.info("agent %s serving (%s%s), %d volumes, portals %s", agent.name, settings.unix_endpoint or "",
-             f" {settings.tcp_endpoint} (mTLS)" if settings.tls else "", len(agent.list_volumes()),
-             ", ".join(f"{p.trtype}:{p.traddr}:{p.trsvcid}/{p.group}" for p in agent.portals))
+    log.info(
+        "agent %s serving (%s%s), %d volumes, portals %s",
+        agent.name,
+        settings.unix_endpoint or "",
+        f" {settings.tcp_endpoint} (mTLS)" if settings.tls else "",
+        len(agent.list_volumes()),
+        ", ".join(f"{p.trtype}:{p.traddr}:{p.trsvcid}/{p.group}" for p in agent.portals),
+    )
     if agent.filler is not None:
         threading.Thread(target=agent.resume_fills, name="resume-fills", daemon=True).start()
     await run_until_stopped(server, settings.grace_seconds, sockets, socket_mode=0o600)  # owner (root) only

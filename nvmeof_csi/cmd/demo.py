@@ -34,17 +34,17 @@ def _render(console: Console, doc: dict[str, Any]) -> None:
     console.print(checks)
     console.print(f"ANA before failover: {doc['ana_before']}")
     console.print(f"ANA after failover:  {doc['ana_after']}")
-    console.print(f"bytes written {doc['bytes_written']:,}, verified {doc['bytes_verified']:,}; "
-                  f"capacity {doc['capacity_before']:,} -> {doc['capacity_after']:,} bytes")
+    console.print(
+        f"bytes written {doc['bytes_written']:,}, verified {doc['bytes_verified']:,}; "
+        f"capacity {doc['capacity_before']:,} -> {doc['capacity_after']:,} bytes"
+    )
     if doc["error"]:
         console.print(f"[red]demo failed:[/] {doc['error']}")
     console.print("[green]demo: success[/]" if doc["ok"] else "[red]demo: FAILED[/]")
 
 
 def demo_command(
-    json_out: Annotated[
-        Path | None, typer.Option("--json", help="Also write the report as JSON to this file.")
-    ] = None,
+    json_out: Annotated[Path | None, typer.Option("--json", help="Also write the report as JSON to this file.")] = None,
     size_mib: Annotated[int, typer.Option(min=64, max=4096, help="Volume size before expansion (MiB).")] = 512,
     files: Annotated[int, typer.Option(min=1, max=1024, help="Files of 1 MiB in the data set.")] = 64,
 ) -> None:
@@ -60,8 +60,17 @@ def demo_command(
         raise typer.Exit(2)
     with tempfile.TemporaryDirectory(prefix="nvmeof-demo-") as tmp:
         report_path = json_out.absolute() if json_out is not None else Path(tmp) / "demo.json"
-        argv = [sys.executable, "-m", "lab.demo", "--json", str(report_path), "--size-mib", str(size_mib),
-                "--files", str(files)]
+        argv = [
+            sys.executable,
+            "-m",
+            "lab.demo",
+            "--json",
+            str(report_path),
+            "--size-mib",
+            str(size_mib),
+            "--files",
+            str(files),
+        ]
         rc = subprocess.run(argv, cwd=checkout, check=False).returncode  # the lab is a tool, not a dependency
         if not report_path.is_file():
             console.print(f"[red]demo: FAILED[/] (the lab exited {rc} without a report)")

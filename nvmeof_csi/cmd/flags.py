@@ -90,10 +90,14 @@ def command_parameters(cls: type) -> list[inspect.Parameter]:
         kind, default = spec.raw if spec.raw else (hints[f.name], f.default)
         if default is MISSING or default is REQUIRED:
             default = inspect.Parameter.empty
-        option = typer.Option(f"--{flag_name(f)}", envvar=env_var(f), help=_help(spec), hidden=spec.hidden,
-                              metavar=spec.metavar)
-        params.append(inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, default=default,
-                                        annotation=Annotated[kind, option]))
+        option = typer.Option(
+            f"--{flag_name(f)}", envvar=env_var(f), help=_help(spec), hidden=spec.hidden, metavar=spec.metavar
+        )
+        params.append(
+            inspect.Parameter(
+                f.name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=Annotated[kind, option]
+            )
+        )
     return params
 
 

@@ -45,5 +45,10 @@ async def _serve(settings: Settings, registration: KubeletRegistration | None) -
     services = build_services(settings)
     if settings.metrics_listen:
         serve_metrics(settings.metrics_listen, services.registry)
-    await serve_grpc(services, settings.endpoint, settings.grace_seconds,
-                     registration=registration, health_listen=settings.health_listen)
+    await serve_grpc(
+        services,
+        settings.endpoint,
+        settings.grace_seconds,
+        registration=registration,
+        health_listen=settings.health_listen,
+    )

@@ -60,43 +60,80 @@ class Settings:
 
     mode: Mode = setting(Mode.ALL, "`controller`, `node` or `all`: which CSI services to run.")
     endpoint: Endpoint = setting(
-        "unix:///run/nvmeof-csi/csi.sock", "`unix:///abs/path` or `tcp://127.0.0.1:PORT`; a stale socket file is "
-        "replaced, a live server is never displaced.", parse=Endpoint.parse)
-    backend: Backend = setting(Backend.LOOP, "`nvmeof` (target agents + kernel initiator) or `loop` (DEVELOPMENT "
-                               "ONLY: no durability, no access control).")
+        "unix:///run/nvmeof-csi/csi.sock",
+        "`unix:///abs/path` or `tcp://127.0.0.1:PORT`; a stale socket file is "
+        "replaced, a live server is never displaced.",
+        parse=Endpoint.parse,
+    )
+    backend: Backend = setting(
+        Backend.LOOP,
+        "`nvmeof` (target agents + kernel initiator) or `loop` (DEVELOPMENT ONLY: no durability, no access control).",
+    )
     fabric_map: Path | None = setting(None, "Backend nvmeof, controller side: the YAML list of target agents.")
     zone: str = setting("", "This node's `topology.kubernetes.io/zone`.")
-    alluxio_proxy: str = setting("", "Controller: the Alluxio REST proxy URL; dataset volumes are placed next to the "
-                                 "Alluxio worker caching their data set (fabric map `alluxioHost`).")
-    allow_single_path: bool = setting(False, "Stage multi-portal volumes over one path when native multipath is off "
-                                      "(otherwise FAILED_PRECONDITION).", env=False)
-    state_dir: Path = setting(Path("/var/lib/nvmeof-csi"), "Node staging records (written atomically before the "
-                              "kernel is touched), the node's host identity, loop volumes.")
-    node_id: str = setting("", "The CSI node ID (backend loop; with nvmeof the node ID is the node's host NQN).",
-                           shown="hostname")
+    alluxio_proxy: str = setting(
+        "",
+        "Controller: the Alluxio REST proxy URL; dataset volumes are placed next to the "
+        "Alluxio worker caching their data set (fabric map `alluxioHost`).",
+    )
+    allow_single_path: bool = setting(
+        False,
+        "Stage multi-portal volumes over one path when native multipath is off (otherwise FAILED_PRECONDITION).",
+        env=False,
+    )
+    state_dir: Path = setting(
+        Path("/var/lib/nvmeof-csi"),
+        "Node staging records (written atomically before the "
+        "kernel is touched), the node's host identity, loop volumes.",
+    )
+    node_id: str = setting(
+        "", "The CSI node ID (backend loop; with nvmeof the node ID is the node's host NQN).", shown="hostname"
+    )
     fabric: str = setting("default", "This node's storage fabric, published as `topology.csi.nvmeof.io/fabric`.")
-    loop_capacity_bytes: int = setting("1T", "Capacity the loop backend offers (thin), e.g. `1T`, `512Gi`.",
-                                       parse=lambda text: parse_size(str(text)), name="loop-capacity")
-    max_volumes_per_node: int = setting(0, "Reported in NodeGetInfo and enforced at ControllerPublish (0: no limit).",
-                                        low=0, shown="`0` (no limit)")
-    grace_seconds: float = setting(30.0, "On SIGTERM, the seconds in-flight RPCs get before they are cancelled.",
-                                   low=0, high=600, low_open=True)
-    log_level: str = setting("INFO", "`DEBUG`, `INFO`, `WARNING` or `ERROR`: one line per RPC in and out, with "
-                             "request ID, volume ID, duration and status; secrets stripped.")
-    kubelet_root: Path = setting(Path("/var/lib/kubelet"), "The node touches staging and target paths only under "
-                                 "it (kubelet's root directory).")
-    registration_dir: Path | None = setting(None, "Register with kubelet ourselves through its `plugins_registry` "
-                                            "folder (where node-driver-registrar cannot run); a refusal is logged "
-                                            "and retried.")
-    registration_endpoint: str = setting("", "The CSI socket's path as kubelet (on the host) sees it.",
-                                         shown="the `--endpoint` path")
-    metrics_listen: str = setting("", "`HOST:PORT` for Prometheus `/metrics`: RPC durations "
-                                  "(`csi_plugin_operations_seconds`) and, on nodes, per-volume paths and I/O (see "
-                                  "Metrics).")
-    health_listen: str = setting("", "`HOST:PORT` answering `GET /healthz` from the Probe checks (where the "
-                                 "livenessprobe sidecar cannot run).")
-    qos_period: float = setting(5.0, "Seconds between the node's passes that bring every published pod's `io.max` "
-                                "to its volume's current limits.", low=0.2, high=300)
+    loop_capacity_bytes: int = setting(
+        "1T",
+        "Capacity the loop backend offers (thin), e.g. `1T`, `512Gi`.",
+        parse=lambda text: parse_size(str(text)),
+        name="loop-capacity",
+    )
+    max_volumes_per_node: int = setting(
+        0, "Reported in NodeGetInfo and enforced at ControllerPublish (0: no limit).", low=0, shown="`0` (no limit)"
+    )
+    grace_seconds: float = setting(
+        30.0, "On SIGTERM, the seconds in-flight RPCs get before they are cancelled.", low=0, high=600, low_open=True
+    )
+    log_level: str = setting(
+        "INFO",
+        "`DEBUG`, `INFO`, `WARNING` or `ERROR`: one line per RPC in and out, with "
+        "request ID, volume ID, duration and status; secrets stripped.",
+    )
+    kubelet_root: Path = setting(
+        Path("/var/lib/kubelet"), "The node touches staging and target paths only under it (kubelet's root directory)."
+    )
+    registration_dir: Path | None = setting(
+        None,
+        "Register with kubelet ourselves through its `plugins_registry` "
+        "folder (where node-driver-registrar cannot run); a refusal is logged "
+        "and retried.",
+    )
+    registration_endpoint: str = setting(
+        "", "The CSI socket's path as kubelet (on the host) sees it.", shown="the `--endpoint` path"
+    )
+    metrics_listen: str = setting(
+        "",
+        "`HOST:PORT` for Prometheus `/metrics`: RPC durations "
+        "(`csi_plugin_operations_seconds`) and, on nodes, per-volume paths and I/O (see "
+        "Metrics).",
+    )
+    health_listen: str = setting(
+        "", "`HOST:PORT` answering `GET /healthz` from the Probe checks (where the livenessprobe sidecar cannot run)."
+    )
+    qos_period: float = setting(
+        5.0,
+        "Seconds between the node's passes that bring every published pod's `io.max` to its volume's current limits.",
+        low=0.2,
+        high=300,
+    )
     cgroup_root: Path = setting(Path("/sys/fs/cgroup"), "The cgroup v2 mount holding kubelet's pod cgroups.")
 
     def __post_init__(self) -> None:

@@ -67,8 +67,11 @@ def build_services(settings: Settings, executor: Executor | None = None) -> CsiS
         if settings.backend is Backend.NVMEOF:
             identity, origin = ensure_identity(settings.state_dir / "node")
             if origin == "regenerated":
-                log.warning("the saved host identity was made on another machine (a cloned disk or state folder); "
-                            "this node now uses the fresh host NQN %s", identity.nqn)
+                log.warning(
+                    "the saved host identity was made on another machine (a cloned disk or state folder); "
+                    "this node now uses the fresh host NQN %s",
+                    identity.nqn,
+                )
             log.info("host identity %s (%s)", identity.nqn, origin)
             services.node_id = node_id_for(identity.nqn)
             services.topology[TOPOLOGY_RDMA] = "true" if rdma_capable() else "false"
@@ -85,7 +88,12 @@ def build_services(settings: Settings, executor: Executor | None = None) -> CsiS
         elif settings.backend is Backend.NVMEOF:
             log.warning("no --fabric-map: live changes of I/O limits (ControllerModifyVolume) do not reach this node")
         services.staging = StagingService(
-            connector, Mounter(executor), Filesystems(executor), store, root=settings.kubelet_root, qos=qos,
+            connector,
+            Mounter(executor),
+            Filesystems(executor),
+            store,
+            root=settings.kubelet_root,
+            qos=qos,
             limits_source=source,
         )
         services.qos_period = settings.qos_period

@@ -57,8 +57,13 @@ def access_spec(cap: csi_pb2.VolumeCapability) -> AccessSpec:
     single = cap.access_mode.mode == csi_pb2.VolumeCapability.AccessMode.SINGLE_NODE_SINGLE_WRITER
     if cap.WhichOneof("access_type") == "block":
         return AccessSpec(block=True, readonly=readonly, single_target=single)
-    return AccessSpec(block=False, fs_type=cap.mount.fs_type, mount_flags=tuple(cap.mount.mount_flags),
-                      readonly=readonly, single_target=single)
+    return AccessSpec(
+        block=False,
+        fs_type=cap.mount.fs_type,
+        mount_flags=tuple(cap.mount.mount_flags),
+        readonly=readonly,
+        single_target=single,
+    )
 
 
 def check_all(caps: Iterable[csi_pb2.VolumeCapability]) -> list[AccessSpec]:

@@ -100,8 +100,11 @@ def _snapshot_msg(snap: Snapshot) -> csi_pb2.Snapshot:
     created = Timestamp()
     created.FromNanoseconds(int(snap.created_at * 1e9))
     return csi_pb2.Snapshot(
-        snapshot_id=volume_id.encode_snapshot(snap.ref), source_volume_id=volume_id.encode(snap.source),
-        size_bytes=snap.size_bytes, creation_time=created, ready_to_use=snap.ready,
+        snapshot_id=volume_id.encode_snapshot(snap.ref),
+        source_volume_id=volume_id.encode(snap.source),
+        size_bytes=snap.size_bytes,
+        creation_time=created,
+        ready_to_use=snap.ready,
     )
 
 
@@ -158,9 +161,7 @@ class ControllerServicer(csi_pb2_grpc.ControllerServicer):
         capabilities.access_spec(request.volume_capability)
         ref = volume_id.decode(request.volume_id)
         readonly = request.readonly or capabilities.is_readonly_mode(request.volume_capability)
-        publish_context = await blocking(
-            self._volumes.publish, ref, request.node_id, readonly, dict(request.secrets)
-        )
+        publish_context = await blocking(self._volumes.publish, ref, request.node_id, readonly, dict(request.secrets))
         return csi_pb2.ControllerPublishVolumeResponse(publish_context=dict(publish_context))
 
     async def ControllerUnpublishVolume(
@@ -292,18 +293,14 @@ class ControllerServicer(csi_pb2_grpc.ControllerServicer):
         await blocking(self._volumes.delete_snapshot, ref)
         return csi_pb2.DeleteSnapshotResponse()
 
-    async def ListSnapshots(
-        self, request: csi_pb2.ListSnapshotsRequest, context: Ctx
-    ) -> csi_pb2.ListSnapshotsResponse:
+    async def ListSnapshots(self, request: csi_pb2.ListSnapshotsRequest, context: Ctx) -> csi_pb2.ListSnapshotsResponse:
         self._need_snapshots()
         try:
             source = volume_id.decode(request.source_volume_id) if request.source_volume_id else None
             snap = volume_id.decode_snapshot(request.snapshot_id) if request.snapshot_id else None
         except NotFound:
             return csi_pb2.ListSnapshotsResponse()  # a filter no snapshot of ours can match
-        page = await blocking(
-            self._volumes.list_snapshots, request.max_entries, request.starting_token, source, snap
-        )
+        page = await blocking(self._volumes.list_snapshots, request.max_entries, request.starting_token, source, snap)
         entries = [csi_pb2.ListSnapshotsResponse.Entry(snapshot=_snapshot_msg(s)) for s in page.snapshots]
         return csi_pb2.ListSnapshotsResponse(entries=entries, next_token=page.next_token)
 

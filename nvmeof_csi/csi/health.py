@@ -38,8 +38,11 @@ async def serve_health(listen: str, checks: Sequence[Callable[[], Health]], stop
                 code, body = 404, "not found"
             reason = {200: "OK", 404: "Not Found", 503: "Service Unavailable"}[code]
             payload = (body + "\n").encode()
-            writer.write(f"HTTP/1.1 {code} {reason}\r\nContent-Type: text/plain\r\nContent-Length: {len(payload)}"
-                         "\r\nConnection: close\r\n\r\n".encode() + (payload if parts[:1] != ["HEAD"] else b""))
+            writer.write(
+                f"HTTP/1.1 {code} {reason}\r\nContent-Type: text/plain\r\nContent-Length: {len(payload)}"
+                "\r\nConnection: close\r\n\r\n".encode()
+                + (payload if parts[:1] != ["HEAD"] else b"")
+            )
             await writer.drain()
         except (TimeoutError, ConnectionError, UnicodeError):
             pass

@@ -35,9 +35,7 @@ OFFERED = (
 
 
 class NodeServicer(csi_pb2_grpc.NodeServicer):
-    def __init__(
-        self, staging: StagingService, node_id: str, max_volumes: int, topology: Mapping[str, str]
-    ) -> None:
+    def __init__(self, staging: StagingService, node_id: str, max_volumes: int, topology: Mapping[str, str]) -> None:
         self._staging = staging
         self._node_id = node_id
         self._max_volumes = max_volumes
@@ -56,8 +54,14 @@ class NodeServicer(csi_pb2_grpc.NodeServicer):
         ref = volume_id.decode(request.volume_id)
         volume_context = {**request.volume_context, **request.publish_context}
         await blocking(
-            self._staging.stage, request.volume_id, ref, request.staging_target_path, access, volume_context,
-            remaining(context), dict(request.secrets),
+            self._staging.stage,
+            request.volume_id,
+            ref,
+            request.staging_target_path,
+            access,
+            volume_context,
+            remaining(context),
+            dict(request.secrets),
         )
         return csi_pb2.NodeStageVolumeResponse()
 
@@ -82,7 +86,12 @@ class NodeServicer(csi_pb2_grpc.NodeServicer):
         ref = volume_id.decode(request.volume_id)
         readonly = request.readonly or capabilities.is_readonly_mode(request.volume_capability)
         await blocking(
-            self._staging.publish, ref, request.staging_target_path, request.target_path, access, readonly,
+            self._staging.publish,
+            ref,
+            request.staging_target_path,
+            request.target_path,
+            access,
+            readonly,
             pod_uid_of(request.volume_context),
         )
         return csi_pb2.NodePublishVolumeResponse()
@@ -122,8 +131,10 @@ class NodeServicer(csi_pb2_grpc.NodeServicer):
         self, request: csi_pb2.NodeGetVolumeHealthRequest, context: Ctx
     ) -> csi_pb2.NodeGetVolumeHealthResponse:
         require(request.volume_id, "volume_id")
-        for path, field in ((request.volume_publish_path, "volume_publish_path"),
-                            (request.staging_target_path, "staging_target_path")):
+        for path, field in (
+            (request.volume_publish_path, "volume_publish_path"),
+            (request.staging_target_path, "staging_target_path"),
+        ):
             if path and not path.startswith("/"):
                 raise InvalidArgument(f"{field} must be an absolute path")
         ref = volume_id.decode(request.volume_id)
@@ -135,9 +146,11 @@ class NodeServicer(csi_pb2_grpc.NodeServicer):
     ) -> csi_pb2.NodeGetStorageHealthResponse:
         Backend = csi_pb2.NodeGetStorageHealthResponse.StorageBackendHealth
         health = await blocking(self._staging.storage_health)
-        entries = [] if health.ready else [
-            Backend(status=csi_pb2.STORAGE_UNREACHABLE, reason="InitiatorNotReady", message=health.message)
-        ]
+        entries = (
+            []
+            if health.ready
+            else [Backend(status=csi_pb2.STORAGE_UNREACHABLE, reason="InitiatorNotReady", message=health.message)]
+        )
         return csi_pb2.NodeGetStorageHealthResponse(backend_health=entries)
 
     async def NodeExpandVolume(

@@ -51,9 +51,7 @@ def parse(params: Mapping[str, str]) -> VolumeOptions:
     own = stored_parameters(params)
     unknown = sorted(set(own) - KNOWN)
     if unknown:
-        raise InvalidArgument(
-            f"unknown StorageClass parameter {unknown[0]!r} (known: {', '.join(sorted(KNOWN))})"
-        )
+        raise InvalidArgument(f"unknown StorageClass parameter {unknown[0]!r} (known: {', '.join(sorted(KNOWN))})")
     DatasetSpec.from_parameters(own)  # validates the dataset.* keys of a dataset volume
     limits_from(own)  # validates the per-pod I/O limits
     return VolumeOptions(

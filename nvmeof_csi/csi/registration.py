@@ -39,8 +39,9 @@ class RegistrationServicer(pb_grpc.RegistrationServicer):
         self._failed, self._registered = failed, registered
 
     async def GetInfo(self, request: pb.InfoRequest, context: Ctx) -> pb.PluginInfo:
-        return pb.PluginInfo(type=PLUGIN_TYPE, name=self._driver, endpoint=self._endpoint,
-                             supported_versions=list(SUPPORTED_VERSIONS))
+        return pb.PluginInfo(
+            type=PLUGIN_TYPE, name=self._driver, endpoint=self._endpoint, supported_versions=list(SUPPORTED_VERSIONS)
+        )
 
     async def NotifyRegistrationStatus(
         self, request: pb.RegistrationStatus, context: Ctx

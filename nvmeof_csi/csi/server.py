@@ -66,8 +66,12 @@ def build_server(services: CsiServices) -> grpc.aio.Server:
 
 
 async def serve(
-    services: CsiServices, endpoint: Endpoint, grace_seconds: float, stop: asyncio.Event | None = None,
-    registration: KubeletRegistration | None = None, health_listen: str = "",
+    services: CsiServices,
+    endpoint: Endpoint,
+    grace_seconds: float,
+    stop: asyncio.Event | None = None,
+    registration: KubeletRegistration | None = None,
+    health_listen: str = "",
 ) -> None:
     """Serve CSI on ``endpoint`` until a signal (or ``stop``), then stop gracefully and remove the socket."""
     stop = stop or asyncio.Event()

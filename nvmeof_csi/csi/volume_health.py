@@ -21,8 +21,11 @@ def volume_health(volume_id: str, condition: Condition) -> csi_pb2.VolumeHealth:
         if key in seen:  # the spec forbids two entries with the same (status, reason)
             continue
         seen.add(key)
-        entries.append(csi_pb2.VolumeHealth.VolumeHealthEntry(
-            status=_STATUS.get(problem.status, csi_pb2.UNKNOWN_VOLUME_HEALTH_TYPE),
-            reason=problem.reason, message=problem.message,
-        ))
+        entries.append(
+            csi_pb2.VolumeHealth.VolumeHealthEntry(
+                status=_STATUS.get(problem.status, csi_pb2.UNKNOWN_VOLUME_HEALTH_TYPE),
+                reason=problem.reason,
+                message=problem.message,
+            )
+        )
     return csi_pb2.VolumeHealth(volume_id=volume_id, health_statuses=entries)

@@ -17,6 +17,8 @@ from nvmeof_csi.service.contracts import VolumeRef, valid_location
 VERSION_PREFIX = "nvmeof-v1"
 SNAPSHOT_PREFIX = "nvmeof-snap-v1"
 MAX_ID_BYTES = 128
+
+
 def encode(ref: VolumeRef, prefix: str = VERSION_PREFIX) -> str:
     """The ID of ``ref``; raises ``ValueError`` for a location or UUID we would not be able to decode."""
     if not valid_location(ref.location):

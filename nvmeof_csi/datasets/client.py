@@ -82,10 +82,16 @@ class FileStatus:
             block_hosts.append(tuple(hosts))
         ttl = doc.get("ttl", -1)
         return cls(
-            path=doc.get("path", ""), folder=bool(doc.get("folder")), length=int(doc.get("length", 0)),
-            pinned=bool(doc.get("pinned")), ttl_ms=int(ttl if ttl is not None else -1),
-            ttl_action=str(doc.get("ttlAction", "")), in_alluxio_percentage=int(doc.get("inAlluxioPercentage", 0)),
-            locations=tuple(locations), ufs_path=doc.get("ufsPath", ""), block_hosts=tuple(block_hosts),
+            path=doc.get("path", ""),
+            folder=bool(doc.get("folder")),
+            length=int(doc.get("length", 0)),
+            pinned=bool(doc.get("pinned")),
+            ttl_ms=int(ttl if ttl is not None else -1),
+            ttl_action=str(doc.get("ttlAction", "")),
+            in_alluxio_percentage=int(doc.get("inAlluxioPercentage", 0)),
+            locations=tuple(locations),
+            ufs_path=doc.get("ufsPath", ""),
+            block_hosts=tuple(block_hosts),
         )
 
 
@@ -116,19 +122,31 @@ _transient = retry_if_exception_type(CacheUnavailable)
 class AlluxioRest:
     """The REST proxy and the job master of one Alluxio 2.x cluster."""
 
-    def __init__(self, proxy_url: str, job_url: str, timeout: float = 30.0, attempts: int = 4,
-                 http: urllib3.PoolManager | None = None) -> None:
+    def __init__(
+        self,
+        proxy_url: str,
+        job_url: str,
+        timeout: float = 30.0,
+        attempts: int = 4,
+        http: urllib3.PoolManager | None = None,
+    ) -> None:
         self.proxy_url = proxy_url.rstrip("/")
         self.job_url = job_url.rstrip("/")
         self.timeout = timeout
-        self._http = http or urllib3.PoolManager(maxsize=POOL_SIZE, retries=False,
-                                                 timeout=urllib3.Timeout(connect=timeout, read=timeout))
-        self._retry = retry(retry=_transient, stop=stop_after_attempt(attempts), reraise=True,
-                            wait=wait_exponential(multiplier=0.2, max=3))
+        self._http = http or urllib3.PoolManager(
+            maxsize=POOL_SIZE, retries=False, timeout=urllib3.Timeout(connect=timeout, read=timeout)
+        )
+        self._retry = retry(
+            retry=_transient,
+            stop=stop_after_attempt(attempts),
+            reraise=True,
+            wait=wait_exponential(multiplier=0.2, max=3),
+        )
 
     # -- transport ---------------------------------------------------------------------------------------
-    def _send(self, method: str, url: str, json_body: Any = None, params: dict[str, str] | None = None,
-              stream: bool = False) -> urllib3.BaseHTTPResponse:
+    def _send(
+        self, method: str, url: str, json_body: Any = None, params: dict[str, str] | None = None, stream: bool = False
+    ) -> urllib3.BaseHTTPResponse:
         """One request, not retried; a transport failure raises :class:`CacheUnavailable`. ``stream`` leaves
         the body unread (the caller reads it and releases the connection)."""
         if params:
@@ -141,8 +159,13 @@ class AlluxioRest:
             base = url.partition("/api/")[0]
             raise CacheUnavailable(f"Alluxio at {base} unreachable: {type(exc).__name__}") from exc
 
-    def _call(self, method: str, url: str, json_body: Any = None, params: dict[str, str] | None = None,
-              ) -> urllib3.BaseHTTPResponse:
+    def _call(
+        self,
+        method: str,
+        url: str,
+        json_body: Any = None,
+        params: dict[str, str] | None = None,
+    ) -> urllib3.BaseHTTPResponse:
         rest = url.partition("/api/")[2]
 
         def once() -> urllib3.BaseHTTPResponse:
@@ -161,8 +184,9 @@ class AlluxioRest:
         result: urllib3.BaseHTTPResponse = self._retry(once)()
         return result
 
-    def _path_op(self, path: str, op: str, body: dict[str, Any] | None = None,
-                 params: dict[str, str] | None = None) -> Any:
+    def _path_op(
+        self, path: str, op: str, body: dict[str, Any] | None = None, params: dict[str, str] | None = None
+    ) -> Any:
         url = f"{self.proxy_url}/api/v1/paths/{quote(_absolute(path))}/{op}"  # the proxy wants /paths//a/b/op
         resp = self._call("POST", url, json_body=body or {}, params=params)
         return _json(resp) if resp.data else None
@@ -194,9 +218,16 @@ class AlluxioRest:
         """Every file under ``path`` (recursive), sorted by path."""
         return sorted((s for s in self.list_status(path, recursive=True) if not s.folder), key=lambda s: s.path)
 
-    def set_attribute(self, path: str, *, pinned: bool | None = None, ttl_ms: int | None = None,
-                      ttl_action: str = "FREE", recursive: bool = True,
-                      pinned_media: list[str] | None = None) -> None:
+    def set_attribute(
+        self,
+        path: str,
+        *,
+        pinned: bool | None = None,
+        ttl_ms: int | None = None,
+        ttl_action: str = "FREE",
+        recursive: bool = True,
+        pinned_media: list[str] | None = None,
+    ) -> None:
         body: dict[str, Any] = {"recursive": recursive}
         if pinned is not None:
             body["pinned"] = pinned
@@ -257,14 +288,18 @@ class JobServiceLoader:
         if len(paths) == 1:
             config: dict[str, Any] = {"@type": LOAD, "filePath": paths[0], "replication": replication}
         else:
-            config = {"@type": BATCHED, "jobType": "Load",
-                      "jobConfig": [{"@type": LOAD, "filePath": p, "replication": str(replication)} for p in paths]}
+            config = {
+                "@type": BATCHED,
+                "jobType": "Load",
+                "jobConfig": [{"@type": LOAD, "filePath": p, "replication": str(replication)} for p in paths],
+            }
         resp = self._rest._call("POST", f"{self._rest.job_url}/api/v1/master/job/run", json_body=config)
         return int(_json(resp))
 
     def job_status(self, job_id: int) -> JobStatus:
-        doc = _json(self._rest._call("GET", f"{self._rest.job_url}/api/v1/master/job/get_status",
-                                     params={"jobId": str(job_id)}))
+        doc = _json(
+            self._rest._call("GET", f"{self._rest.job_url}/api/v1/master/job/get_status", params={"jobId": str(job_id)})
+        )
         return JobStatus(job_id, str(doc.get("status", "")), str(doc.get("errorMessage", "") or ""))
 
     def cancel(self, job_id: int) -> None:

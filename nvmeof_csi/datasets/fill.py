@@ -46,8 +46,13 @@ MAX_FILLS = 4
 
 class DatasetVolumes:
     def __init__(
-        self, hydrator: Hydrator, work_root: Path, allowed_ufs: Sequence[str] = (), root: str = "/datasets",
-        holders: DatasetHolders | None = None, max_fills: int = MAX_FILLS,
+        self,
+        hydrator: Hydrator,
+        work_root: Path,
+        allowed_ufs: Sequence[str] = (),
+        root: str = "/datasets",
+        holders: DatasetHolders | None = None,
+        max_fills: int = MAX_FILLS,
     ) -> None:
         self.hydrator = hydrator
         self.holders = holders
@@ -75,8 +80,9 @@ class DatasetVolumes:
             raise PermissionDenied(f"dataset.path {spec.path!r} is not under this agent's data-set root {self.root!r}")
         if spec.uri and not ufs_allowed(spec.uri, self.allowed_ufs):
             allowed = ", ".join(self.allowed_ufs) or "none (agent --dataset-ufs-allow)"
-            raise PermissionDenied(f"dataset.uri {spec.uri!r} is not under an under-store this agent may read "
-                                   f"(allowed: {allowed})")
+            raise PermissionDenied(
+                f"dataset.uri {spec.uri!r} is not under an under-store this agent may read (allowed: {allowed})"
+            )
 
     def fill(self, vol_uuid: str, parameters: Mapping[str, str], backing: Path, capacity: int) -> dict[str, str]:
         spec = DatasetSpec.from_parameters(parameters)
@@ -92,17 +98,21 @@ class DatasetVolumes:
                 self._report(vol_uuid, spec, Progress(0, 0, 0, 0, "waiting for a free fill slot"))
                 self._slots.acquire()
             try:
-                result = self.hydrator.hydrate(spec, backing, capacity, work,
-                                               lambda step: self._report(vol_uuid, spec, step))
+                result = self.hydrator.hydrate(
+                    spec, backing, capacity, work, lambda step: self._report(vol_uuid, spec, step)
+                )
             finally:
                 self._slots.release()
         finally:
             with self._lock:
                 self._progress.pop(vol_uuid, None)
         return {
-            "dataset.files": str(result.files), "dataset.bytes": str(result.bytes),
-            "dataset.cacheBytes": str(result.cache_bytes), "dataset.ufsBytes": str(result.ufs_bytes),
-            "dataset.hitRatio": f"{result.hit_ratio:.4f}", "dataset.workers": ",".join(result.workers),
+            "dataset.files": str(result.files),
+            "dataset.bytes": str(result.bytes),
+            "dataset.cacheBytes": str(result.cache_bytes),
+            "dataset.ufsBytes": str(result.ufs_bytes),
+            "dataset.hitRatio": f"{result.hit_ratio:.4f}",
+            "dataset.workers": ",".join(result.workers),
         }
 
     def discard(self, vol_uuid: str) -> None:

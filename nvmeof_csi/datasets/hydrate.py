@@ -59,8 +59,10 @@ class Progress:
 
     def line(self) -> str:
         mib = 1 << 20
-        return (f"{self.phase}: {self.files_done}/{self.files_total} files, "
-                f"{self.bytes_done // mib}/{self.bytes_total // mib} MiB")
+        return (
+            f"{self.phase}: {self.files_done}/{self.files_total} files, "
+            f"{self.bytes_done // mib}/{self.bytes_total // mib} MiB"
+        )
 
 
 @dataclass(frozen=True)
@@ -76,8 +78,13 @@ class HydrationResult:
         return self.cache_bytes / self.bytes if self.bytes else 1.0
 
     def to_json(self) -> dict[str, object]:
-        return {"files": self.files, "bytes": self.bytes, "cache_bytes": self.cache_bytes,
-                "ufs_bytes": self.ufs_bytes, "workers": list(self.workers)}
+        return {
+            "files": self.files,
+            "bytes": self.bytes,
+            "cache_bytes": self.cache_bytes,
+            "ufs_bytes": self.ufs_bytes,
+            "workers": list(self.workers),
+        }
 
 
 class DatasetMetrics:
@@ -85,13 +92,21 @@ class DatasetMetrics:
 
     def __init__(self, registry: CollectorRegistry) -> None:
         self.registry = registry
-        self.bytes = Counter("nvmeof_csi_dataset_bytes", "Bytes of data sets hydrated into volumes, by source",
-                             ["dataset", "source"], registry=registry)
-        self.hit_ratio = Gauge("nvmeof_csi_dataset_cache_hit_ratio",
-                               "Share of a data set's hydrated bytes served from Alluxio's cache (last hydration)",
-                               ["dataset"], registry=registry)
-        self.volumes = Gauge("nvmeof_csi_dataset_volumes", "Volumes referencing a data set", ["dataset"],
-                             registry=registry)
+        self.bytes = Counter(
+            "nvmeof_csi_dataset_bytes",
+            "Bytes of data sets hydrated into volumes, by source",
+            ["dataset", "source"],
+            registry=registry,
+        )
+        self.hit_ratio = Gauge(
+            "nvmeof_csi_dataset_cache_hit_ratio",
+            "Share of a data set's hydrated bytes served from Alluxio's cache (last hydration)",
+            ["dataset"],
+            registry=registry,
+        )
+        self.volumes = Gauge(
+            "nvmeof_csi_dataset_volumes", "Volumes referencing a data set", ["dataset"], registry=registry
+        )
 
     def record(self, spec: DatasetSpec, result: HydrationResult) -> None:
         self.bytes.labels(spec.label, "cache").inc(result.cache_bytes)
@@ -100,15 +115,23 @@ class DatasetMetrics:
 
 
 class Hydrator:
-    def __init__(self, rest: AlluxioRest, loader: DatasetLoader, executor: Executor, metrics: DatasetMetrics,
-                 sleep: Callable[[float], None] = time.sleep, load_timeout: float = 900.0) -> None:
+    def __init__(
+        self,
+        rest: AlluxioRest,
+        loader: DatasetLoader,
+        executor: Executor,
+        metrics: DatasetMetrics,
+        sleep: Callable[[float], None] = time.sleep,
+        load_timeout: float = 900.0,
+    ) -> None:
         self.rest, self.loader, self.executor, self.metrics = rest, loader, executor, metrics
         self._sleep = sleep
         self._load_timeout = load_timeout
 
     # -- public ------------------------------------------------------------------------------------------
-    def hydrate(self, spec: DatasetSpec, backing: Path, capacity: int, work: Path,
-                progress: Callable[[Progress], None]) -> HydrationResult:
+    def hydrate(
+        self, spec: DatasetSpec, backing: Path, capacity: int, work: Path, progress: Callable[[Progress], None]
+    ) -> HydrationResult:
         done_marker = work / "complete.json"
         if done_marker.exists():
             return _result_from(json.loads(done_marker.read_text()))
@@ -117,8 +140,10 @@ class Hydrator:
         total = sum(f.length for f in files)
         needed = int(total * (1 + FS_OVERHEAD)) + FS_MIN_EXTRA
         if needed > capacity:
-            raise OutOfRange(f"data set {spec.path} holds {total} bytes in {len(files)} files; the volume needs "
-                             f"at least {needed} bytes, it has {capacity}")
+            raise OutOfRange(
+                f"data set {spec.path} holds {total} bytes in {len(files)} files; the volume needs "
+                f"at least {needed} bytes, it has {capacity}"
+            )
         journal = work / "journal.jsonl"
         done = _read_journal(journal)  # read once: the room check and the copies both go by it
         self._check_room(work, total - sum(_int(d["size"]) for d in done.values()))
@@ -131,7 +156,7 @@ class Hydrator:
         bytes_done = sum(_int(d["size"]) for d in done.values())
         todo = []
         for status in files:
-            rel = status.path[len(spec.path):].lstrip("/")
+            rel = status.path[len(spec.path) :].lstrip("/")
             inside(tree, tree / rel, f"file of data set {spec.path}")  # a listed name cannot leave the tree
             if not (rel in done and (tree / rel).is_file() and (tree / rel).stat().st_size == status.length):
                 todo.append((status, rel))
@@ -154,9 +179,21 @@ class Hydrator:
                     last_report = time.monotonic()
             os.fsync(log_fh.fileno())
         progress(Progress(len(files), len(files), total, total, "building the filesystem"))
-        self.executor.run(["mkfs.ext4", "-F", "-q", "-d", str(tree), "-L", "dataset", "-E",
-                           "lazy_itable_init=1,lazy_journal_init=1,root_owner=0:0", str(backing)],
-                          timeout=MKFS_TIMEOUT)
+        self.executor.run(
+            [
+                "mkfs.ext4",
+                "-F",
+                "-q",
+                "-d",
+                str(tree),
+                "-L",
+                "dataset",
+                "-E",
+                "lazy_itable_init=1,lazy_journal_init=1,root_owner=0:0",
+                str(backing),
+            ],
+            timeout=MKFS_TIMEOUT,
+        )
         self._set_cache_policy(spec)
         workers = {loc.host for f in self.rest.files(spec.path) for loc in f.locations}  # where it is cached now
         result = HydrationResult(len(files), total, cache_bytes, ufs_bytes, tuple(sorted(workers)))
@@ -164,8 +201,13 @@ class Hydrator:
         shutil.rmtree(tree, ignore_errors=True)
         self.metrics.record(spec, result)
         progress(Progress(len(files), len(files), total, total, "done"))
-        log.info("data set %s hydrated: %d files, %d bytes, %.1f%% from cache", spec.path, result.files,
-                 result.bytes, 100 * result.hit_ratio)
+        log.info(
+            "data set %s hydrated: %d files, %d bytes, %.1f%% from cache",
+            spec.path,
+            result.files,
+            result.bytes,
+            100 * result.hit_ratio,
+        )
         return result
 
     def release(self, spec: DatasetSpec) -> None:
@@ -184,8 +226,10 @@ class Hydrator:
         work.mkdir(parents=True, exist_ok=True)
         free = shutil.disk_usage(work).free
         if still_to_copy > free - POOL_RESERVE:
-            raise ResourceExhausted(f"the staging copy needs {still_to_copy} bytes; the pool has {free} free "
-                                    f"(keeping {POOL_RESERVE} in reserve)")
+            raise ResourceExhausted(
+                f"the staging copy needs {still_to_copy} bytes; the pool has {free} free "
+                f"(keeping {POOL_RESERVE} in reserve)"
+            )
 
     def _ensure_namespace(self, spec: DatasetSpec) -> None:
         if self.rest.exists(spec.path):
@@ -202,7 +246,7 @@ class Hydrator:
         cold = [f.path for f in files if f.in_alluxio_percentage < 100]
         if not cold:
             return
-        jobs = [self.loader.load(cold[i:i + LOAD_BATCH]) for i in range(0, len(cold), LOAD_BATCH)]
+        jobs = [self.loader.load(cold[i : i + LOAD_BATCH]) for i in range(0, len(cold), LOAD_BATCH)]
         deadline = time.monotonic() + self._load_timeout
         pending = set(jobs)
         while pending and time.monotonic() < deadline:
@@ -211,13 +255,19 @@ class Hydrator:
                 if status.finished:
                     pending.discard(job)
                     if status.status != "COMPLETED":
-                        log.warning("load job %s for %s ended %s: %s (files are cached while copying)", job,
-                                    spec.path, status.status, status.error[:200])
+                        log.warning(
+                            "load job %s for %s ended %s: %s (files are cached while copying)",
+                            job,
+                            spec.path,
+                            status.status,
+                            status.error[:200],
+                        )
             if pending:
                 self._sleep(0.5)
         for job in pending:
-            log.warning("load job %s for %s still running after %.0fs; copying anyway", job, spec.path,
-                        self._load_timeout)
+            log.warning(
+                "load job %s for %s still running after %.0fs; copying anyway", job, spec.path, self._load_timeout
+            )
 
     def _copy_all(self, todo: list[tuple[FileStatus, str]], tree: Path) -> Iterator[tuple[FileStatus, str, str]]:
         """Copy every file of ``todo`` into ``tree``, ``FETCH_WORKERS`` at a time; yields (status, rel, sha256) as
@@ -287,5 +337,10 @@ def _read_journal(path: Path) -> dict[str, dict[str, object]]:
 def _result_from(doc: dict[str, object]) -> HydrationResult:
     workers = doc.get("workers")
     workers = workers if isinstance(workers, list) else []
-    return HydrationResult(int(str(doc["files"])), int(str(doc["bytes"])), int(str(doc["cache_bytes"])),
-                           int(str(doc["ufs_bytes"])), tuple(str(w) for w in workers))
+    return HydrationResult(
+        int(str(doc["files"])),
+        int(str(doc["bytes"])),
+        int(str(doc["cache_bytes"])),
+        int(str(doc["ufs_bytes"])),
+        tuple(str(w) for w in workers),
+    )

@@ -40,7 +40,7 @@ def write_atomic(path: Path, data: bytes, mode: int = 0o600) -> None:
             os.fchmod(fd, mode)  # whatever a leftover of a crashed writer had; before the fsync (one commit)
             view = memoryview(data)
             while view:
-                view = view[os.write(fd, view):]
+                view = view[os.write(fd, view) :]
             os.fsync(fd)
         finally:
             os.close(fd)

@@ -69,9 +69,7 @@ class SubprocessExecutor:
     ) -> Result:
         shown = redact(argv, secrets)
         try:
-            proc = subprocess.run(
-                list(argv), input=stdin, capture_output=True, text=True, timeout=timeout, check=False
-            )
+            proc = subprocess.run(list(argv), input=stdin, capture_output=True, text=True, timeout=timeout, check=False)
         except subprocess.TimeoutExpired as exc:
             out = exc.stdout.decode(errors="replace") if isinstance(exc.stdout, bytes) else (exc.stdout or "")
             raise CommandError(shown, -9, out, f"timed out after {timeout:g} s") from exc

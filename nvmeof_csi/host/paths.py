@@ -23,8 +23,10 @@ def component(name: str, what: str) -> str:
     """``name`` itself when it is a plain single path component (see the module docstring), so that joining it
     to a folder's path with one ``/`` names an entry directly inside that folder; else ``InvalidArgument``."""
     if not name or name in (".", "..") or _UNSAFE.search(name) or len(name.encode()) > MAX_COMPONENT_BYTES:
-        raise InvalidArgument(f"{what} {name[:300]!r} cannot name an object (empty, '.', '..', '/', control "
-                              f"characters or over {MAX_COMPONENT_BYTES} bytes)")
+        raise InvalidArgument(
+            f"{what} {name[:300]!r} cannot name an object (empty, '.', '..', '/', control "
+            f"characters or over {MAX_COMPONENT_BYTES} bytes)"
+        )
     return name
 
 

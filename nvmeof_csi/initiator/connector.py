@@ -61,8 +61,9 @@ def _context(ref: VolumeRef, context: Mapping[str, str]) -> VolumeContext:
     volume's NQN and the namespace UUID its UUID (``InvalidArgument`` otherwise)."""
     ctx = VolumeContext.from_dict(context)
     if ctx.nqn != volume_nqn(ref.uuid) or ctx.namespace_uuid.lower() != ref.uuid.lower():
-        raise InvalidArgument(f"volume context (nqn {ctx.nqn!r}, namespace {ctx.namespace_uuid!r}) does not belong "
-                              f"to volume {ref.uuid}")
+        raise InvalidArgument(
+            f"volume context (nqn {ctx.nqn!r}, namespace {ctx.namespace_uuid!r}) does not belong to volume {ref.uuid}"
+        )
     return ctx
 
 
@@ -114,8 +115,12 @@ class NvmeofConnector:
     def _connect_options(self, portal: Portal, ctx: VolumeContext, keys: HostKeys) -> list[tuple[str, str | None]]:
         """The kernel connect options of one path (what ``nvme connect`` would write), with the keys."""
         options: list[tuple[str, str | None]] = [
-            ("transport", portal.trtype), ("traddr", portal.traddr), ("trsvcid", portal.trsvcid), ("nqn", ctx.nqn),
-            ("hostnqn", self._identity.nqn), ("hostid", self._identity.host_id),
+            ("transport", portal.trtype),
+            ("traddr", portal.traddr),
+            ("trsvcid", portal.trsvcid),
+            ("nqn", ctx.nqn),
+            ("hostnqn", self._identity.nqn),
+            ("hostid", self._identity.host_id),
         ]
         for tunable in TUNABLES:
             value = ctx.tunable(tunable.key)
@@ -154,8 +159,7 @@ class NvmeofConnector:
                     "controller-publish secret, or the target failed to prove its controller key"
                 ) from None
             raise
-        log.info("volume %s: %s connected%s (%s)", ref.uuid, portal.key, " with DH-HMAC-CHAP" if keys.key else "",
-                 name)
+        log.info("volume %s: %s connected%s (%s)", ref.uuid, portal.key, " with DH-HMAC-CHAP" if keys.key else "", name)
 
     def connect(
         self, ref: VolumeRef, context: Mapping[str, str], timeout: float, secrets: Mapping[str, str] = NO_SECRETS
@@ -317,4 +321,3 @@ def rdma_capable(sys_root: Path = Path("/sys")) -> bool:
         return any(folder.iterdir())
     except OSError:
         return False
-

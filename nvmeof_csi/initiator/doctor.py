@@ -47,8 +47,14 @@ def check_modules(sys_root: Path, rdma: bool) -> list[Check]:
     wanted = ["nvme_core", "nvme_fabrics", "nvme_tcp", *(["nvme_rdma"] if rdma else [])]
     missing = [m for m in wanted if not _module(sys_root, m)]
     if missing:
-        return [Check("modules", False, f"not loaded: {', '.join(missing)}",
-                      f"modprobe {' '.join(m.replace('_', '-') for m in missing)}; list them in /etc/modules-load.d/")]
+        return [
+            Check(
+                "modules",
+                False,
+                f"not loaded: {', '.join(missing)}",
+                f"modprobe {' '.join(m.replace('_', '-') for m in missing)}; list them in /etc/modules-load.d/",
+            )
+        ]
     return [Check("modules", True, f"loaded: {', '.join(wanted)}")]
 
 
@@ -56,29 +62,40 @@ def check_multipath(sys_root: Path) -> Check:
     value = _read(sys_root / "module" / "nvme_core" / "parameters" / "multipath")
     if value == "Y":
         return Check("native multipath", True, "nvme_core.multipath=Y")
-    return Check("native multipath", False, f"nvme_core.multipath={value or 'unknown (nvme_core not loaded)'}",
-                 "boot with nvme_core.multipath=Y (or 'options nvme_core multipath=Y' in /etc/modprobe.d) and reload "
-                 "nvme_core; without it a volume's paths are separate disks and failover does not work")
+    return Check(
+        "native multipath",
+        False,
+        f"nvme_core.multipath={value or 'unknown (nvme_core not loaded)'}",
+        "boot with nvme_core.multipath=Y (or 'options nvme_core multipath=Y' in /etc/modprobe.d) and reload "
+        "nvme_core; without it a volume's paths are separate disks and failover does not work",
+    )
 
 
 def check_identity(etc_dir: Path, peers: Iterable[str]) -> list[Check]:
     nqn, host_id = _read(etc_dir / "hostnqn"), _read(etc_dir / "hostid")
     identity = HostIdentity(nqn, host_id)
-    fix = ("remove /etc/nvme/hostnqn and /etc/nvme/hostid and restart the node plugin (it generates a fresh pair), "
-           "or run: nvme gen-hostnqn > /etc/nvme/hostnqn")
+    fix = (
+        "remove /etc/nvme/hostnqn and /etc/nvme/hostid and restart the node plugin (it generates a fresh pair), "
+        "or run: nvme gen-hostnqn > /etc/nvme/hostnqn"
+    )
     if not nqn or not host_id:
         return [Check("host identity", False, f"missing: {'hostnqn' if not nqn else 'hostid'} in {etc_dir}", fix)]
     if host_id.lower() == ZERO or nqn.endswith(ZERO):
         return [Check("host identity", False, "all-zero host ID or NQN (an image without a machine UUID)", fix)]
     if not identity.valid():
-        return [Check("host identity", False, f"host NQN {nqn!r} and host ID {host_id!r} are invalid or disagree",
-                      fix)]
+        return [Check("host identity", False, f"host NQN {nqn!r} and host ID {host_id!r} are invalid or disagree", fix)]
     checks = [Check("host identity", True, f"{nqn} (host ID {host_id})")]
     taken = {p.strip().lower() for p in peers if p.strip()}
     shared = [x for x in (nqn, host_id) if x.lower() in taken]
     if shared:
-        checks.append(Check("identity unique", False, f"another node uses {', '.join(shared)}: volumes published "
-                            "to it are reachable from this node", fix))
+        checks.append(
+            Check(
+                "identity unique",
+                False,
+                f"another node uses {', '.join(shared)}: volumes published to it are reachable from this node",
+                fix,
+            )
+        )
     elif taken:
         checks.append(Check("identity unique", True, f"not among {len(taken)} identities of other nodes"))
     return checks
@@ -111,24 +128,41 @@ def check_rdma(sys_root: Path, required: bool) -> Check:
     devices = rdma_devices(sys_root)
     if devices:
         return Check("RDMA devices", True, ", ".join(devices))
-    return Check("RDMA devices", not required, "none (NVMe/TCP only)",
-                 "load the RDMA NIC's driver (or rdma_rxe / siw for soft RoCE / iWARP)" if required else "")
+    return Check(
+        "RDMA devices",
+        not required,
+        "none (NVMe/TCP only)",
+        "load the RDMA NIC's driver (or rdma_rxe / siw for soft RoCE / iWARP)" if required else "",
+    )
 
 
 def check_io_controller(cgroup_root: Path) -> Check:
     available, why = PodCgroups(cgroup_root).io_controller()
     if available:
         return Check("cgroup v2 io controller", True, f"available at {cgroup_root}")
-    return Check("cgroup v2 io controller", False, why, "boot with systemd.unified_cgroup_hierarchy=1 (cgroup v2) "
-                 "and run kubelet with it; without it per-pod IOPS / bandwidth limits are not enforced")
+    return Check(
+        "cgroup v2 io controller",
+        False,
+        why,
+        "boot with systemd.unified_cgroup_hierarchy=1 (cgroup v2) "
+        "and run kubelet with it; without it per-pod IOPS / bandwidth limits are not enforced",
+    )
 
 
 def diagnose(
-    executor: Executor, sys_root: Path = Path("/sys"), etc_dir: Path = Path("/etc/nvme"),
-    cgroup_root: Path = Path("/sys/fs/cgroup"), peers: Iterable[str] = (), require_rdma: bool = False,
+    executor: Executor,
+    sys_root: Path = Path("/sys"),
+    etc_dir: Path = Path("/etc/nvme"),
+    cgroup_root: Path = Path("/sys/fs/cgroup"),
+    peers: Iterable[str] = (),
+    require_rdma: bool = False,
 ) -> list[Check]:
     rdma = bool(rdma_devices(sys_root))
     return [
-        *check_modules(sys_root, rdma), check_multipath(sys_root), *check_identity(etc_dir, peers),
-        check_nvme_cli(executor), check_rdma(sys_root, require_rdma), check_io_controller(cgroup_root),
+        *check_modules(sys_root, rdma),
+        check_multipath(sys_root),
+        *check_identity(etc_dir, peers),
+        check_nvme_cli(executor),
+        check_rdma(sys_root, require_rdma),
+        check_io_controller(cgroup_root),
     ]

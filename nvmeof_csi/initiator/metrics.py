@@ -45,7 +45,9 @@ def disk_stat(sys_root: Path, disk: str) -> list[int] | None:
 
 class NodeVolumeCollector(Collector):
     def __init__(
-        self, records: Callable[[], Sequence[StagingRecord]], sysfs: NvmeSysfs,
+        self,
+        records: Callable[[], Sequence[StagingRecord]],
+        sysfs: NvmeSysfs,
         qos: QosEnforcer | None = None,
     ) -> None:
         self._records = records
@@ -53,23 +55,36 @@ class NodeVolumeCollector(Collector):
         self._enforcer = qos
 
     def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
-        paths = GaugeMetricFamily("nvmeof_csi_volume_paths", "Paths of a staged volume by controller state.",
-                                  labels=["volume_id", "state"])
-        expected = GaugeMetricFamily("nvmeof_csi_volume_paths_expected", "Portals of a staged volume.",
-                                     labels=["volume_id"])
-        ana = GaugeMetricFamily("nvmeof_csi_volume_path_ana_state", "1 for the current ANA state of each path.",
-                                labels=["volume_id", "path", "ana_state"])
-        counters = {name: CounterMetricFamily(f"nvmeof_csi_volume_{name}", help_, labels=["volume_id"])
-                    for name, help_ in (("reads", "Reads completed on the volume's head disk."),
-                                        ("writes", "Writes completed on the volume's head disk."),
-                                        ("read_bytes", "Bytes read from the volume's head disk."),
-                                        ("written_bytes", "Bytes written to the volume's head disk."),
-                                        ("read_seconds", "Time spent reading (head disk)."),
-                                        ("write_seconds", "Time spent writing (head disk)."))}
-        limit = GaugeMetricFamily("nvmeof_csi_volume_qos_limit", "Per-pod I/O limit of a staged volume.",
-                                  labels=["volume_id", "kind"])
-        enforced = GaugeMetricFamily("nvmeof_csi_volume_qos_enforced", "1 when the pod's io.max holds the volume's "
-                                     "limits.", labels=["volume_id", "pod_uid"])
+        paths = GaugeMetricFamily(
+            "nvmeof_csi_volume_paths", "Paths of a staged volume by controller state.", labels=["volume_id", "state"]
+        )
+        expected = GaugeMetricFamily(
+            "nvmeof_csi_volume_paths_expected", "Portals of a staged volume.", labels=["volume_id"]
+        )
+        ana = GaugeMetricFamily(
+            "nvmeof_csi_volume_path_ana_state",
+            "1 for the current ANA state of each path.",
+            labels=["volume_id", "path", "ana_state"],
+        )
+        counters = {
+            name: CounterMetricFamily(f"nvmeof_csi_volume_{name}", help_, labels=["volume_id"])
+            for name, help_ in (
+                ("reads", "Reads completed on the volume's head disk."),
+                ("writes", "Writes completed on the volume's head disk."),
+                ("read_bytes", "Bytes read from the volume's head disk."),
+                ("written_bytes", "Bytes written to the volume's head disk."),
+                ("read_seconds", "Time spent reading (head disk)."),
+                ("write_seconds", "Time spent writing (head disk)."),
+            )
+        }
+        limit = GaugeMetricFamily(
+            "nvmeof_csi_volume_qos_limit", "Per-pod I/O limit of a staged volume.", labels=["volume_id", "kind"]
+        )
+        enforced = GaugeMetricFamily(
+            "nvmeof_csi_volume_qos_enforced",
+            "1 when the pod's io.max holds the volume's limits.",
+            labels=["volume_id", "pod_uid"],
+        )
         try:
             records = list(self._records())
         except Exception:
@@ -88,8 +103,14 @@ class NodeVolumeCollector(Collector):
         yield ana
         yield from counters.values()
 
-    def _one(self, record: StagingRecord, paths: GaugeMetricFamily, expected: GaugeMetricFamily,
-             ana: GaugeMetricFamily, counters: dict[str, CounterMetricFamily]) -> None:
+    def _one(
+        self,
+        record: StagingRecord,
+        paths: GaugeMetricFamily,
+        expected: GaugeMetricFamily,
+        ana: GaugeMetricFamily,
+        counters: dict[str, CounterMetricFamily],
+    ) -> None:
         vid = record.volume_id
         ctx = VolumeContext.from_dict(record.context)
         expected.add_metric([vid], len(ctx.portals))
@@ -111,8 +132,14 @@ class NodeVolumeCollector(Collector):
         stat = disk_stat(self._sysfs.root, ns.name)
         if stat is None or len(stat) < 8:
             return
-        values = {"reads": stat[0], "read_bytes": stat[2] * SECTOR, "read_seconds": stat[3] / 1000,
-                  "writes": stat[4], "written_bytes": stat[6] * SECTOR, "write_seconds": stat[7] / 1000}
+        values = {
+            "reads": stat[0],
+            "read_bytes": stat[2] * SECTOR,
+            "read_seconds": stat[3] / 1000,
+            "writes": stat[4],
+            "written_bytes": stat[6] * SECTOR,
+            "write_seconds": stat[7] / 1000,
+        }
         for name, value in values.items():
             counters[name].add_metric([vid], value)
 

@@ -130,8 +130,7 @@ class NvmeSysfs:
     def __init__(self, root: Path = Path("/sys")) -> None:
         self.root = root
         self._subsys_dir = root / "class" / "nvme-subsystem"
-        self._subsystems = _Listing(self._subsys_dir, "subsysnqn",
-                                    lambda name: name.startswith("nvme-subsys"))
+        self._subsystems = _Listing(self._subsys_dir, "subsysnqn", lambda name: name.startswith("nvme-subsys"))
         self._heads = _Listing(root / "block", "uuid", lambda name: HEAD.fullmatch(name) is not None)
 
     def multipath_enabled(self) -> bool | None:
@@ -144,8 +143,9 @@ class NvmeSysfs:
         state = _read(base / "state")
         if not state:
             return None
-        return Controller(name, state, _read(base / "transport"), parse_address(_read(base / "address")),
-                          _read(base / "hostnqn"))
+        return Controller(
+            name, state, _read(base / "transport"), parse_address(_read(base / "address")), _read(base / "hostnqn")
+        )
 
     def _namespace(self, subsys: str, head: str, controllers: list[str]) -> Namespace | None:
         block = self.root / "block" / head
@@ -174,7 +174,7 @@ class NvmeSysfs:
         except OSError:
             return None
         ctrl_names = [c for c in children if c.startswith("nvme") and c[4:].isdigit()]
-        heads = [c for c in children if c.startswith(f"nvme{instance}n") and c[len(f"nvme{instance}n"):].isdigit()]
+        heads = [c for c in children if c.startswith(f"nvme{instance}n") and c[len(f"nvme{instance}n") :].isdigit()]
         return ctrl_names, heads
 
     def _parse(self, entry: Path, nqn: str) -> Subsystem | None:
@@ -192,8 +192,10 @@ class NvmeSysfs:
 
     def subsystem(self, nqn: str) -> Subsystem | None:
         """The subsystem with exactly this NQN (``vol1`` never matches ``vol10``); only it is read in full."""
-        return next((self._parse(self._subsys_dir / name, found) for name, found in self._subsystems.entries()
-                     if found == nqn), None)
+        return next(
+            (self._parse(self._subsys_dir / name, found) for name, found in self._subsystems.entries() if found == nqn),
+            None,
+        )
 
     def find_namespace(self, ns_uuid: str) -> Namespace | None:
         """The head device whose namespace UUID is ``ns_uuid`` (UUIDs read only for heads not seen before; the

@@ -46,18 +46,37 @@ class Tunable:
 #: Bounded defaults: a lost target is retried for 10 minutes (never forever: a reboot must not hang), I/O is
 #: queued meanwhile (fast_io_fail off), keep-alive notices a dead link within 5 s.
 TUNABLES: tuple[Tunable, ...] = (
-    Tunable("ctrlLossTmo", 1, 3600, "--ctrl-loss-tmo", 600, "seconds a lost controller is retried",
-            option="ctrl_loss_tmo"),
-    Tunable("reconnectDelay", 1, 600, "--reconnect-delay", 2, "seconds between reconnect attempts",
-            option="reconnect_delay"),
-    Tunable("fastIoFailTmo", 0, 3600, "", None, "seconds before queued I/O fails while reconnecting",
-            sysfs="fast_io_fail_tmo", option="fast_io_fail_tmo"),
-    Tunable("keepAliveTmo", 1, 600, "--keep-alive-tmo", 5, "NVMe keep-alive timeout in seconds",
-            option="keep_alive_tmo"),
-    Tunable("nrIoQueues", 1, 128, "--nr-io-queues", None, "I/O queues per controller (queue-depth QoS)",
-            option="nr_io_queues"),
-    Tunable("queueSize", 16, 1024, "--queue-size", None, "entries per I/O queue (queue-depth QoS)",
-            option="queue_size"),
+    Tunable(
+        "ctrlLossTmo", 1, 3600, "--ctrl-loss-tmo", 600, "seconds a lost controller is retried", option="ctrl_loss_tmo"
+    ),
+    Tunable(
+        "reconnectDelay", 1, 600, "--reconnect-delay", 2, "seconds between reconnect attempts", option="reconnect_delay"
+    ),
+    Tunable(
+        "fastIoFailTmo",
+        0,
+        3600,
+        "",
+        None,
+        "seconds before queued I/O fails while reconnecting",
+        sysfs="fast_io_fail_tmo",
+        option="fast_io_fail_tmo",
+    ),
+    Tunable(
+        "keepAliveTmo", 1, 600, "--keep-alive-tmo", 5, "NVMe keep-alive timeout in seconds", option="keep_alive_tmo"
+    ),
+    Tunable(
+        "nrIoQueues",
+        1,
+        128,
+        "--nr-io-queues",
+        None,
+        "I/O queues per controller (queue-depth QoS)",
+        option="nr_io_queues",
+    ),
+    Tunable(
+        "queueSize", 16, 1024, "--queue-size", None, "entries per I/O queue (queue-depth QoS)", option="queue_size"
+    ),
     Tunable("tos", 0, 255, "--tos", None, "IP type of service of NVMe/TCP connections", option="tos"),
 )
 TUNABLE_KEYS = tuple(t.key for t in TUNABLES)
@@ -97,8 +116,10 @@ def check_transport(transport: str) -> str:
     """One transport per volume: its paths are the agent's portals of that transport (mixing TCP and RDMA paths
     in one multipath head would put both under one I/O policy and ANA group with very different latencies)."""
     if transport not in TRANSPORTS:
-        raise InvalidArgument(f"parameter 'transport' must be one of {', '.join(TRANSPORTS)} (one transport per "
-                              f"volume), not {transport[:40]!r}")
+        raise InvalidArgument(
+            f"parameter 'transport' must be one of {', '.join(TRANSPORTS)} (one transport per "
+            f"volume), not {transport[:40]!r}"
+        )
     return transport
 
 
@@ -155,8 +176,12 @@ class VolumeContext:
         return dict(self.tunables).get(key)
 
     def to_dict(self) -> dict[str, str]:
-        doc = {"nqn": self.nqn, "namespaceUUID": self.namespace_uuid, "transport": self.transport,
-               "portals": ",".join(p.key for p in self.portals)}
+        doc = {
+            "nqn": self.nqn,
+            "namespaceUUID": self.namespace_uuid,
+            "transport": self.transport,
+            "portals": ",".join(p.key for p in self.portals),
+        }
         if self.agent:
             doc["agent"] = self.agent
         if self.auth != "none":

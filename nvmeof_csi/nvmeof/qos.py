@@ -92,7 +92,8 @@ def limits_from(values: Mapping[str, str]) -> QosLimits:
         except ValueError as exc:
             raise InvalidArgument(f"parameter {qos.key!r} must be an integer, 0 or 'max', not {text[:40]!r}") from exc
         if not 1 <= value <= qos.high:
-            raise InvalidArgument(f"parameter {qos.key!r} must be within 1..{qos.high} (or 0/max: unlimited), "
-                                  f"not {value}")
+            raise InvalidArgument(
+                f"parameter {qos.key!r} must be within 1..{qos.high} (or 0/max: unlimited), not {value}"
+            )
         found.append((qos.key, value))
     return QosLimits(tuple(found))

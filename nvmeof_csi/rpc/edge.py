@@ -82,8 +82,7 @@ class _Scope:
     def __init__(self, edge: _Edge, method: str, short: str, request: Message, context: Context) -> None:
         self._edge, self._method, self.short = edge, method, short
         self._rid = logctx.request_id.set(_request_id(context))
-        self._vol = logctx.volume_id.set(
-            str(getattr(request, "volume_id", "") or getattr(request, "name", "") or "-"))
+        self._vol = logctx.volume_id.set(str(getattr(request, "volume_id", "") or getattr(request, "name", "") or "-"))
         self._start = time.monotonic()
         self._verbose = log.isEnabledFor(logging.INFO)  # the redacted text of a message costs: only when logged
         self.code = grpc.StatusCode.OK
@@ -121,7 +120,10 @@ class _Edge:
     """What both flavours hold: the keyed try-locks, the lock table, the hooks, each method's wrapped handler."""
 
     def __init__(
-        self, locks: KeyedLocks, lock_table: LockTable, authorize: Authorize | None = None,
+        self,
+        locks: KeyedLocks,
+        lock_table: LockTable,
+        authorize: Authorize | None = None,
         observe: Observe | None = None,
     ) -> None:
         self.locks = locks

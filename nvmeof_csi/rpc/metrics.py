@@ -29,8 +29,11 @@ class RpcMetrics:
     def __init__(self, registry: CollectorRegistry, driver_name: str) -> None:
         self._driver = driver_name
         self._seconds = Histogram(
-            "csi_plugin_operations_seconds", "Duration of RPCs served by this plugin, by method and status.",
-            ("driver_name", "method_name", "grpc_status_code"), registry=registry, buckets=BUCKETS,
+            "csi_plugin_operations_seconds",
+            "Duration of RPCs served by this plugin, by method and status.",
+            ("driver_name", "method_name", "grpc_status_code"),
+            registry=registry,
+            buckets=BUCKETS,
         )
 
     def observe(self, method: str, code: grpc.StatusCode, seconds: float) -> None:

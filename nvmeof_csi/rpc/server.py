@@ -41,7 +41,10 @@ def new_server(
 
 
 def new_threaded_server(
-    lock_table: LockTable, authorize: Authorize | None = None, observe: Observe | None = None, workers: int = 32,
+    lock_table: LockTable,
+    authorize: Authorize | None = None,
+    observe: Observe | None = None,
+    workers: int = 32,
 ) -> grpc.Server:
     """A gRPC server whose handlers run on a pool of ``workers`` threads, behind the same edge as
     :func:`new_server`. A call beyond ``workers`` in flight waits for a free thread."""
@@ -103,8 +106,12 @@ def bind(server: Server, endpoint: Endpoint, socket_mode: int | None = None) -> 
 
 
 async def run_until_stopped(
-    server: Server, grace_seconds: float, sockets: list[Path], stop: asyncio.Event | None = None,
-    socket_mode: int | None = None, started: asyncio.Event | None = None,
+    server: Server,
+    grace_seconds: float,
+    sockets: list[Path],
+    stop: asyncio.Event | None = None,
+    socket_mode: int | None = None,
+    started: asyncio.Event | None = None,
 ) -> None:
     """Start ``server`` (then set ``started``); on SIGTERM/SIGINT (or ``stop``) stop it, giving in-flight RPCs
     ``grace_seconds``; remove the unix socket files."""

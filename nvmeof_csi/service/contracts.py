@@ -146,7 +146,10 @@ class TargetBackend(Protocol):
         ...
 
     def find_volume_by_name(
-        self, name: str, parameters: Mapping[str, str] | None = None, requirement: TopologyRequirement | None = None,
+        self,
+        name: str,
+        parameters: Mapping[str, str] | None = None,
+        requirement: TopologyRequirement | None = None,
         source: ContentSource | None = None,
     ) -> Volume | None:
         """The volume recorded under ``name``. Given the arguments of the CreateVolume that asks, places that

@@ -88,8 +88,11 @@ class PodLimit:
 
 class QosEnforcer:
     def __init__(
-        self, cgroups: PodCgroups, overrides: LimitOverrides | None = None,
-        device_number: Callable[[str], str] = major_minor, wait: float = 2.0,
+        self,
+        cgroups: PodCgroups,
+        overrides: LimitOverrides | None = None,
+        device_number: Callable[[str], str] = major_minor,
+        wait: float = 2.0,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         self._cgroups = cgroups
@@ -166,8 +169,10 @@ class QosEnforcer:
         """Per published pod of ``record``: are the wanted limits in force? (Unlimited: in force when the pod has
         no line for the device, so a limit that was lifted is removed by the reconcile pass.)"""
         limits = self.wanted(record)
-        return [PodLimit(record.volume_id, pod, *self._check(record, pod, limits))
-                for pod in sorted(set(record.pods.values()))]
+        return [
+            PodLimit(record.volume_id, pod, *self._check(record, pod, limits))
+            for pod in sorted(set(record.pods.values()))
+        ]
 
     def _check(self, record: StagingRecord, pod_uid: str, limits: QosLimits) -> tuple[bool, str]:
         available, why = self._cgroups.io_controller()

@@ -57,8 +57,11 @@ class StagingRecord:
         return replace(self, targets={**self.targets, target: readonly}, pods=pods)
 
     def without_target(self, target: str) -> StagingRecord:
-        return replace(self, targets={k: v for k, v in self.targets.items() if k != target},
-                       pods={k: v for k, v in self.pods.items() if k != target})
+        return replace(
+            self,
+            targets={k: v for k, v in self.targets.items() if k != target},
+            pods={k: v for k, v in self.pods.items() if k != target},
+        )
 
     def to_json(self) -> dict[str, Any]:
         doc = asdict(self)
@@ -72,8 +75,13 @@ class StagingRecord:
             volume_id=str(doc["volume_id"]),
             ref=VolumeRef(str(doc["ref"]["location"]), str(doc["ref"]["uuid"])),
             staging_path=str(doc["staging_path"]),
-            access=AccessSpec(bool(access["block"]), str(access["fs_type"]), tuple(access["mount_flags"]),
-                              bool(access.get("readonly", False)), bool(access.get("single_target", False))),
+            access=AccessSpec(
+                bool(access["block"]),
+                str(access["fs_type"]),
+                tuple(access["mount_flags"]),
+                bool(access.get("readonly", False)),
+                bool(access.get("single_target", False)),
+            ),
             context={str(k): str(v) for k, v in doc["context"].items()},
             device=str(doc.get("device", "")),
             targets={str(k): bool(v) for k, v in doc.get("targets", {}).items()},

@@ -139,8 +139,10 @@ class StagingService:
         fs_type = record.access.fs_type or DEFAULT_FS
         found = self._fs.probe(record.device)
         if found is None and record.access.readonly:
-            raise FailedPrecondition(f"volume {record.volume_id} has no filesystem, and a read-only volume is never "
-                                     "formatted; stage it writable once first")
+            raise FailedPrecondition(
+                f"volume {record.volume_id} has no filesystem, and a read-only volume is never "
+                "formatted; stage it writable once first"
+            )
         if found is None:
             log.info("creating %s on blank %s for %s", fs_type, record.device, record.volume_id)
             self._fs.make(record.device, fs_type)
@@ -238,8 +240,12 @@ class StagingService:
             return
         why = self._qos.apply(record, pod_uid, record.device)
         if why:
-            log.warning("volume %s published for pod %s, but its limits are not in force yet: %s",
-                        record.volume_id, pod_uid, why)
+            log.warning(
+                "volume %s published for pod %s, but its limits are not in force yet: %s",
+                record.volume_id,
+                pod_uid,
+                why,
+            )
 
     def unpublish(self, ref: VolumeRef, target: str) -> None:
         target = self._path(target, "target_path")
@@ -293,8 +299,9 @@ class StagingService:
             return condition
         message = "; ".join(f"pod {p.pod_uid}: {p.reason}" for p in missing)
         problem = Problem("degraded", "LimitNotEnforced", f"I/O limits not in force: {message}")
-        return Condition(True, condition.message if condition.abnormal else problem.message,
-                         (*condition.issues(), problem))
+        return Condition(
+            True, condition.message if condition.abnormal else problem.message, (*condition.issues(), problem)
+        )
 
     def qos_records(self) -> list[StagingRecord]:
         """The staging records (for the limits reconcile loop and the metrics)."""

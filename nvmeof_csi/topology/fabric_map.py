@@ -85,9 +85,14 @@ def _entry(raw: Any, index: int) -> AgentEntry:
     if not isinstance(plaintext, bool):
         raise ConfigError(f"{where}: allowPlaintextLoopback must be true or false (a YAML boolean)")
     return AgentEntry(
-        name=name, endpoint=Endpoint.parse(_str(raw, "endpoint", where, True)), fabric=fabric,
-        zone=_str(raw, "zone", where), transports=tuple(transports), tls=_tls(raw, where),
-        allow_plaintext_loopback=plaintext, alluxio_host=_str(raw, "alluxioHost", where),
+        name=name,
+        endpoint=Endpoint.parse(_str(raw, "endpoint", where, True)),
+        fabric=fabric,
+        zone=_str(raw, "zone", where),
+        transports=tuple(transports),
+        tls=_tls(raw, where),
+        allow_plaintext_loopback=plaintext,
+        alluxio_host=_str(raw, "alluxioHost", where),
     )
 
 

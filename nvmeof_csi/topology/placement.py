@@ -54,7 +54,10 @@ def reachable(agent: AgentEntry, transport: str, node: Mapping[str, str]) -> boo
 
 
 def place(
-    candidates: Sequence[Candidate], size: int, transport: str, requirement: TopologyRequirement | None,
+    candidates: Sequence[Candidate],
+    size: int,
+    transport: str,
+    requirement: TopologyRequirement | None,
     cached: Mapping[str, int] | None = None,
 ) -> AgentEntry:
     """The agent a new volume goes to; see the module docstring. Raises ``ResourceExhausted``."""
@@ -62,12 +65,11 @@ def place(
     if requirement and requirement.requisite:
         fits = [c for c in fits if any(reachable(c.agent, transport, t) for t in requirement.requisite)]
     if not fits:
-        raise ResourceExhausted(
-            f"no agent offers {transport} with {size} bytes free in the requested topology"
-        )
+        raise ResourceExhausted(f"no agent offers {transport} with {size} bytes free in the requested topology")
     best = sorted(fits, key=lambda c: (-c.free_bytes, c.agent.name))
-    near = sorted((c for c in best if (cached or {}).get(c.agent.name, 0) > 0),
-                  key=lambda c: -(cached or {})[c.agent.name])
+    near = sorted(
+        (c for c in best if (cached or {}).get(c.agent.name, 0) > 0), key=lambda c: -(cached or {})[c.agent.name]
+    )
     if near:
         return near[0].agent
     for preferred in requirement.preferred if requirement else ():

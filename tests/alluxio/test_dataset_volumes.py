@@ -11,7 +11,7 @@ import json
 import subprocess
 import threading
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,6 +20,7 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from typer.testing import CliRunner
 
+from lab.fabric import wait_until
 from nvmeof_csi.agent.client import AgentClient, AgentTarget
 from nvmeof_csi.agent.configfs import Nvmet
 from nvmeof_csi.agent.pool import FileStore
@@ -29,7 +30,7 @@ from nvmeof_csi.backends.agent import AgentBackend
 from nvmeof_csi.backends.agent_api import HostNqnNodes
 from nvmeof_csi.cli.main import app as cli_app
 from nvmeof_csi.csi.server import CsiServices, build_server
-from nvmeof_csi.datasets.client import AlluxioRest, CacheNotFound, CacheUnavailable, JobServiceLoader
+from nvmeof_csi.datasets.client import AlluxioRest, JobServiceLoader
 from nvmeof_csi.datasets.fill import DatasetVolumes
 from nvmeof_csi.datasets.holders import DatasetHolders
 from nvmeof_csi.datasets.hydrate import DatasetMetrics, Hydrator
@@ -62,9 +63,15 @@ class Stack:
     pool: Path
 
     async def create(self, name: str, params: dict[str, str], size: int = 512 * MiB) -> csi_pb2.Volume:
-        reply = await self.stub.CreateVolume(csi_pb2.CreateVolumeRequest(
-            name=name, capacity_range=csi_pb2.CapacityRange(required_bytes=size),
-            volume_capabilities=[mount_cap()], parameters=params), timeout=1800)
+        reply = await self.stub.CreateVolume(
+            csi_pb2.CreateVolumeRequest(
+                name=name,
+                capacity_range=csi_pb2.CapacityRange(required_bytes=size),
+                volume_capabilities=[mount_cap()],
+                parameters=params,
+            ),
+            timeout=1800,
+        )
         return reply.volume
 
     async def delete(self, volume_id: str) -> None:
@@ -81,11 +88,17 @@ async def stack(tmp_path: Path, alluxio: Alluxio) -> AsyncIterator[Stack]:
     rest = AlluxioRest(alluxio.cluster.proxy_url, alluxio.cluster.job_url, timeout=20, attempts=3)
     hydrator = Hydrator(rest, JobServiceLoader(rest), SubprocessExecutor(), DatasetMetrics(registry))
     agent = TargetAgent(
-        name="store-a", nvmet=Nvmet(plain_configfs(tmp_path / "nvmet"), plain_tree=True),
-        store=FileStore(tmp_path / "pool"), state=StateStore(tmp_path / "state"),
+        name="store-a",
+        nvmet=Nvmet(plain_configfs(tmp_path / "nvmet"), plain_tree=True),
+        store=FileStore(tmp_path / "pool"),
+        state=StateStore(tmp_path / "state"),
         portals=PORTALS,
-        filler=DatasetVolumes(hydrator, tmp_path / "pool" / ".hydrate", (str(alluxio.dataset.root.parent), str(tmp_path)),
-                              holders=DatasetHolders(rest, "store-a")),
+        filler=DatasetVolumes(
+            hydrator,
+            tmp_path / "pool" / ".hydrate",
+            (str(alluxio.dataset.root.parent), str(tmp_path)),
+            holders=DatasetHolders(rest, "store-a"),
+        ),
     )
     agent.converge()  # as the agent process does at start (prepares the pool)
     backend = AgentBackend(FABRIC, client=lambda _: LocalAgent(agent))
@@ -103,8 +116,11 @@ def files_in_volume(backing: Path, dest: Path) -> dict[str, str]:
     """Every file of the ext4 filesystem in ``backing`` (read with debugfs, no mount) -> sha256."""
     dest.mkdir(parents=True)
     subprocess.run(["debugfs", "-R", f"rdump / {dest}", str(backing)], check=True, capture_output=True, timeout=600)
-    return {str(p.relative_to(dest)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(dest.rglob("*")) if p.is_file() and "lost+found" not in p.parts}
+    return {
+        str(p.relative_to(dest)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(dest.rglob("*"))
+        if p.is_file() and "lost+found" not in p.parts
+    }
 
 
 def worker_bytes(alluxio: Alluxio) -> tuple[float, float]:
@@ -115,76 +131,7 @@ def worker_bytes(alluxio: Alluxio) -> tuple[float, float]:
     return ufs, served
 
 
-def wait_for(check: Callable[[], bool], timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if check():
-            return True
-        time.sleep(0.5)
-    return check()
-
-
 # -- the client on its own ---------------------------------------------------------------------------------
-def test_client_namespace_pin_ttl_free_lifecycle(alluxio: Alluxio, tmp_path: Path) -> None:
-    rest = alluxio.rest
-    small = make_dataset(tmp_path / "small", files=4, seed=3)
-    rest.mount("/client-test", str(small.root))
-    try:
-        files = rest.files("/client-test")
-        assert [f.path.removeprefix("/client-test/") for f in files] == sorted(small.checksums)
-        first = files[0]
-        assert first.in_alluxio_percentage == 0 and first.length == (small.root / sorted(small.checksums)[0]).stat().st_size
-        data = b"".join(rest.read(first.path))
-        assert hashlib.sha256(data).hexdigest() == small.checksums[sorted(small.checksums)[0]]
-        cached = rest.get_status(first.path)
-        assert cached.in_alluxio_percentage == 100 and cached.locations and cached.locations[0].tier in ("MEM", "SSD")
-
-        rest.set_attribute("/client-test", pinned=True)
-        assert rest.get_status(first.path).pinned and rest.get_status("/client-test").pinned
-        rest.set_attribute("/client-test", ttl_ms=3_600_000, ttl_action="FREE")
-        status = rest.get_status("/client-test")
-        assert (status.ttl_ms, status.ttl_action) == (3_600_000, "FREE")
-
-        rest.set_attribute("/client-test", pinned=False)
-        rest.free("/client-test")
-        assert wait_for(lambda: rest.get_status(first.path).in_alluxio_percentage == 0, 30)
-
-        # TTL with action FREE: the cached copy goes, the file stays
-        b"".join(rest.read(files[1].path))
-        assert rest.get_status(files[1].path).in_alluxio_percentage == 100
-        rest.set_attribute(files[1].path, ttl_ms=1000, ttl_action="FREE", recursive=False)
-        assert wait_for(lambda: rest.get_status(files[1].path).in_alluxio_percentage == 0, 60)
-        assert rest.exists(files[1].path)
-
-        with pytest.raises(CacheNotFound):
-            rest.get_status("/client-test/no-such-file")
-    finally:
-        rest.unmount("/client-test")
-    assert not rest.exists("/client-test")
-
-
-def test_load_job_warms_the_cache(alluxio: Alluxio, tmp_path: Path) -> None:
-    rest, loader = alluxio.rest, JobServiceLoader(alluxio.rest)
-    small = make_dataset(tmp_path / "load", files=3, seed=5)
-    rest.mount("/load-test", str(small.root))
-    try:
-        paths = [f.path for f in rest.files("/load-test")]
-        job = loader.load(paths)
-        assert wait_for(lambda: loader.job_status(job).finished, 120)
-        assert loader.job_status(job).status == "COMPLETED", loader.job_status(job)
-        assert all(rest.get_status(p).in_alluxio_percentage == 100 for p in paths)
-    finally:
-        rest.free("/load-test")
-        rest.unmount("/load-test")
-
-
-def test_unreachable_alluxio_is_unavailable_after_retries() -> None:
-    rest = AlluxioRest("http://127.0.0.1:9", "http://127.0.0.1:9", timeout=2, attempts=2)
-    with pytest.raises(CacheUnavailable, match="unreachable"):
-        rest.exists("/x")
-
-
-# -- dataset volumes ---------------------------------------------------------------------------------------
 async def test_cold_then_warm_hydration_pin_and_release(
     stack: Stack, alluxio: Alluxio, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -207,15 +154,18 @@ async def test_cold_then_warm_hydration_pin_and_release(
     ratios = doc["range"]["nvmeof_csi_dataset_cache_hit_ratio"][0]["values"]
     assert float(ratios[-1][1]) >= 0.9, ratios[-5:]  # the warm hydration's ratio, as Prometheus has it
     for title in DATASET_PANELS:
-        render(title, [q for q in queries if q.panel == title], doc["range"], start,
-               RESULTS / f"panel-{slug(title)}.png")
+        render(
+            title, [q for q in queries if q.panel == title], doc["range"], start, RESULTS / f"panel-{slug(title)}.png"
+        )
 
     from_ufs, served = ufs1 - ufs0, served1 - served0
     hit = 1 - from_ufs / ds.bytes  # every byte of B was read (checksums below); Alluxio says how many came from the UFS
     with capsys.disabled():
-        print(f"\nalluxio: {len(ds.checksums)} files, {ds.bytes / MiB:.0f} MiB; cold {cold_s:.1f}s, warm {warm_s:.1f}s; "
-              f"volume B: worker served {served / MiB:.0f} MiB, read {from_ufs / MiB:.1f} MiB from the UFS "
-              f"-> {100 * hit:.1f}% from cache")
+        print(
+            f"\nalluxio: {len(ds.checksums)} files, {ds.bytes / MiB:.0f} MiB; cold {cold_s:.1f}s, warm {warm_s:.1f}s; "
+            f"volume B: worker served {served / MiB:.0f} MiB, read {from_ufs / MiB:.1f} MiB from the UFS "
+            f"-> {100 * hit:.1f}% from cache"
+        )
     assert served >= 0.9 * ds.bytes, "volume B's bytes did not come through the Alluxio worker"
     assert hit >= 0.90, f"only {100 * hit:.1f}% of volume B's bytes came from the cache"
 
@@ -225,23 +175,30 @@ async def test_cold_then_warm_hydration_pin_and_release(
     assert float(labels_b["dataset.hitRatio"]) >= 0.9 and labels_b["dataset.files"] == str(len(ds.checksums))
     assert float(stack.agent.get_volume(name="train-a").record.labels["dataset.hitRatio"]) < 0.1  # cold
     assert labels_b["dataset.workers"] == "127.0.0.1"
-    assert 'nvmeof_csi_dataset_bytes_total{dataset="/datasets/train",source="cache"}' in generate_latest(
-        stack.registry).decode()
+    assert (
+        'nvmeof_csi_dataset_bytes_total{dataset="/datasets/train",source="cache"}'
+        in generate_latest(stack.registry).decode()
+    )
 
     # locality: the worker next to store-a holds the data set, so a dataset volume goes there even though
     # store-b has more room; and the node labels a scheduler can use
     held = bytes_by_host(alluxio.rest, "/datasets/train")
     assert held.get("127.0.0.1", 0) >= 0.9 * ds.bytes, held
-    two = FabricMap((AgentEntry("store-a", Endpoint.parse("unix:///a"), "f1", alluxio_host="127.0.0.1"),
-                     AgentEntry("store-b", Endpoint.parse("unix:///b"), "f1", alluxio_host="10.9.9.9")))
+    two = FabricMap(
+        (
+            AgentEntry("store-a", Endpoint.parse("unix:///a"), "f1", alluxio_host="127.0.0.1"),
+            AgentEntry("store-b", Endpoint.parse("unix:///b"), "f1", alluxio_host="10.9.9.9"),
+        )
+    )
     near = AgentBackend(two, client=lambda _: LocalAgent(stack.agent), locality=CacheLocality(alluxio.rest))
     cached = near._cached_near(params)
     assert cached == {"store-a": held["127.0.0.1"], "store-b": 0}
     roomier = [Candidate(two.agents[0], 1 << 30), Candidate(two.agents[1], 1 << 40)]
     assert place(roomier, 512 * MiB, "tcp", None, cached).name == "store-a"
     assert place(roomier, 512 * MiB, "tcp", None, {}).name == "store-b"
-    out = CliRunner().invoke(cli_app, ["-o", "json", "datasets", "labels", "/datasets/train", "--alluxio-proxy",
-                                       alluxio.cluster.proxy_url])
+    out = CliRunner().invoke(
+        cli_app, ["-o", "json", "datasets", "labels", "/datasets/train", "--alluxio-proxy", alluxio.cluster.proxy_url]
+    )
     assert out.exit_code == 0, out.output
     rows = json.loads(out.output)
     assert [r["host"] for r in rows] == ["127.0.0.1"] and rows[0]["label"].startswith("dataset.csi.nvmeof.io/")
@@ -263,7 +220,7 @@ async def test_cold_then_warm_hydration_pin_and_release(
     store_b.release(params, [])  # store-b's last volume of it goes: now nobody holds it
     assert not alluxio.rest.get_status(sample).pinned
     assert not alluxio.rest.exists(DatasetHolders.folder(spec)), "the holders' folder outlived the last holder"
-    assert wait_for(lambda: alluxio.rest.get_status(sample).in_alluxio_percentage == 0, 60), "not freed"
+    assert wait_until(lambda: alluxio.rest.get_status(sample).in_alluxio_percentage == 0, 60), "not freed"
     assert stack.agent.list_volumes() == []
     assert list((stack.pool / "volumes").iterdir()) == []
 
@@ -281,7 +238,8 @@ async def test_alluxio_killed_mid_hydration_is_unavailable_then_the_retry_succee
                 return "copying" in stack.agent.get_volume(name="kill-a").progress
             except Exception:  # not created yet
                 return False
-        if wait_for(copying, 300):
+
+        if wait_until(copying, 300):
             alluxio.cluster.kill()
             killed.set()
 
@@ -308,8 +266,14 @@ def test_agent_killed_mid_hydration_resumes_after_restart(alluxio: Alluxio, tmp_
     the background from its journal (files already copied are not read again)."""
     ds = make_dataset(tmp_path / "resume-ufs", files=300, seed=23)
     work = tmp_path / "agent"
-    extra = ["--alluxio-proxy", alluxio.cluster.proxy_url, "--alluxio-job", alluxio.cluster.job_url,
-             "--dataset-ufs-allow", str(ds.root.parent)]
+    extra = [
+        "--alluxio-proxy",
+        alluxio.cluster.proxy_url,
+        "--alluxio-job",
+        alluxio.cluster.job_url,
+        "--dataset-ufs-allow",
+        str(ds.root.parent),
+    ]
     params = {"dataset.uri": str(ds.root), "dataset.path": "/datasets/resume", "dataset.pin": "false"}
     running = start_agent(work, extra)
 
@@ -327,7 +291,7 @@ def test_agent_killed_mid_hydration_resumes_after_restart(alluxio: Alluxio, tmp_
         return list((work / "pool" / ".hydrate").glob("*/journal.jsonl"))
 
     try:
-        assert wait_for(lambda: bool(journals()) and len(journals()[0].read_text().splitlines()) >= 30, 300)
+        assert wait_until(lambda: bool(journals()) and len(journals()[0].read_text().splitlines()) >= 30, 300)
         running.proc.kill()
         running.proc.wait(30)
         creator.join(60)
@@ -345,7 +309,7 @@ def test_agent_killed_mid_hydration_resumes_after_restart(alluxio: Alluxio, tmp_
                 return False
 
         with client() as c:
-            assert wait_for(lambda: ready(c), 600), (work / "agent.log").read_text()[-3000:]
+            assert wait_until(lambda: ready(c), 600), (work / "agent.log").read_text()[-3000:]
             labels = dict(c.get_volume(vol_uuid).labels)
         after = (work / "agent.log").read_text()[log_size:]
         assert "dataset hydration resumes in the background" in after

@@ -26,7 +26,14 @@ async def stack(tmp_path: Path) -> AsyncIterator[Stack]:
     bind(server, Endpoint.parse(f"unix://{sock}"))
     await server.start()
     channel = grpc.aio.insecure_channel(f"unix://{sock}")
-    yield Stack(backend, connector, host, csi_pb2_grpc.IdentityStub(channel), csi_pb2_grpc.ControllerStub(channel),
-                csi_pb2_grpc.NodeStub(channel), tmp_path)
+    yield Stack(
+        backend,
+        connector,
+        host,
+        csi_pb2_grpc.IdentityStub(channel),
+        csi_pb2_grpc.ControllerStub(channel),
+        csi_pb2_grpc.NodeStub(channel),
+        tmp_path,
+    )
     await channel.close(None)
     await server.stop(1)

@@ -58,7 +58,10 @@ def test_api_round_trip(agent: Running) -> None:
         clone = c.create_volume("clone", 8 * MiB, source_snapshot=snap.uuid)
         assert clone.source_snapshot_uuid == snap.uuid
         assert c.resize_volume(vol.uuid, 16 * MiB).capacity_bytes == 16 * MiB
-        assert {p.group: p.ana_state for p in c.set_ana("b", "non-optimized")} == {"a": "optimized", "b": "non-optimized"}
+        assert {p.group: p.ana_state for p in c.set_ana("b", "non-optimized")} == {
+            "a": "optimized",
+            "b": "non-optimized",
+        }
         assert c.capacity()[0].provisioned_bytes == 24 * MiB
         with pytest.raises(NotFound):
             c.get_volume("00000000-0000-0000-0000-000000000000")
@@ -122,9 +125,21 @@ def test_tcp_requires_mutual_tls(tmp_path: Path) -> None:
     port = free_port()
     policy = tmp_path / "authz.yaml"
     policy.write_text("clients:\n  - {identity: good-cli, role: admin}\n")
-    running = start_agent(tmp_path, ["--listen-tcp", f"tcp://127.0.0.1:{port}", "--tls-cert", str(good["srv.crt"]),
-                                     "--tls-key", str(good["srv.key"]), "--tls-ca", str(good["ca.crt"]),
-                                     "--authz-file", str(policy)])
+    running = start_agent(
+        tmp_path,
+        [
+            "--listen-tcp",
+            f"tcp://127.0.0.1:{port}",
+            "--tls-cert",
+            str(good["srv.crt"]),
+            "--tls-key",
+            str(good["srv.key"]),
+            "--tls-ca",
+            str(good["ca.crt"]),
+            "--authz-file",
+            str(policy),
+        ],
+    )
     try:
         endpoint = Endpoint.parse(f"tcp://127.0.0.1:{port}")
         ok = AgentTarget("a", endpoint, TlsFiles(good["cli.crt"], good["cli.key"], good["ca.crt"]))
@@ -152,19 +167,44 @@ def test_tcp_requires_mutual_tls(tmp_path: Path) -> None:
     ],
 )
 def test_unsafe_or_broken_settings_are_refused(tmp_path: Path, args: list[str], needle: str) -> None:
-    base = ["agent", "--name", "a", "--state-dir", str(tmp_path / "s"), "--pool-dir", str(tmp_path / "p"),
-            "--listen-unix", f"unix://{tmp_path}/a.sock"]
+    base = [
+        "agent",
+        "--name",
+        "a",
+        "--state-dir",
+        str(tmp_path / "s"),
+        "--pool-dir",
+        str(tmp_path / "p"),
+        "--listen-unix",
+        f"unix://{tmp_path}/a.sock",
+    ]
     if "--portal" not in args:
         base += ["--portal", "1:tcp:127.0.0.1:4420"]
-    proc = subprocess.run([sys.executable, "-m", "nvmeof_csi", *base, *args], capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-m", "nvmeof_csi", *base, *args], capture_output=True, text=True, timeout=60
+    )
     assert proc.returncode == 2 and needle in proc.stderr, proc.stderr
 
 
 def test_sigkill_crash_loop_ends_consistent(tmp_path: Path) -> None:
     proc = subprocess.run(
-        [sys.executable, "-m", "tests.support.crashloop", str(tmp_path / "crash"), "--ops", "200", "--min-kills", "10",
-         "--plain-tree", "--kill-every", "0.02", "0.15"],
-        capture_output=True, text=True, timeout=600,
+        [
+            sys.executable,
+            "-m",
+            "tests.support.crashloop",
+            str(tmp_path / "crash"),
+            "--ops",
+            "200",
+            "--min-kills",
+            "10",
+            "--plain-tree",
+            "--kill-every",
+            "0.02",
+            "0.15",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     report = json.loads(proc.stdout.strip().splitlines()[-1])
@@ -204,23 +244,41 @@ def test_roles_from_client_certificates(tmp_path: Path) -> None:
     """Before, any certificate the CA signed could do everything (ANA flips, deletes, grants)."""
     pki = make_pki(tmp_path / "pki", "r", ("ctrl", "node", "reader", "ops", "stranger"))
     policy = tmp_path / "authz.yaml"
-    policy.write_text("clients:\n  - {identity: r-ctrl, role: controller}\n  - {identity: r-reader, role: reader}\n"
-                      f"  - {{identity: r-node, role: node, hostNqn: '{NODE_NQN}'}}\n  - {{identity: r-ops, role: admin}}\n")
+    policy.write_text(
+        "clients:\n  - {identity: r-ctrl, role: controller}\n  - {identity: r-reader, role: reader}\n"
+        f"  - {{identity: r-node, role: node, hostNqn: '{NODE_NQN}'}}\n  - {{identity: r-ops, role: admin}}\n"
+    )
     port = free_port()
-    running = start_agent(tmp_path, ["--listen-tcp", f"tcp://127.0.0.1:{port}", "--tls-cert", str(pki["srv.crt"]),
-                                     "--tls-key", str(pki["srv.key"]), "--tls-ca", str(pki["ca.crt"]),
-                                     "--authz-file", str(policy)])
+    running = start_agent(
+        tmp_path,
+        [
+            "--listen-tcp",
+            f"tcp://127.0.0.1:{port}",
+            "--tls-cert",
+            str(pki["srv.crt"]),
+            "--tls-key",
+            str(pki["srv.key"]),
+            "--tls-ca",
+            str(pki["ca.crt"]),
+            "--authz-file",
+            str(policy),
+        ],
+    )
     endpoint = Endpoint.parse(f"tcp://127.0.0.1:{port}")
 
     def as_(who: str) -> AgentClient:
-        return AgentClient(AgentTarget("a", endpoint, TlsFiles(pki[f"{who}.crt"], pki[f"{who}.key"], pki["ca.crt"])), 10)
+        return AgentClient(
+            AgentTarget("a", endpoint, TlsFiles(pki[f"{who}.crt"], pki[f"{who}.key"], pki["ca.crt"])), 10
+        )
 
     try:
         assert oct(Path(running.unix.removeprefix("unix://")).stat().st_mode & 0o777) == "0o600"
         with as_("ctrl") as c:
             mine, other = c.create_volume("for-node", 8 * MiB), c.create_volume("not-for-node", 8 * MiB)
             c.allow_host(mine.uuid, NODE_NQN)
-            with pytest.raises(PermissionDenied, match="SetAnaState needs role admin; client 'r-ctrl' has role controller"):
+            with pytest.raises(
+                PermissionDenied, match="SetAnaState needs role admin; client 'r-ctrl' has role controller"
+            ):
                 c.set_ana("a", "inaccessible")
         with as_("reader") as c:
             assert len(c.list_volumes()) == 2 and c.capacity()
@@ -243,10 +301,16 @@ def test_roles_from_client_certificates(tmp_path: Path) -> None:
         with as_("ops") as c:
             assert {p.ana_state for p in c.set_ana("a", "inaccessible")} >= {"inaccessible"}
         targets = tmp_path / "targets.yaml"
-        targets.write_text(f"targets:\n  - name: a\n    endpoint: tcp://127.0.0.1:{port}\n    tls: {{cert: {pki['ctrl.crt']}, "
-                           f"key: {pki['ctrl.key']}, ca: {pki['ca.crt']}}}\n")
-        refused = subprocess.run([sys.executable, "-m", "nvmeof_csi.cli.main", "--targets", str(targets), "ana", "set",
-                                  "a", "optimized"], capture_output=True, text=True, timeout=60)
+        targets.write_text(
+            f"targets:\n  - name: a\n    endpoint: tcp://127.0.0.1:{port}\n    tls: {{cert: {pki['ctrl.crt']}, "
+            f"key: {pki['ctrl.key']}, ca: {pki['ca.crt']}}}\n"
+        )
+        refused = subprocess.run(
+            [sys.executable, "-m", "nvmeof_csi.cli.main", "--targets", str(targets), "ana", "set", "a", "optimized"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert refused.returncode == 1 and "SetAnaState needs role admin" in refused.stderr, refused.stderr
     finally:
         running.proc.terminate()

@@ -60,8 +60,14 @@ def test_get_volume_lookup_and_list_answer_from_a_read_only_state_folder(tmp_pat
     before = {p: p.stat().st_mtime_ns for p in [tmp_path / "state", *(tmp_path / "state").rglob("*")]}
     prefix = NO_OVERRIDE if os.geteuid() == 0 else []
     try:
-        out = subprocess.run([*prefix, sys.executable, "-c", READER, str(tmp_path), vol.uuid], cwd=ROOT,
-                             capture_output=True, text=True, timeout=60, check=False)
+        out = subprocess.run(
+            [*prefix, sys.executable, "-c", READER, str(tmp_path), vol.uuid],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
     finally:
         for path in [tmp_path / "state", *(tmp_path / "state").rglob("*")]:
             path.chmod(0o700 if path.is_dir() else 0o600)

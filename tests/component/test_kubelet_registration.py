@@ -67,10 +67,16 @@ async def test_kubelet_registers_the_node_plugin_and_a_refusal_is_retried(
     reg_dir.mkdir()
     kubelet_path = "/var/lib/kubelet/plugins/csi.nvmeof.io/csi.sock"  # the CSI socket as kubelet sees it
     stop = asyncio.Event()
-    server = asyncio.ensure_future(serve(
-        services, Endpoint.parse(f"unix://{csi_sock}"), 5.0, stop,
-        registration=KubeletRegistration(reg_dir, "csi.nvmeof.io", kubelet_path), health_listen=f"127.0.0.1:{port}",
-    ))
+    server = asyncio.ensure_future(
+        serve(
+            services,
+            Endpoint.parse(f"unix://{csi_sock}"),
+            5.0,
+            stop,
+            registration=KubeletRegistration(reg_dir, "csi.nvmeof.io", kubelet_path),
+            health_listen=f"127.0.0.1:{port}",
+        )
+    )
     reg_sock = reg_dir / "csi.nvmeof.io-reg.sock"
     try:
         first = await _wait_for(reg_sock)
@@ -80,13 +86,15 @@ async def test_kubelet_registers_the_node_plugin_and_a_refusal_is_retried(
             assert (info.type, info.name, info.endpoint) == ("CSIPlugin", "csi.nvmeof.io", kubelet_path)
             assert list(info.supported_versions) == ["1.0.0"]
             await pb_grpc.RegistrationStub(channel).NotifyRegistrationStatus(
-                pb.RegistrationStatus(plugin_registered=False, error="driver name already taken"), timeout=5)
+                pb.RegistrationStatus(plugin_registered=False, error="driver name already taken"), timeout=5
+            )
         assert "kubelet refused to register csi.nvmeof.io: driver name already taken" in caplog.text
         await _wait_for(reg_sock, other_than=first)  # made anew: kubelet's watcher sees a new plugin
         async with grpc.aio.insecure_channel(f"unix://{reg_sock}") as channel:
             await pb_grpc.RegistrationStub(channel).GetInfo(pb.InfoRequest(), timeout=5)
             await pb_grpc.RegistrationStub(channel).NotifyRegistrationStatus(
-                pb.RegistrationStatus(plugin_registered=True), timeout=5)
+                pb.RegistrationStatus(plugin_registered=True), timeout=5
+            )
         assert "kubelet registered csi.nvmeof.io" in caplog.text
         async with grpc.aio.insecure_channel(f"unix://{csi_sock}") as channel:  # what kubelet calls next
             node = await csi_pb2_grpc.NodeStub(channel).NodeGetInfo(csi_pb2.NodeGetInfoRequest(), timeout=5)

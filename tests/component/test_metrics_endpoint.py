@@ -41,13 +41,18 @@ async def test_metrics_endpoint_counts_rpcs_by_method_and_code(tmp_path: Path) -
             with pytest.raises(grpc.aio.AioRpcError) as err:
                 await csi_pb2_grpc.NodeStub(channel).NodeGetVolumeHealth(
                     csi_pb2.NodeGetVolumeHealthRequest(volume_id="nvmeof-v1.loop.0b6d5bd6-4c1e-4f55-9d7a-3e0f6f1a7c01"),
-                    timeout=5)
+                    timeout=5,
+                )
             assert err.value.code() == grpc.StatusCode.NOT_FOUND
         text = await asyncio.to_thread(lambda: requests.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text)
     finally:
         stop.set()
         await asyncio.wait_for(server, 15)
-    assert ('csi_plugin_operations_seconds_count{driver_name="csi.nvmeof.io",grpc_status_code="OK",'
-            'method_name="/csi.v1.Identity/Probe"} 2.0') in text
-    assert ('csi_plugin_operations_seconds_count{driver_name="csi.nvmeof.io",grpc_status_code="NotFound",'
-            'method_name="/csi.v1.Node/NodeGetVolumeHealth"} 1.0') in text
+    assert (
+        'csi_plugin_operations_seconds_count{driver_name="csi.nvmeof.io",grpc_status_code="OK",'
+        'method_name="/csi.v1.Identity/Probe"} 2.0'
+    ) in text
+    assert (
+        'csi_plugin_operations_seconds_count{driver_name="csi.nvmeof.io",grpc_status_code="NotFound",'
+        'method_name="/csi.v1.Node/NodeGetVolumeHealth"} 1.0'
+    ) in text

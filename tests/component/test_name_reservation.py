@@ -13,9 +13,9 @@ import pytest
 
 from nvmeof_csi.backends.agent import AgentBackend
 from nvmeof_csi.backends.agent_api import HostNqnNodes
-from nvmeof_csi.errors import ResourceExhausted
+from nvmeof_csi.errors import ResourceExhausted, Unavailable
 from nvmeof_csi.rpc.endpoints import Endpoint
-from nvmeof_csi.service.contracts import Volume
+from nvmeof_csi.service.contracts import TopologyRequirement, Volume
 from nvmeof_csi.service.provisioning import CapacityRange, VolumeService
 from nvmeof_csi.topology.fabric_map import AgentEntry, FabricMap
 from tests.support.agents import LocalAgent, local_agents
@@ -43,8 +43,10 @@ def volumes_in_all(agents: dict[str, LocalAgent]) -> int:
 
 def race(first: VolumeService, second: VolumeService, name: str) -> list[Volume]:
     results: list[Volume] = []
-    threads = [threading.Thread(target=lambda s=s: results.append(s.create(name, CapacityRange(GiB), {})))
-               for s in (first, second)]
+    threads = [
+        threading.Thread(target=lambda s=s: results.append(s.create(name, CapacityRange(GiB), {})))
+        for s in (first, second)
+    ]
     for t in threads:
         t.start()
     for t in threads:
@@ -75,7 +77,9 @@ def test_two_controllers_that_both_missed_the_name_agree_whatever_the_agents_clo
 
 @pytest.mark.parametrize(("pause", "winner"), [("before_reserve", "store-b"), ("before_create", "store-a")])
 def test_a_controller_paused_between_any_two_steps_returns_the_volume_the_other_returned(
-    tmp_path: Path, pause: str, winner: str,
+    tmp_path: Path,
+    pause: str,
+    winner: str,
 ) -> None:
     """Controller 1 stops after its lookup (or after reserving); controller 2 creates and returns its volume;
     controller 1 then goes on and must return that same volume, leaving one."""
@@ -142,3 +146,30 @@ def test_a_volume_made_before_reservations_is_adopted_not_duplicated(tmp_path: P
     view1, _ = views(agents)  # would place a new volume on store-a
     got = service(view1).create("legacy", CapacityRange(GiB), {})
     assert (got.ref.location, got.ref.uuid) == ("store-c", old.uuid) and volumes_in_all(agents) == 1
+
+
+class DeadAgent:
+    """An agent that cannot be reached: every call is UNAVAILABLE."""
+
+    def __getattr__(self, name: str) -> Any:
+        def unreachable(*args: Any, **kwargs: Any) -> Any:
+            raise Unavailable(f"agent store-c: connection refused ({name})")
+
+        return unreachable
+
+
+def test_a_dead_agent_fails_only_the_creates_that_could_have_used_it(tmp_path: Path) -> None:
+    """store-c serves fabric f2 only and is down: a create for f1 neither asks it nor fails; a create for f2
+    fails with UNAVAILABLE (store-c may keep that name: we cannot tell), and leaves nothing behind."""
+    fabric = FabricMap((*FABRIC.agents[:2], AgentEntry("store-c", Endpoint.parse("unix:///c"), "f2", "z1", ("tcp",))))
+    view: dict[str, Any] = {**local_agents(tmp_path, NAMES[:2], capacity=8 * GiB), "store-c": DeadAgent()}
+    ctl = VolumeService(AgentBackend(fabric, client=lambda e: view[e.name]), HostNqnNodes())
+
+    def on(fab: str) -> TopologyRequirement:
+        return TopologyRequirement(requisite=({"topology.csi.nvmeof.io/fabric": fab},))
+
+    made = ctl.create("on-f1", CapacityRange(GiB), {}, on("f1"))
+    assert made.ref.location in ("store-a", "store-b")
+    with pytest.raises(Unavailable, match="store-c"):
+        ctl.create("on-f2", CapacityRange(GiB), {}, on("f2"))
+    assert volumes_in_all({n: view[n] for n in NAMES[:2]}) == 1

@@ -17,8 +17,6 @@ Mode = csi_pb2.VolumeCapability.AccessMode
 GiB = 1 << 30
 
 
-
-
 async def create(stack: Stack, name: str = "pvc-1", size: int = GiB) -> csi_pb2.Volume:
     resp = await stack.controller.CreateVolume(
         csi_pb2.CreateVolumeRequest(
@@ -45,15 +43,20 @@ async def test_full_lifecycle_and_every_repeat_is_harmless(stack: Stack) -> None
     assert (await create(stack)).volume_id == vol.volume_id
     assert vol.capacity_bytes == GiB
     assert dict(vol.accessible_topology[0].segments) == {"topology.csi.nvmeof.io/fabric": "f1"}
-    pub = csi_pb2.ControllerPublishVolumeRequest(volume_id=vol.volume_id, node_id="node-1", volume_capability=mount_cap())
+    pub = csi_pb2.ControllerPublishVolumeRequest(
+        volume_id=vol.volume_id, node_id="node-1", volume_capability=mount_cap()
+    )
     ctx1 = (await stack.controller.ControllerPublishVolume(pub)).publish_context
     ctx2 = (await stack.controller.ControllerPublishVolume(pub)).publish_context
     assert ctx1 == ctx2
     staging = str(stack.tmp / "staging")
     target = str(stack.tmp / "target")
     stage = csi_pb2.NodeStageVolumeRequest(
-        volume_id=vol.volume_id, staging_target_path=staging, volume_capability=mount_cap(),
-        publish_context=ctx1, volume_context=vol.volume_context,
+        volume_id=vol.volume_id,
+        staging_target_path=staging,
+        volume_capability=mount_cap(),
+        publish_context=ctx1,
+        volume_context=vol.volume_context,
     )
     await stack.node.NodeStageVolume(stage)
     await stack.node.NodeStageVolume(stage)
@@ -62,23 +65,32 @@ async def test_full_lifecycle_and_every_repeat_is_harmless(stack: Stack) -> None
     )
     await stack.node.NodePublishVolume(publish)
     await stack.node.NodePublishVolume(publish)
-    stats = await stack.node.NodeGetVolumeStats(csi_pb2.NodeGetVolumeStatsRequest(volume_id=vol.volume_id, volume_path=target))
+    stats = await stack.node.NodeGetVolumeStats(
+        csi_pb2.NodeGetVolumeStatsRequest(volume_id=vol.volume_id, volume_path=target)
+    )
     assert {u.unit for u in stats.usage} == {csi_pb2.VolumeUsage.BYTES, csi_pb2.VolumeUsage.INODES}
     node_health = await stack.node.NodeGetVolumeHealth(csi_pb2.NodeGetVolumeHealthRequest(volume_id=vol.volume_id))
     assert node_health.volume_health.volume_id == vol.volume_id and not node_health.volume_health.health_statuses
     ctl_health = await stack.controller.ControllerGetVolumeHealth(
-        csi_pb2.ControllerGetVolumeHealthRequest(volume_id=vol.volume_id))
+        csi_pb2.ControllerGetVolumeHealthRequest(volume_id=vol.volume_id)
+    )
     assert not ctl_health.volume_health.health_statuses
     listed = await stack.controller.ListVolumes(csi_pb2.ListVolumesRequest())
     assert [e.status.published_node_ids for e in listed.entries] == [["node-1"]]
-    expand = csi_pb2.ControllerExpandVolumeRequest(volume_id=vol.volume_id, capacity_range=csi_pb2.CapacityRange(required_bytes=2 * GiB))
+    expand = csi_pb2.ControllerExpandVolumeRequest(
+        volume_id=vol.volume_id, capacity_range=csi_pb2.CapacityRange(required_bytes=2 * GiB)
+    )
     assert (await stack.controller.ControllerExpandVolume(expand)).capacity_bytes == 2 * GiB
     node_exp = csi_pb2.NodeExpandVolumeRequest(volume_id=vol.volume_id, volume_path=target)
     assert (await stack.node.NodeExpandVolume(node_exp)).capacity_bytes == GiB  # the fake connector's size
     for _ in range(2):
-        await stack.node.NodeUnpublishVolume(csi_pb2.NodeUnpublishVolumeRequest(volume_id=vol.volume_id, target_path=target))
+        await stack.node.NodeUnpublishVolume(
+            csi_pb2.NodeUnpublishVolumeRequest(volume_id=vol.volume_id, target_path=target)
+        )
     for _ in range(2):
-        await stack.node.NodeUnstageVolume(csi_pb2.NodeUnstageVolumeRequest(volume_id=vol.volume_id, staging_target_path=staging))
+        await stack.node.NodeUnstageVolume(
+            csi_pb2.NodeUnstageVolumeRequest(volume_id=vol.volume_id, staging_target_path=staging)
+        )
     unpub = csi_pb2.ControllerUnpublishVolumeRequest(volume_id=vol.volume_id, node_id="node-1")
     for _ in range(2):
         await stack.controller.ControllerUnpublishVolume(unpub)
@@ -88,9 +100,9 @@ async def test_full_lifecycle_and_every_repeat_is_harmless(stack: Stack) -> None
     assert stack.host.mountinfo.read_text().strip() == ""
 
 
-
-
-@pytest.mark.parametrize(("side", "rpc", "request_msg", "code", "needle"), BAD, ids=[f"{b[1]}-{i}" for i, b in enumerate(BAD)])
+@pytest.mark.parametrize(
+    ("side", "rpc", "request_msg", "code", "needle"), BAD, ids=[f"{b[1]}-{i}" for i, b in enumerate(BAD)]
+)
 async def test_malformed_requests_get_the_spec_code(
     stack: Stack, side: str, rpc: str, request_msg: object, code: str, needle: str
 ) -> None:
@@ -182,7 +194,9 @@ async def test_the_out_line_carries_the_response_only_at_debug(stack: Stack, cap
     async def out_line(level: int, name: str) -> str:
         caplog.clear()
         with caplog.at_level(level, logger="nvmeof_csi.rpc"):
-            await stack.controller.CreateVolume(csi_pb2.CreateVolumeRequest(name=name, volume_capabilities=[mount_cap()]))
+            await stack.controller.CreateVolume(
+                csi_pb2.CreateVolumeRequest(name=name, volume_capabilities=[mount_cap()])
+            )
         return [r.getMessage() for r in caplog.records if r.name == "nvmeof_csi.rpc"][-1]
 
     assert "volume_id" not in await out_line(logging.INFO, "quiet")
@@ -200,7 +214,13 @@ async def test_node_info_and_capabilities(stack: Stack) -> None:
     ccaps = await stack.controller.ControllerGetCapabilities(csi_pb2.ControllerGetCapabilitiesRequest())
     CR = csi_pb2.ControllerServiceCapability.RPC
     cgot = {c.rpc.type for c in ccaps.capabilities}
-    assert {CR.CREATE_DELETE_VOLUME, CR.PUBLISH_UNPUBLISH_VOLUME, CR.LIST_VOLUMES, CR.GET_CAPACITY, CR.EXPAND_VOLUME} <= cgot
+    assert {
+        CR.CREATE_DELETE_VOLUME,
+        CR.PUBLISH_UNPUBLISH_VOLUME,
+        CR.LIST_VOLUMES,
+        CR.GET_CAPACITY,
+        CR.EXPAND_VOLUME,
+    } <= cgot
 
 
 async def test_validate_and_capacity(stack: Stack) -> None:
@@ -218,7 +238,9 @@ async def test_validate_and_capacity(stack: Stack) -> None:
     cap = await stack.controller.GetCapacity(csi_pb2.GetCapacityRequest())
     assert cap.available_capacity == 99 * GiB
     other = await stack.controller.GetCapacity(
-        csi_pb2.GetCapacityRequest(accessible_topology=csi_pb2.Topology(segments={"topology.csi.nvmeof.io/fabric": "x"}))
+        csi_pb2.GetCapacityRequest(
+            accessible_topology=csi_pb2.Topology(segments={"topology.csi.nvmeof.io/fabric": "x"})
+        )
     )
     assert other.available_capacity == 0
 
@@ -226,11 +248,14 @@ async def test_validate_and_capacity(stack: Stack) -> None:
 async def test_xfs_volume_is_raised_to_the_filesystem_minimum(stack: Stack) -> None:
     """xfsprogs refuses XFS below 300 MiB: a smaller request gets 300 MiB (the spec allows more than required)."""
     small = csi_pb2.CapacityRange(required_bytes=64 << 20)
-    xfs = await stack.controller.CreateVolume(csi_pb2.CreateVolumeRequest(
-        name="x", capacity_range=small, volume_capabilities=[mount_cap(fs="xfs")]))
+    xfs = await stack.controller.CreateVolume(
+        csi_pb2.CreateVolumeRequest(name="x", capacity_range=small, volume_capabilities=[mount_cap(fs="xfs")])
+    )
     assert xfs.volume.capacity_bytes == 300 << 20
-    ext4 = await stack.controller.CreateVolume(csi_pb2.CreateVolumeRequest(
-        name="e", capacity_range=small, volume_capabilities=[mount_cap()]))
-    raw = await stack.controller.CreateVolume(csi_pb2.CreateVolumeRequest(
-        name="b", capacity_range=small, volume_capabilities=[block_cap()]))
+    ext4 = await stack.controller.CreateVolume(
+        csi_pb2.CreateVolumeRequest(name="e", capacity_range=small, volume_capabilities=[mount_cap()])
+    )
+    raw = await stack.controller.CreateVolume(
+        csi_pb2.CreateVolumeRequest(name="b", capacity_range=small, volume_capabilities=[block_cap()])
+    )
     assert ext4.volume.capacity_bytes == raw.volume.capacity_bytes == 64 << 20

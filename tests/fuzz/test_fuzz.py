@@ -82,7 +82,7 @@ class Server:
     def check(self, rpc: str) -> None:
         assert self.proc.poll() is None, f"server died during {rpc}: " + self.log.read_text()[-3000:]
         text = self.log.read_text(errors="replace")
-        assert "Traceback" not in text, f"traceback after {rpc}: " + text[text.index("Traceback") - 2000:][:6000]
+        assert "Traceback" not in text, f"traceback after {rpc}: " + text[text.index("Traceback") - 2000 :][:6000]
         assert SECRET_MARKER not in text, f"a secret reached the log during {rpc}"
         assert snapshot(self.watched) == self.before, f"{rpc} changed something outside the server's roots"
 
@@ -104,10 +104,30 @@ def csi_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     sock, log = base / "csi.sock", base / "driver.log"
     (base / "kubelet").mkdir()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "nvmeof_csi", "serve", "--mode", "all", "--backend", "loop",
-         "--endpoint", f"unix://{sock}", "--state-dir", str(base / "state"), "--kubelet-root", str(base / "kubelet"),
-         "--node-id", "fuzz-node", "--loop-capacity", "64G", "--log-level", "INFO"],
-        stdout=log.open("wb"), stderr=subprocess.STDOUT,
+        [
+            sys.executable,
+            "-m",
+            "nvmeof_csi",
+            "serve",
+            "--mode",
+            "all",
+            "--backend",
+            "loop",
+            "--endpoint",
+            f"unix://{sock}",
+            "--state-dir",
+            str(base / "state"),
+            "--kubelet-root",
+            str(base / "kubelet"),
+            "--node-id",
+            "fuzz-node",
+            "--loop-capacity",
+            "64G",
+            "--log-level",
+            "INFO",
+        ],
+        stdout=log.open("wb"),
+        stderr=subprocess.STDOUT,
     )
     deadline = time.monotonic() + 30
     while not sock.exists():
@@ -140,16 +160,22 @@ def _rpcs(service: Any) -> list[tuple[str, Any, Any]]:
     return [(m.name, m.input_type, m) for m in service.methods]
 
 
-CSI_RPCS = [(s.name, name, inp) for s in csi_pb2.DESCRIPTOR.services_by_name.values()
-            if s.name in ("Identity", "Controller", "Node") for name, inp, _ in _rpcs(s)]
+CSI_RPCS = [
+    (s.name, name, inp)
+    for s in csi_pb2.DESCRIPTOR.services_by_name.values()
+    if s.name in ("Identity", "Controller", "Node")
+    for name, inp, _ in _rpcs(s)
+]
 AGENT_RPCS = [(name, inp) for name, inp, _ in _rpcs(apb.DESCRIPTOR.services_by_name["Agent"])]
-FUZZ = settings(max_examples=EXAMPLES, deadline=None, derandomize=True,
-                suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow,
-                                       HealthCheck.data_too_large])
+FUZZ = settings(
+    max_examples=EXAMPLES,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow, HealthCheck.data_too_large],
+)
 
 
-def fuzz(server: Server, stub: Any, module: Any, rpc: str, request_type: Any, label: str,
-         counts: Counter[str]) -> None:
+def fuzz(server: Server, stub: Any, module: Any, rpc: str, request_type: Any, label: str, counts: Counter[str]) -> None:
     """``FUZZ_EXAMPLES`` hostile ``rpc`` requests against ``server``, each checked by :func:`call`; at least
     one was sent."""
     requests = message(request_type, getattr(module, request_type.name), hostile_strings(server.watched))
@@ -164,13 +190,15 @@ def fuzz(server: Server, stub: Any, module: Any, rpc: str, request_type: Any, la
 
 
 @pytest.mark.parametrize(("service", "rpc", "request_type"), CSI_RPCS, ids=[f"{s}.{r}" for s, r, _ in CSI_RPCS])
-def test_csi_rpc_survives_hostile_requests(csi_server: Server, counts: Counter[str], service: str, rpc: str,
-                                           request_type: Any) -> None:
+def test_csi_rpc_survives_hostile_requests(
+    csi_server: Server, counts: Counter[str], service: str, rpc: str, request_type: Any
+) -> None:
     stub = getattr(csi_pb2_grpc, f"{service}Stub")(csi_server.channel)
     fuzz(csi_server, stub, csi_pb2, rpc, request_type, f"csi.{service}.{rpc}", counts)
 
 
 @pytest.mark.parametrize(("rpc", "request_type"), AGENT_RPCS, ids=[r for r, _ in AGENT_RPCS])
-def test_agent_rpc_survives_hostile_requests(agent_server: Server, counts: Counter[str], rpc: str,
-                                             request_type: Any) -> None:
+def test_agent_rpc_survives_hostile_requests(
+    agent_server: Server, counts: Counter[str], rpc: str, request_type: Any
+) -> None:
     fuzz(agent_server, apb_grpc.AgentStub(agent_server.channel), apb, rpc, request_type, f"agent.{rpc}", counts)

@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from lab.kube.cluster import DRIVER, FABRIC, NAMESPACE, NODE, KubeCluster
+from tests.k8s.workloads import FAST, READ, SC, SLOW, TOPOLOGY_KEY, workloads
 from tests.support.kube import (
     NS,
     container_exec,
@@ -21,52 +22,13 @@ from tests.support.kube import (
     job,
     job_pod,
     phase,
-    pod,
     pvc,
-    storage_class,
     termination_message,
     wait_for,
     wait_job,
 )
 
 pytestmark = pytest.mark.lab
-
-SC = "lab-tcp"
-TOPOLOGY_KEY = "topology.csi.nvmeof.io/fabric"
-WRITE = ("set -e; dd if=/dev/urandom of=/data/blob bs=1M count=32 2>/dev/null; sync; "
-         "sha256sum /data/blob | cut -d' ' -f1 > /dev/termination-log")
-SLOW, FAST = 40, 120  # read IOPS limits of the two VolumeAttributesClasses (the lab's raw 4k QD1 rate is higher)
-READ = "set -e; sha256sum /data/blob | cut -d' ' -f1 > /dev/termination-log"
-RAW_IO = ("set -e; dd if=/dev/urandom of=/tmp/in bs=1M count=8 2>/dev/null; "
-          "dd if=/tmp/in of=/dev/xvda bs=1M oflag=direct conv=fsync 2>/dev/null; "
-          "dd if=/dev/xvda of=/tmp/out bs=1M count=8 iflag=direct 2>/dev/null; "
-          "a=$(sha256sum /tmp/in | cut -d' ' -f1); b=$(sha256sum /tmp/out | cut -d' ' -f1); "
-          "echo \"$a $b\" > /dev/termination-log; test \"$a\" = \"$b\"")
-STEADY = ("i=0; e=0; while true; do i=$((i+1)); "
-          "if dd if=/dev/urandom of=/data/f.$((i % 4)) bs=64k count=4 conv=fsync 2>/dev/null; then :; "
-          "else e=$((e+1)); fi; echo \"$i $e\" > /data/progress; sleep 0.2; done")
-READS = ("dd if=/dev/urandom of=/data/f bs=1M count=16 2>/dev/null; sync; "
-         "while true; do dd if=/data/f of=/dev/null bs=4k iflag=direct 2>/dev/null; done")
-
-
-def workloads() -> list[dict[str, object]]:
-    """Every StorageClass, VolumeAttributesClass, claim, Job and pod the scenarios use, in one list."""
-    tuned = pvc("tuned", SC)
-    tuned["spec"]["volumeAttributesClassName"] = "lab-slow"
-    raw_io = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "raw-io", "namespace": NS},
-              "spec": {"backoffLimit": 0, "template": {"spec": {**pod("x", "raw", RAW_IO, block=True)["spec"]}}}}
-    return [
-        storage_class(SC, [FABRIC]), storage_class("lab-nowhere", ["rack-9"]),
-        *({"apiVersion": "storage.k8s.io/v1", "kind": "VolumeAttributesClass", "metadata": {"name": name},
-           "driverName": DRIVER, "parameters": {"readIops": str(riops), "writeIops": "0"}}
-          for name, riops in (("lab-slow", SLOW), ("lab-fast", FAST))),
-        pvc("train-data", SC), job("writer", "train-data", WRITE + "; sleep 5"),  # test 2 (and 5)
-        pvc("nowhere", "lab-nowhere"), pod("nowhere", "nowhere", "true"),  # test 3
-        pvc("grow", SC, "1Gi"), pod("grower", "grow", "sleep 100000"),  # test 4
-        pvc("raw", SC, block=True), raw_io,  # test 6
-        pvc("steady", SC), pod("steady-io", "steady", STEADY),  # test 7
-        tuned, pod("tuned-io", "tuned", READS),  # test 7b
-    ]
 
 
 @pytest.fixture(scope="module")
@@ -161,27 +123,57 @@ def test_4_online_expansion_grows_the_filesystem_in_the_running_pod(started: Kub
 
     before = size_kib()
     assert before < 1100 * 1024, before
-    kube.kubectl("-n", NS, "patch", "pvc", "grow", "--type=merge", "-p",
-                 json.dumps({"spec": {"resources": {"requests": {"storage": "2Gi"}}}}))
+    kube.kubectl(
+        "-n",
+        NS,
+        "patch",
+        "pvc",
+        "grow",
+        "--type=merge",
+        "-p",
+        json.dumps({"spec": {"resources": {"requests": {"storage": "2Gi"}}}}),
+    )
     wait_for("filesystem in the pod grown past 1.5 GiB", lambda: size_kib() > 1536 * 1024, 600, 3)
-    wait_for("PVC capacity 2Gi", lambda: kube.cp.get("pvc", "-n", NS, "grow")["status"].get(
-        "capacity", {}).get("storage") == "2Gi", 300)
+    wait_for(
+        "PVC capacity 2Gi",
+        lambda: kube.cp.get("pvc", "-n", NS, "grow")["status"].get("capacity", {}).get("storage") == "2Gi",
+        300,
+    )
     print(f"df in the pod: {before} KiB -> {size_kib()} KiB")
     kube.kubectl("-n", NS, "delete", "pod/grower", "--wait=true", timeout=300)
 
 
 def test_5_snapshot_then_a_volume_from_it(started: KubeCluster, written: str) -> None:
     kube = started
-    kube.cp.apply({"apiVersion": "snapshot.storage.k8s.io/v1", "kind": "VolumeSnapshotClass",
-                   "metadata": {"name": "lab-snap"}, "driver": DRIVER, "deletionPolicy": "Delete"})
-    kube.cp.apply({"apiVersion": "snapshot.storage.k8s.io/v1", "kind": "VolumeSnapshot",
-                   "metadata": {"name": "train-snap", "namespace": NS},
-                   "spec": {"volumeSnapshotClassName": "lab-snap",
-                            "source": {"persistentVolumeClaimName": "train-data"}}})
-    wait_for("snapshot ready", lambda: kube.cp.get("volumesnapshot", "-n", NS, "train-snap").get(
-        "status", {}).get("readyToUse"), 600)
-    kube.cp.apply(pvc("restored", SC, source={"apiGroup": "snapshot.storage.k8s.io", "kind": "VolumeSnapshot",
-                                              "name": "train-snap"}))
+    kube.cp.apply(
+        {
+            "apiVersion": "snapshot.storage.k8s.io/v1",
+            "kind": "VolumeSnapshotClass",
+            "metadata": {"name": "lab-snap"},
+            "driver": DRIVER,
+            "deletionPolicy": "Delete",
+        }
+    )
+    kube.cp.apply(
+        {
+            "apiVersion": "snapshot.storage.k8s.io/v1",
+            "kind": "VolumeSnapshot",
+            "metadata": {"name": "train-snap", "namespace": NS},
+            "spec": {"volumeSnapshotClassName": "lab-snap", "source": {"persistentVolumeClaimName": "train-data"}},
+        }
+    )
+    wait_for(
+        "snapshot ready",
+        lambda: kube.cp.get("volumesnapshot", "-n", NS, "train-snap").get("status", {}).get("readyToUse"),
+        600,
+    )
+    kube.cp.apply(
+        pvc(
+            "restored",
+            SC,
+            source={"apiGroup": "snapshot.storage.k8s.io", "kind": "VolumeSnapshot", "name": "train-snap"},
+        )
+    )
     kube.cp.apply(job("restored-reader", "restored", READ))
     assert termination_message(wait_job(kube, "restored-reader")) == written
 
@@ -231,8 +223,9 @@ def test_7b_attributes_class_change_moves_the_running_pods_iops(started: KubeClu
     kube = started
     wait_for("pod tuned-io Running", lambda: phase(kube, "pod", "tuned-io") == "Running", 900)
     uid = kube.cp.get("pod", "-n", NS, "tuned-io")["metadata"]["uid"]
-    cgroup = kube.vm.sh(f"ls -d /sys/fs/cgroup/kubepods/*/pod{uid} /sys/fs/cgroup/kubepods/pod{uid} 2>/dev/null",
-                        10).out.split()
+    cgroup = kube.vm.sh(
+        f"ls -d /sys/fs/cgroup/kubepods/*/pod{uid} /sys/fs/cgroup/kubepods/pod{uid} 2>/dev/null", 10
+    ).out.split()
     assert len(cgroup) == 1, f"pod cgroup of {uid}: {cgroup}"
 
     def io_max() -> str:
@@ -246,6 +239,7 @@ def test_7b_attributes_class_change_moves_the_running_pods_iops(started: KubeClu
                 if line.startswith(device + " "):
                     return int(dict(f.split("=") for f in line.split()[1:])["rios"])
             return 0
+
         a, t0 = rios(), time.monotonic()
         time.sleep(seconds)
         b, t1 = rios(), time.monotonic()
@@ -255,16 +249,29 @@ def test_7b_attributes_class_change_moves_the_running_pods_iops(started: KubeClu
     slow = measured()
     container = crictl(kube, "ps", "-q", "--label", "io.kubernetes.pod.name=tuned-io").strip()
     t0 = time.monotonic()
-    kube.kubectl("-n", NS, "patch", "pvc", "tuned", "--type=merge", "-p",
-                 json.dumps({"spec": {"volumeAttributesClassName": "lab-fast"}}))
-    wait_for("PVC's current class lab-fast", lambda: kube.cp.get("pvc", "-n", NS, "tuned")["status"].get(
-        "currentVolumeAttributesClassName") == "lab-fast", 300)
+    kube.kubectl(
+        "-n",
+        NS,
+        "patch",
+        "pvc",
+        "tuned",
+        "--type=merge",
+        "-p",
+        json.dumps({"spec": {"volumeAttributesClassName": "lab-fast"}}),
+    )
+    wait_for(
+        "PVC's current class lab-fast",
+        lambda: kube.cp.get("pvc", "-n", NS, "tuned")["status"].get("currentVolumeAttributesClassName") == "lab-fast",
+        300,
+    )
     modified = time.monotonic() - t0
     wait_for(f"io.max riops={FAST}", lambda: f"riops={FAST}" in io_max(), 60, 0.5)
     in_force = time.monotonic() - t0
     fast = measured()
-    print(f"io.max {io_max()!r}; read IOPS {slow:.1f} (limit {SLOW}) -> {fast:.1f} (limit {FAST}); "
-          f"ModifyVolume done {modified:.1f}s, io.max in force {in_force:.1f}s after the PVC edit")
+    print(
+        f"io.max {io_max()!r}; read IOPS {slow:.1f} (limit {SLOW}) -> {fast:.1f} (limit {FAST}); "
+        f"ModifyVolume done {modified:.1f}s, io.max in force {in_force:.1f}s after the PVC edit"
+    )
     assert SLOW * 0.8 <= slow <= SLOW * 1.1, slow
     assert FAST * 0.8 <= fast <= FAST * 1.1, fast
     assert crictl(kube, "ps", "-q", "--label", "io.kubernetes.pod.name=tuned-io").strip() == container
@@ -287,12 +294,16 @@ def test_8_everything_deleted_leaves_nothing(kube: KubeCluster) -> None:
     assert not subsystems, f"subsystems left: {subsystems}"
     controllers = kube.vm.run(["ls", "/sys/class/nvme"], 10).out.split()
     assert not controllers, f"controllers left: {controllers}"
-    mounts = [ln for ln in kube.vm.check(["cat", "/proc/mounts"], 10).splitlines() if "kubernetes.io~csi" in ln
-              or "/plugins/kubernetes.io/csi" in ln]
+    mounts = [
+        ln
+        for ln in kube.vm.check(["cat", "/proc/mounts"], 10).splitlines()
+        if "kubernetes.io~csi" in ln or "/plugins/kubernetes.io/csi" in ln
+    ]
     assert not mounts, mounts
     records = kube.vm.sh("ls /var/lib/nvmeof-csi/staging/ 2>/dev/null | grep '[.]json$'; true", 30).out.split()
     assert not records, f"staging records left: {records}"
-    pool = kube.vm.sh("ls /srv/nvmeof-pool/volumes /srv/nvmeof-pool/snapshots 2>/dev/null | grep -v ':$'; true",
-                      30).out.split()
+    pool = kube.vm.sh(
+        "ls /srv/nvmeof-pool/volumes /srv/nvmeof-pool/snapshots 2>/dev/null | grep -v ':$'; true", 30
+    ).out.split()
     assert not pool, f"backing files left: {pool}"
     assert crictl(kube, "ps", "-q", "--label", f"io.kubernetes.pod.namespace={NS}").strip() == ""

@@ -84,8 +84,10 @@ def test_host_not_on_the_allow_list_is_refused(lab_vm: LabVM, fabric: Fabric) ->
     fabric.add_port(P1)
     fabric.link(1, NQN)
     stranger = "nqn.2014-08.org.nvmexpress:uuid:11111111-2222-3333-4444-555555555555"
-    res = lab_vm.run(["nvme", "connect", "-t", "tcp", "-a", P1.traddr, "-s", str(P1.trsvcid), "-n", NQN,
-                      f"--hostnqn={stranger}"], timeout=60)
+    res = lab_vm.run(
+        ["nvme", "connect", "-t", "tcp", "-a", P1.traddr, "-s", str(P1.trsvcid), "-n", NQN, f"--hostnqn={stranger}"],
+        timeout=60,
+    )
     assert res.rc != 0
     assert fabric.head_device(NQN) is None
     assert lab_vm.read("/sys/kernel/config/nvmet/subsystems/" + NQN + "/attr_allow_any_host").strip() == "0"
@@ -119,7 +121,9 @@ def test_ana_flip_under_io_loses_nothing(lab_vm: LabVM, fabric: Fabric, two_path
     assert result.ios_after_last_stall > 0
 
 
-def test_port_removal_under_io_loses_nothing_and_path_returns(lab_vm: LabVM, fabric: Fabric, two_paths: Target, report: Reporter) -> None:
+def test_port_removal_under_io_loses_nothing_and_path_returns(
+    lab_vm: LabVM, fabric: Fabric, two_paths: Target, report: Reporter
+) -> None:
     probe = IoProbe(lab_vm, two_paths.head, seconds=9)
     time.sleep(3)
     fabric.remove_port(1)

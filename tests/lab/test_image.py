@@ -22,8 +22,10 @@ def run_in_image(vm: LabVM, argv: list[str], name: str) -> str:
     """``argv`` as the process of a runc container of the unpacked image; its output."""
     config = json.loads(vm.read(f"{BUNDLE}/config.json"))
     config["process"].update(args=argv, terminal=False)
-    vm.check(["python3", "-c", f"import sys; open({BUNDLE + '/config.json'!r}, 'w').write(sys.argv[1])",
-              json.dumps(config)], timeout=30)
+    vm.check(
+        ["python3", "-c", f"import sys; open({BUNDLE + '/config.json'!r}, 'w').write(sys.argv[1])", json.dumps(config)],
+        timeout=30,
+    )
     res = vm.run(["runc", "run", "--bundle", BUNDLE, name], 300)
     assert res.rc == 0, f"{argv} in the image: rc={res.rc}\n{res.out}{res.err}"
     return res.out
@@ -45,11 +47,15 @@ def test_image_runs_the_driver_and_the_cli(lab_vm: LabVM, report: Callable[[str,
     assert version.strip() == f"csi.nvmeof.io {info['tag']}"
     cli = run_in_image(lab_vm, ["/usr/local/bin/nvmeofctl", "--help"], "cli")
     assert "volumes" in cli and "Usage" in cli
-    tools = run_in_image(lab_vm, ["/bin/sh", "-c", "nvme version && mkfs.xfs -V && mkfs.ext4 -V 2>&1 | head -1"],
-                         "tools")
+    tools = run_in_image(
+        lab_vm, ["/bin/sh", "-c", "nvme version && mkfs.xfs -V && mkfs.ext4 -V 2>&1 | head -1"], "tools"
+    )
     assert "nvme version" in tools and "mkfs.xfs version" in tools
-    unpacked_mib = subprocess.run(["du", "-sm", str(rootfs)], capture_output=True, text=True, check=True,
-                                  timeout=120).stdout.split()[0]
-    report("image size", f"{info['size_mib']} MiB compressed (OCI layers), {unpacked_mib} MiB unpacked; "
-                         f"{info['layout']}:{info['tag']}")
+    unpacked_mib = subprocess.run(
+        ["du", "-sm", str(rootfs)], capture_output=True, text=True, check=True, timeout=120
+    ).stdout.split()[0]
+    report(
+        "image size",
+        f"{info['size_mib']} MiB compressed (OCI layers), {unpacked_mib} MiB unpacked; {info['layout']}:{info['tag']}",
+    )
     lab_vm.run(["rm", "-rf", BUNDLE], 60)

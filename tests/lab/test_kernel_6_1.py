@@ -18,8 +18,10 @@ def test_driver_basics_and_auth_refused_on_6_1(lab_vm: LabVM, fabric: Fabric, ke
     assert kernel_release.startswith("6.1."), f"the lab tier must run the 6.1 kernel, not {kernel_release}"
     assert not lab_vm.exists("/sys/module/nvme_auth")  # no host authentication either
     with running_stack(lab_vm) as stack:
-        up = stack.csi({"op": "up", "name": "old", "size": 64 * MiB, "mode": "mount", "fs": "ext4"},
-                       {"op": "probe-target", "name": "old", "mib": 4})
+        up = stack.csi(
+            {"op": "up", "name": "old", "size": 64 * MiB, "mode": "mount", "fs": "ext4"},
+            {"op": "probe-target", "name": "old", "mib": 4},
+        )
         Fabric(lab_vm).wait_paths(up[0]["nqn"], live=2)
         assert any("/old/" in m for m in stack.mounts())
         stack.csi({"op": "down", "name": "old"})

@@ -44,8 +44,10 @@ def test_volume_is_reachable_by_the_allowed_host_only(lab_vm: LabVM, fabric: Fab
     vol = agent.ops("create", "pvc-a", str(64 * MiB), lab_vm.hostnqn)
     nqn = vol["nqn"]
     assert lab_vm.read(f"/sys/kernel/config/nvmet/subsystems/{nqn}/attr_allow_any_host").strip() == "0"
-    refused = lab_vm.run(["nvme", "connect", "-t", "tcp", "-a", P1.traddr, "-s", str(P1.trsvcid), "-n", nqn,
-                          f"--hostnqn={STRANGER}"], timeout=60)
+    refused = lab_vm.run(
+        ["nvme", "connect", "-t", "tcp", "-a", P1.traddr, "-s", str(P1.trsvcid), "-n", nqn, f"--hostnqn={STRANGER}"],
+        timeout=60,
+    )
     assert refused.rc != 0 and fabric.head_device(nqn) is None
     fabric.connect(P1, nqn)
     head = _head(fabric, nqn).removeprefix("/dev/")
@@ -137,15 +139,31 @@ def test_sigkill_crash_loop_on_real_configfs(lab_vm: LabVM, fabric: Fabric, repo
     lab_vm.run(["rm", "-rf", "/scratch/crash"], 60)
     start = time.monotonic()
     out = lab_vm.check(
-        [lab_vm.python, "-m", "tests.support.crashloop", "/scratch/crash", "--ops", "100", "--min-kills", "5",
-         "--configfs", "/sys/kernel/config/nvmet", "--kill-every", "2", "8"],
-        timeout=900, cwd=str(REPO),
+        [
+            lab_vm.python,
+            "-m",
+            "tests.support.crashloop",
+            "/scratch/crash",
+            "--ops",
+            "100",
+            "--min-kills",
+            "5",
+            "--configfs",
+            "/sys/kernel/config/nvmet",
+            "--kill-every",
+            "2",
+            "8",
+        ],
+        timeout=900,
+        cwd=str(REPO),
     )
     result = json.loads(out.strip().splitlines()[-1])
-    report("crash loop", f"{result['ops']} ops, {result['kills']} SIGKILLs ({result['kills_while_starting']} while starting), {result['interrupted_rpcs']} interrupted "
-           f"RPCs, {len(result['state_names'])} volumes left, {time.monotonic() - start:.0f}s")
+    report(
+        "crash loop",
+        f"{result['ops']} ops, {result['kills']} SIGKILLs ({result['kills_while_starting']} while starting), {result['interrupted_rpcs']} interrupted "
+        f"RPCs, {len(result['state_names'])} volumes left, {time.monotonic() - start:.0f}s",
+    )
     assert result["kills"] >= 5 and result["state_names"] == result["expected_names"], result
     assert result["subsystems_match"] and result["files_match"] and result["links_match"], result
     assert not result["restart_changed_configfs"] and result["corrupt"] == [], result
     lab_vm.run(["rm", "-rf", "/scratch/crash"], 60)
-

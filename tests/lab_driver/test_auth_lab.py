@@ -37,8 +37,9 @@ def test_dhchap_bidirectional_through_csi(stack: GuestDriver, kernel_release: st
     vm = stack.vm
     assert kernel_release.startswith("6.12"), kernel_release
     params = {"auth": "dhchap-bidirectional"}
-    step = stack.csi({"op": "create", "name": "au", "size": 64 * MiB, "mode": "mount", "fs": "ext4",
-                      "params": params})[0]
+    step = stack.csi({"op": "create", "name": "au", "size": 64 * MiB, "mode": "mount", "fs": "ext4", "params": params})[
+        0
+    ]
     nqn = step["nqn"]
     try:
         with pytest.raises(GuestError, match=r"INVALID_ARGUMENT.*controller-publish secret"):
@@ -58,8 +59,11 @@ def test_dhchap_bidirectional_through_csi(stack: GuestDriver, kernel_release: st
         with pytest.raises(GuestError, match=r"PERMISSION_DENIED.*refused DH-HMAC-CHAP"):
             stack.one("stage", "au", secrets=WRONG)
         assert Fabric(vm).paths(nqn) == [], "a refused stage left a controller behind"
-        stack.csi({"op": "stage", "name": "au", "secrets": SECRET}, {"op": "publish", "name": "au"},
-                  {"op": "probe-target", "name": "au", "mib": 4})
+        stack.csi(
+            {"op": "stage", "name": "au", "secrets": SECRET},
+            {"op": "publish", "name": "au"},
+            {"op": "probe-target", "name": "au", "mib": 4},
+        )
         Fabric(vm).wait_paths(nqn, live=2)
         ctrls = [c for c in vm.listdir("/sys/class/nvme") if cat(vm, f"/sys/class/nvme/{c}/subsysnqn") == nqn]
         assert len(ctrls) == 2
@@ -74,8 +78,9 @@ def test_dhchap_bidirectional_through_csi(stack: GuestDriver, kernel_release: st
         random_key = vm.check(["nvme", "gen-dhchap-key", "-n", host_nqn], timeout=30).strip()
         assert raw_connect(vm, nqn) != 0, "the target let a host in without a key"
         assert raw_connect(vm, nqn, f"--dhchap-secret={random_key}") != 0, "the target took a wrong key"
-        assert raw_connect(vm, nqn, f"--dhchap-secret={key}", f"--dhchap-ctrl-secret={random_key}") != 0, \
+        assert raw_connect(vm, nqn, f"--dhchap-secret={key}", f"--dhchap-ctrl-secret={random_key}") != 0, (
             "the host accepted a controller that could not prove the controller key"
+        )
         assert raw_connect(vm, nqn, f"--dhchap-secret={key}", f"--dhchap-ctrl-secret={ctrl_key}") == 0
         logs = vm.check(["cat", DRIVER_LOG, AGENT_LOG], timeout=30)
         for secret in (key, ctrl_key, SECRET["dhchapSecret"], WRONG["dhchapSecret"]):

@@ -19,8 +19,9 @@ Reporter = Callable[[str, str], None]
 @pytest.mark.parametrize("mode", ["mount", "block"])
 def test_every_spec_on_the_real_fabric(stack: GuestDriver, mode: str, report: Reporter) -> None:
     vm = stack.vm
-    result = run_in_lab(vm, DRIVER_SOCK, mode, f"csi-sanity-lab-{mode}", report, 2400,
-                        extra=("--csi.testnodevolumeattachlimit",))
+    result = run_in_lab(
+        vm, DRIVER_SOCK, mode, f"csi-sanity-lab-{mode}", report, 2400, extra=("--csi.testnodevolumeattachlimit",)
+    )
     assert result.failures == 0 and result.ran >= 55, result
     assert vm.listdir("/sys/kernel/config/nvmet/subsystems") == []
     assert not [d for d in vm.listdir("/sys/class/nvme")], "every controller must be disconnected again"

@@ -25,8 +25,16 @@ MiB = 1 << 20
 P1 = TWO_PORTALS[0]
 POD = "5b8e6a43-0c2d-4f1e-9a7b-3c4d5e6f7a8b"
 RESULTS = Path(__file__).resolve().parents[2] / "results"
-KEY_PANELS = ("IOPS", "Live paths vs portals", "ANA state per path", "Read IOPS: limit vs achieved",
-              "Write IOPS: limit vs achieved", "RPC latency p50 / p99", "Pool used vs size", "Latency (mean per I/O)")
+KEY_PANELS = (
+    "IOPS",
+    "Live paths vs portals",
+    "ANA state per path",
+    "Read IOPS: limit vs achieved",
+    "Write IOPS: limit vs achieved",
+    "RPC latency p50 / p99",
+    "Pool used vs size",
+    "Latency (mean per I/O)",
+)
 ALERT = "NvmeofCsiVolumePathDegraded"
 HOLD = "12s"  # every rule's `for:` in this test's copy (3 evaluations at 4 s); shipped: 1m, checked by promtool
 FIO_STOP = "/tmp/monitoring-fio.stop"
@@ -53,20 +61,49 @@ def test_prometheus_panels_answer_and_the_path_alert_fires_and_resolves(
     # 4 s: a scrape may take its whole interval (the timeout) under TCG; a failed scrape makes the series stale
     # and restarts the alert's `for: 1m`
     # the shipped rules with every `for:` at HOLD: the same expressions fire and resolve without minutes of waiting
-    prom = GuestPrometheus(vm, {"nvmeof-csi-node": DRIVER_METRICS, "nvmeof-csi-agent": AGENT_METRICS}, interval="4s",
-                           rules=rules_text(HOLD))
+    prom = GuestPrometheus(
+        vm,
+        {"nvmeof-csi-node": DRIVER_METRICS, "nvmeof-csi-agent": AGENT_METRICS},
+        interval="4s",
+        rules=rules_text(HOLD),
+    )
     report("prometheus ready", f"{prom.start():.1f}s")
     try:
         start = prom.now()
-        steps = stack.csi({"op": "up", "name": "mon", "size": 256 * MiB, "mode": "mount", "fs": "ext4",
-                           "params": {"readIops": "400", "writeIops": "300"}, "pod": POD})
+        steps = stack.csi(
+            {
+                "op": "up",
+                "name": "mon",
+                "size": 256 * MiB,
+                "mode": "mount",
+                "fs": "ext4",
+                "params": {"readIops": "400", "writeIops": "300"},
+                "pod": POD,
+            }
+        )
         nqn, target = steps[0]["nqn"], steps[0]["target"]
         fabric.wait_paths(nqn, live=2)
         vm.run(["rm", "-f", FIO_STOP])
-        fio = vm.submit(in_pod(pod, [  # runs until the test writes FIO_STOP (600 s at most)
-            "fio", "--name=mon", f"--filename={target}/fio.dat", "--size=32M", "--rw=randrw", "--bs=4k",
-            "--direct=1", "--ioengine=psync", "--time_based", "--runtime=600", f"--trigger-file={FIO_STOP}",
-            "--output-format=json"]), timeout=900)
+        fio = vm.submit(
+            in_pod(
+                pod,
+                [  # runs until the test writes FIO_STOP (600 s at most)
+                    "fio",
+                    "--name=mon",
+                    f"--filename={target}/fio.dat",
+                    "--size=32M",
+                    "--rw=randrw",
+                    "--bs=4k",
+                    "--direct=1",
+                    "--ioengine=psync",
+                    "--time_based",
+                    "--runtime=600",
+                    f"--trigger-file={FIO_STOP}",
+                    "--output-format=json",
+                ],
+            ),
+            timeout=900,
+        )
         time.sleep(20)
         lost = prom.now()
         fabric.unlink(P1.port_id, nqn)
@@ -86,7 +123,7 @@ def test_prometheus_panels_answer_and_the_path_alert_fires_and_resolves(
         time.sleep(8)  # I/O on both paths again, in the panels
         vm.write(FIO_STOP, "")  # fio stops its job, reports and exits 0 once this file exists (a signal: rc 128)
         out = fio.check()
-        run = json.loads(out[out.index("{"):])["jobs"][0]
+        run = json.loads(out[out.index("{") :])["jobs"][0]
         assert run["error"] == 0, run
         end = prom.now()
         queries = [q for q in panel_queries("16s") if q.panel not in DATASET_PANELS]

@@ -52,8 +52,10 @@ def assert_all_released(stack: GuestDriver, nqn: str) -> None:
 @pytest.fixture
 def published(stack: GuestDriver) -> Iterator[dict[str, str]]:
     """A 256 MiB ext4 volume, staged and published through CSI, with a 16 MiB preallocated probe file."""
-    steps = stack.csi({"op": "up", "name": "fo", "size": 256 * MiB, "mode": "mount", "fs": "ext4"},
-                      {"op": "probe-target", "name": "fo", "mib": 16})
+    steps = stack.csi(
+        {"op": "up", "name": "fo", "size": 256 * MiB, "mode": "mount", "fs": "ext4"},
+        {"op": "probe-target", "name": "fo", "mib": 16},
+    )
     fabric = Fabric(stack.vm)
     nqn = steps[0]["nqn"]
     fabric.wait_paths(nqn, live=2)
@@ -69,17 +71,29 @@ def _under_probe(stack: GuestDriver, path: str, seconds: float, fault: Callable[
     return probe.result()
 
 
-def test_failover_suite_on_a_published_volume(
-    stack: GuestDriver, published: dict[str, str], report: Reporter
-) -> None:
+def test_failover_suite_on_a_published_volume(stack: GuestDriver, published: dict[str, str], report: Reporter) -> None:
     fabric = Fabric(stack.vm)
-    failover_suite(stack, published["nqn"], published["probe"], (P1, P2),
-                   lambda on: fabric.blackhole(P1.trsvcid, on=on), report, "published volume", "fo")
+    failover_suite(
+        stack,
+        published["nqn"],
+        published["probe"],
+        (P1, P2),
+        lambda on: fabric.blackhole(P1.trsvcid, on=on),
+        report,
+        "published volume",
+        "fo",
+    )
 
 
 def failover_suite(
-    stack: GuestDriver, nqn: str, path: str, portals: tuple[Portal, Portal],
-    blackhole: Callable[[bool], None] | None, report: Reporter, label: str, name: str,
+    stack: GuestDriver,
+    nqn: str,
+    path: str,
+    portals: tuple[Portal, Portal],
+    blackhole: Callable[[bool], None] | None,
+    report: Reporter,
+    label: str,
+    name: str,
 ) -> None:
     """ANA flip, portal removal (with the volume health it causes), a black-holed path (when ``blackhole`` can
     make one) and both paths down for 10 s, under a write+verify probe on ``path`` of volume ``name``: 0 errors,
@@ -137,8 +151,11 @@ def test_node_plugin_sigkilled_between_stage_and_publish_and_after_publish(
     stack: GuestDriver, report: Reporter
 ) -> None:
     vm = stack.vm
-    steps = stack.csi({"op": "create", "name": "k", "size": 128 * MiB, "mode": "mount", "fs": "xfs"},
-                      {"op": "attach", "name": "k"}, {"op": "stage", "name": "k"})
+    steps = stack.csi(
+        {"op": "create", "name": "k", "size": 128 * MiB, "mode": "mount", "fs": "xfs"},
+        {"op": "attach", "name": "k"},
+        {"op": "stage", "name": "k"},
+    )
     nqn = steps[0]["nqn"]
     Fabric(vm).wait_paths(nqn, live=2)
     controllers = nvme_controllers(vm)
@@ -152,8 +169,9 @@ def test_node_plugin_sigkilled_between_stage_and_publish_and_after_publish(
     restart = stack.restart_after_kill()  # killed after Publish
     report("driver restart after SIGKILL (published)", f"{restart:.1f}s")
     assert nvme_controllers(vm) == controllers
-    steps = stack.csi({"op": "verify-dataset", "name": "k"}, {"op": "stats", "name": "k"},
-                      {"op": "publish", "name": "k"})  # a repeated Publish changes nothing
+    steps = stack.csi(
+        {"op": "verify-dataset", "name": "k"}, {"op": "stats", "name": "k"}, {"op": "publish", "name": "k"}
+    )  # a repeated Publish changes nothing
     verify, stats = steps[0], steps[1]
     assert verify["mismatched"] == 0 and verify["bytes_verified"] == written, verify
     assert stats["usage"]["BYTES"]["used"] > 0, stats
@@ -168,9 +186,11 @@ def test_node_plugin_sigkilled_between_stage_and_publish_and_after_publish(
 def test_unstaging_one_volume_never_disconnects_another(stack: GuestDriver, report: Reporter) -> None:
     vm = stack.vm
     fabric = Fabric(vm)
-    steps = stack.csi({"op": "up", "name": "one", "size": 64 * MiB, "mode": "block"},
-                      {"op": "up", "name": "two", "size": 64 * MiB, "mode": "block"},
-                      {"op": "probe-target", "name": "two"})
+    steps = stack.csi(
+        {"op": "up", "name": "one", "size": 64 * MiB, "mode": "block"},
+        {"op": "up", "name": "two", "size": 64 * MiB, "mode": "block"},
+        {"op": "probe-target", "name": "two"},
+    )
     nqn_one, nqn_two, device_two = steps[0]["nqn"], steps[1]["nqn"], steps[2]["path"]
     assert nqn_one != nqn_two
     fabric.wait_paths(nqn_one, live=2)
@@ -201,17 +221,24 @@ def test_a_reader_only_volume_is_really_read_only(stack: GuestDriver, report: Re
     XFS that another node has mounted. Now: staged ``ro,noload`` and published read-only at two targets; writes
     fail with EROFS; not one byte of the volume changes."""
     vm = stack.vm
-    created = stack.csi({"op": "up", "name": "ro", "size": 64 * MiB, "mode": "mount", "fs": "ext4"},
-                        {"op": "write-dataset", "name": "ro", "files": 4, "kib": 256},
-                        {"op": "unpublish", "name": "ro"}, {"op": "unstage", "name": "ro"},
-                        {"op": "detach", "name": "ro"})
+    created = stack.csi(
+        {"op": "up", "name": "ro", "size": 64 * MiB, "mode": "mount", "fs": "ext4"},
+        {"op": "write-dataset", "name": "ro", "files": 4, "kib": 256},
+        {"op": "unpublish", "name": "ro"},
+        {"op": "unstage", "name": "ro"},
+        {"op": "detach", "name": "ro"},
+    )
     nqn = created[0]["nqn"]
     backing = f"{POOL_DIR}/volumes/{nqn.rsplit(':', 1)[1]}.img"
     before = vm.check(["sha256sum", backing]).split()[0]
-    steps = stack.csi({"op": "access", "name": "ro", "mode": "MULTI_NODE_READER_ONLY"},
-                      {"op": "attach", "name": "ro"}, {"op": "stage", "name": "ro"},
-                      {"op": "publish", "name": "ro"}, {"op": "publish", "name": "ro", "target": f"{WORK_VOLUMES}/ro/b"},
-                      {"op": "verify-dataset", "name": "ro"})
+    steps = stack.csi(
+        {"op": "access", "name": "ro", "mode": "MULTI_NODE_READER_ONLY"},
+        {"op": "attach", "name": "ro"},
+        {"op": "stage", "name": "ro"},
+        {"op": "publish", "name": "ro"},
+        {"op": "publish", "name": "ro", "target": f"{WORK_VOLUMES}/ro/b"},
+        {"op": "verify-dataset", "name": "ro"},
+    )
     assert steps[1]["publish_context"]["readonly"] == "true"
     staging, targets = f"{WORK_VOLUMES}/ro/staging", [steps[3]["target"], steps[4]["target"]]
     staged = set(_mount_options(stack, staging))
@@ -221,10 +248,16 @@ def test_a_reader_only_volume_is_really_read_only(stack: GuestDriver, report: Re
         res = vm.run(["touch", f"{target}/new-file"], 30)
         assert res.rc != 0 and "Read-only file system" in res.err, (target, res.err)
     assert steps[5]["mismatched"] == 0 and steps[5]["files"] == 4
-    stack.csi({"op": "unpublish", "name": "ro", "target": targets[1]}, {"op": "unpublish", "name": "ro"},
-              {"op": "unstage", "name": "ro"}, {"op": "detach", "name": "ro"})
+    stack.csi(
+        {"op": "unpublish", "name": "ro", "target": targets[1]},
+        {"op": "unpublish", "name": "ro"},
+        {"op": "unstage", "name": "ro"},
+        {"op": "detach", "name": "ro"},
+    )
     after = vm.check(["sha256sum", backing]).split()[0]
-    report("read-only volume", f"ro,noload stage + 2 ro publishes, EROFS on write, sha256 {before[:12]} == {after[:12]}")
+    report(
+        "read-only volume", f"ro,noload stage + 2 ro publishes, EROFS on write, sha256 {before[:12]} == {after[:12]}"
+    )
     assert after == before, "a read-only stage changed the volume"
     stack.csi({"op": "delete", "name": "ro"})
     assert_all_released(stack, nqn)

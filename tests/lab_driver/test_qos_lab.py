@@ -35,16 +35,27 @@ def initiator_tos(stack: GuestDriver, port: int) -> list[str]:
 
 def test_queue_depth_and_traffic_class_reach_the_kernel(stack: GuestDriver, report: Reporter) -> None:
     fabric = Fabric(stack.vm)
-    steps = stack.csi({"op": "up", "name": "qd", "size": 64 * MiB, "mode": "block",
-                       "params": {"nrIoQueues": "1", "queueSize": "32", "tos": "184"}},
-                      {"op": "up", "name": "plain", "size": 64 * MiB, "mode": "block"})
+    steps = stack.csi(
+        {
+            "op": "up",
+            "name": "qd",
+            "size": 64 * MiB,
+            "mode": "block",
+            "params": {"nrIoQueues": "1", "queueSize": "32", "tos": "184"},
+        },
+        {"op": "up", "name": "plain", "size": 64 * MiB, "mode": "block"},
+    )
     try:
         tuned, plain = steps[0]["nqn"], steps[1]["nqn"]
         paths, plain_paths = fabric.wait_paths(tuned, live=2), fabric.wait_paths(plain, live=2)
-        seen = {p.controller: (sysfs(stack, p.controller, "queue_count"), sysfs(stack, p.controller, "sqsize"))
-                for p in paths}
-        default = {p.controller: (sysfs(stack, p.controller, "queue_count"), sysfs(stack, p.controller, "sqsize"))
-                   for p in plain_paths}
+        seen = {
+            p.controller: (sysfs(stack, p.controller, "queue_count"), sysfs(stack, p.controller, "sqsize"))
+            for p in paths
+        }
+        default = {
+            p.controller: (sysfs(stack, p.controller, "queue_count"), sysfs(stack, p.controller, "sqsize"))
+            for p in plain_paths
+        }
         report("queue depth", f"nrIoQueues=1 queueSize=32 -> (queue_count, sqsize) {seen}; defaults {default}")
         # queue_count counts the admin queue too; sqsize is 0's based
         assert set(seen.values()) == {("2", "31")}, seen
@@ -59,21 +70,43 @@ def test_queue_depth_and_traffic_class_reach_the_kernel(stack: GuestDriver, repo
 
 
 def fio_in_pod(stack: GuestDriver, pod: str, device: str, rw: str, seconds: int) -> dict[str, float]:
-    out = stack.vm.check(in_pod(pod, [
-        "fio", "--name=qos", f"--filename={device}", f"--rw={rw}", "--bs=4k", "--direct=1", "--ioengine=psync",
-        "--time_based", f"--runtime={seconds}", "--size=48M", "--output-format=json"]), timeout=seconds + 300)
-    job = json.loads(out[out.index("{"):])["jobs"][0]
+    out = stack.vm.check(
+        in_pod(
+            pod,
+            [
+                "fio",
+                "--name=qos",
+                f"--filename={device}",
+                f"--rw={rw}",
+                "--bs=4k",
+                "--direct=1",
+                "--ioengine=psync",
+                "--time_based",
+                f"--runtime={seconds}",
+                "--size=48M",
+                "--output-format=json",
+            ],
+        ),
+        timeout=seconds + 300,
+    )
+    job = json.loads(out[out.index("{") :])["jobs"][0]
     return {"read": job["read"]["iops"], "write": job["write"]["iops"], "errors": job["error"]}
 
 
-def test_a_pods_iops_limit_is_its_io_max_line_and_fio_in_the_pod_meets_it(
-    stack: GuestDriver, report: Reporter
-) -> None:
+def test_a_pods_iops_limit_is_its_io_max_line_and_fio_in_the_pod_meets_it(stack: GuestDriver, report: Reporter) -> None:
     vm = stack.vm
     pod = make_pod(vm, POD, qos="besteffort", driver="cgroupfs")
     try:
-        raw = stack.csi({"op": "up", "name": "lim", "size": 64 * MiB, "mode": "block",
-                         "params": {"readIops": "120", "writeIops": "80"}, "pod": POD})[0]
+        raw = stack.csi(
+            {
+                "op": "up",
+                "name": "lim",
+                "size": 64 * MiB,
+                "mode": "block",
+                "params": {"readIops": "120", "writeIops": "80"},
+                "pod": POD,
+            }
+        )[0]
         device = raw["target"]
         head = Fabric(vm).head_device(raw["nqn"])
         assert head is not None
@@ -83,8 +116,10 @@ def test_a_pods_iops_limit_is_its_io_max_line_and_fio_in_the_pod_meets_it(
         assert lines == [f"{number} rbps=max wbps=max riops=120 wiops=80"], (lines, number)
         reads = fio_in_pod(stack, pod, device, "randread", 12)
         writes = fio_in_pod(stack, pod, device, "randwrite", 12)
-        report("limited pod", f"randread {reads['read']:.1f} IOPS (limit 120), randwrite {writes['write']:.1f} "
-                              "IOPS (limit 80)")
+        report(
+            "limited pod",
+            f"randread {reads['read']:.1f} IOPS (limit 120), randwrite {writes['write']:.1f} IOPS (limit 80)",
+        )
         assert reads["errors"] == 0 and writes["errors"] == 0
         assert abs(reads["read"] - 120) <= 6 and abs(writes["write"] - 80) <= 4, (reads, writes)
 
@@ -94,8 +129,11 @@ def test_a_pods_iops_limit_is_its_io_max_line_and_fio_in_the_pod_meets_it(
         assert wait_until(lambda: "riops=60" in vm.read(f"{pod}/io.max"), 10, interval=0.1), vm.read(f"{pod}/io.max")
         took = time.monotonic() - replied
         slower = fio_in_pod(stack, pod, device, "randread", 10)
-        report("live change", f"readIops 120 -> 60 in force {took:.2f}s after ControllerModifyVolume replied "
-                              f"(reconcile period 1 s); randread now {slower['read']:.1f} IOPS")
+        report(
+            "live change",
+            f"readIops 120 -> 60 in force {took:.2f}s after ControllerModifyVolume replied "
+            f"(reconcile period 1 s); randread now {slower['read']:.1f} IOPS",
+        )
         assert took <= QOS_PERIOD + 2.0, took
         assert slower["errors"] == 0 and abs(slower["read"] - 60) <= 3, slower
         assert vm.read(f"{pod}/io.max").split() == [number, "rbps=max", "wbps=max", "riops=60", "wiops=80"]

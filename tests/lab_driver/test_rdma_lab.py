@@ -24,9 +24,10 @@ Reporter = Callable[[str, str], None]
 
 def test_failover_suite_over_rdma(stack: GuestDriver, report: Reporter) -> None:
     fabric = Fabric(stack.vm)
-    steps = stack.csi({"op": "up", "name": "rd", "size": 256 * MiB, "mode": "mount", "fs": "ext4",
-                       "params": {"transport": "rdma"}},
-                      {"op": "probe-target", "name": "rd", "mib": 16})
+    steps = stack.csi(
+        {"op": "up", "name": "rd", "size": 256 * MiB, "mode": "mount", "fs": "ext4", "params": {"transport": "rdma"}},
+        {"op": "probe-target", "name": "rd", "mib": 16},
+    )
     nqn = steps[0]["nqn"]
     assert steps[0]["portals"] == f"rdma:{R1.traddr}:{R1.trsvcid},rdma:{R2.traddr}:{R2.trsvcid}"
     paths = fabric.wait_paths(nqn, live=2)
@@ -40,9 +41,18 @@ def test_failover_suite_over_rdma(stack: GuestDriver, report: Reporter) -> None:
 
 def test_csi_sanity_node_specs_over_rdma(stack: GuestDriver, report: Reporter) -> None:
     vm = stack.vm
-    result = run_in_lab(vm, DRIVER_SOCK, "mount", "csi-sanity-lab-rdma-node", report, 1800, extra=(
-        f"--csi.testvolumeparameters={ROOT / 'tests' / 'support' / 'sanity-rdma.yaml'}",
-        "--ginkgo.focus=Node Service"))
+    result = run_in_lab(
+        vm,
+        DRIVER_SOCK,
+        "mount",
+        "csi-sanity-lab-rdma-node",
+        report,
+        1800,
+        extra=(
+            f"--csi.testvolumeparameters={ROOT / 'tests' / 'support' / 'sanity-rdma.yaml'}",
+            "--ginkgo.focus=Node Service",
+        ),
+    )
     assert result.failures == 0 and result.ran >= 10, result
     assert vm.listdir("/sys/kernel/config/nvmet/subsystems") == []
     assert not vm.listdir("/sys/class/nvme"), "every controller must be disconnected again"

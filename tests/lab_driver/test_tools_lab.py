@@ -31,18 +31,31 @@ def test_trace_follows_a_published_volume_from_agent_to_mount(stack: GuestDriver
     vm, fabric = stack.vm, Fabric(stack.vm)
     pod = make_pod(vm, POD)
     try:
-        up = stack.csi({"op": "up", "name": "tr", "size": 64 * MiB, "mode": "mount", "fs": "ext4",
-                        "params": {"readIops": "500"}, "pod": POD})[0]
+        up = stack.csi(
+            {
+                "op": "up",
+                "name": "tr",
+                "size": 64 * MiB,
+                "mode": "mount",
+                "fs": "ext4",
+                "params": {"readIops": "500"},
+                "pod": POD,
+            }
+        )[0]
         fabric.wait_paths(up["nqn"], live=2)
-        doc: dict[str, Any] = json.loads(nvmeofctl(stack, "-o", "json", "trace", up["volume_id"], "--node",
-                                                   "--state-dir", NODE_STATE))[0]
+        doc: dict[str, Any] = json.loads(
+            nvmeofctl(stack, "-o", "json", "trace", up["volume_id"], "--node", "--state-dir", NODE_STATE)
+        )[0]
         vol_uuid = up["volume_id"].rsplit(".", 1)[1]
         assert doc["agent"] == "agent"  # the target's name as nvmeofctl knows it (--agent: "agent")
         assert doc["nqn"] == up["nqn"] and doc["namespace_uuid"] == vol_uuid
         assert doc["backing_file"] == f"{POOL_DIR}/volumes/{vol_uuid}.img" and vm.exists(doc["backing_file"])
         assert sorted((p["trtype"], p["trsvcid"], p["ana_state"]) for p in doc["portals"]) == [
-            ("rdma", 4420, "optimized"), ("rdma", 4421, "optimized"), ("tcp", 4420, "optimized"),
-            ("tcp", 4421, "optimized")]  # the agent's every portal; the node connects to those of the volume's transport
+            ("rdma", 4420, "optimized"),
+            ("rdma", 4421, "optimized"),
+            ("tcp", 4420, "optimized"),
+            ("tcp", 4421, "optimized"),
+        ]  # the agent's every portal; the node connects to those of the volume's transport
         node = doc["node"]
         assert doc["allowed_hosts"] == [node["hostnqn"]]
         assert sorted(c["state"] for c in node["controllers"]) == ["live", "live"]

@@ -23,10 +23,28 @@ def driver(tmp_path: Path) -> Iterator[Path]:
     sock = tmp_path / "csi.sock"
     log = (tmp_path / "driver.log").open("w")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "nvmeof_csi", "serve", "--mode", "all", "--endpoint", f"unix://{sock}",
-         "--state-dir", str(tmp_path / "state"), "--node-id", "sanity-node", "--max-volumes-per-node", "8",
-         "--loop-capacity", "2T", "--kubelet-root", str(tmp_path)],
-        stdout=log, stderr=subprocess.STDOUT,
+        [
+            sys.executable,
+            "-m",
+            "nvmeof_csi",
+            "serve",
+            "--mode",
+            "all",
+            "--endpoint",
+            f"unix://{sock}",
+            "--state-dir",
+            str(tmp_path / "state"),
+            "--node-id",
+            "sanity-node",
+            "--max-volumes-per-node",
+            "8",
+            "--loop-capacity",
+            "2T",
+            "--kubelet-root",
+            str(tmp_path),
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
     )
     deadline = time.monotonic() + 30
     while not sock.exists():
@@ -48,7 +66,11 @@ def test_csi_sanity(driver: Path, tmp_path: Path, mode: str, capsys: pytest.Capt
     report = RESULTS / f"csi-sanity-host-{mode}.xml"
     report.unlink(missing_ok=True)
     argv = sanity_argv(
-        sanity_binary(), str(driver), str(tmp_path), mode, str(report),
+        sanity_binary(),
+        str(driver),
+        str(tmp_path),
+        mode,
+        str(report),
         extra=("--csi.testnodevolumeattachlimit",),
     )
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=1200, check=False)

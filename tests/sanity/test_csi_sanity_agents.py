@@ -46,11 +46,34 @@ def stack(tmp_path: Path) -> Iterator[tuple[Path, Path]]:
     )
     ctrl, node = tmp_path / "ctrl.sock", tmp_path / "node.sock"
     procs = [
-        serve(tmp_path, "--mode", "controller", "--backend", "nvmeof", "--fabric-map", str(fabric),
-              "--endpoint", f"unix://{ctrl}"),
-        serve(tmp_path, "--mode", "node", "--backend", "loop", "--fabric", "f1", "--node-id", HOST_NQN,
-              "--kubelet-root", str(tmp_path),
-              "--endpoint", f"unix://{node}", "--state-dir", str(tmp_path / "node")),
+        serve(
+            tmp_path,
+            "--mode",
+            "controller",
+            "--backend",
+            "nvmeof",
+            "--fabric-map",
+            str(fabric),
+            "--endpoint",
+            f"unix://{ctrl}",
+        ),
+        serve(
+            tmp_path,
+            "--mode",
+            "node",
+            "--backend",
+            "loop",
+            "--fabric",
+            "f1",
+            "--node-id",
+            HOST_NQN,
+            "--kubelet-root",
+            str(tmp_path),
+            "--endpoint",
+            f"unix://{node}",
+            "--state-dir",
+            str(tmp_path / "node"),
+        ),
     ]
     yield ctrl, node
     for proc in [*procs, *(a.proc for a in agents)]:
@@ -67,8 +90,16 @@ def test_controller_specs_against_agents(
     RESULTS.mkdir(exist_ok=True)
     report = RESULTS / f"csi-sanity-host-agents-{mode}.xml"
     report.unlink(missing_ok=True)
-    argv = sanity_argv(sanity_binary(), str(node), str(tmp_path), mode, str(report), controller_endpoint=str(ctrl),
-                       size=64 << 20, extra=("--ginkgo.skip=Node Service",))
+    argv = sanity_argv(
+        sanity_binary(),
+        str(node),
+        str(tmp_path),
+        mode,
+        str(report),
+        controller_endpoint=str(ctrl),
+        size=64 << 20,
+        extra=("--ginkgo.skip=Node Service",),
+    )
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=1200, check=False)
     with capsys.disabled():
         print(f"\ncsi-sanity host agents ({mode}): {summary_lines(proc.stdout)}")

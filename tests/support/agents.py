@@ -28,8 +28,12 @@ def plain_configfs(root: Path) -> Path:
     return root
 
 
-def make_agent(tmp: Path, capacity: int = 0, name: str = "store-a", clock: Callable[[], float] = time.time,
-               ) -> TargetAgent:
+def make_agent(
+    tmp: Path,
+    capacity: int = 0,
+    name: str = "store-a",
+    clock: Callable[[], float] = time.time,
+) -> TargetAgent:
     return TargetAgent(
         name=name,
         nvmet=Nvmet(plain_configfs(tmp / "nvmet"), plain_tree=True),
@@ -54,10 +58,25 @@ def start_agent(work: Path, extra: Sequence[str] = (), name: str = "store-a", po
     work.mkdir(parents=True, exist_ok=True)
     sock = work / "agent.sock"
     portals = ports or ("1:tcp:127.0.0.1:4420:a", "2:tcp:127.0.0.2:4421:b")
-    argv = [sys.executable, "-m", "nvmeof_csi", "agent", "--name", name, *(x for p in portals for x in ("--portal", p)),
-            "--state-dir", str(work / "state"), "--pool-dir", str(work / "pool"),
-            "--listen-unix", f"unix://{sock}", "--configfs-root", str(plain_configfs(work / "nvmet")),
-            "--configfs-plain-tree", *extra]
+    argv = [
+        sys.executable,
+        "-m",
+        "nvmeof_csi",
+        "agent",
+        "--name",
+        name,
+        *(x for p in portals for x in ("--portal", p)),
+        "--state-dir",
+        str(work / "state"),
+        "--pool-dir",
+        str(work / "pool"),
+        "--listen-unix",
+        f"unix://{sock}",
+        "--configfs-root",
+        str(plain_configfs(work / "nvmet")),
+        "--configfs-plain-tree",
+        *extra,
+    ]
     log = open(work / "agent.log", "ab")  # noqa: SIM115
     proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
     deadline = time.monotonic() + 30
@@ -93,9 +112,15 @@ class LocalAgent:
         return pb.HealthResponse(ready=True, agent_name=self.agent.name)
 
     def create_volume(
-        self, name: str, capacity_bytes: int, parameters: Mapping[str, str] | None = None,
-        labels: Mapping[str, str] | None = None, source_volume: str = "", source_snapshot: str = "",
-        timeout: float | None = None, vol_uuid: str = "",
+        self,
+        name: str,
+        capacity_bytes: int,
+        parameters: Mapping[str, str] | None = None,
+        labels: Mapping[str, str] | None = None,
+        source_volume: str = "",
+        source_snapshot: str = "",
+        timeout: float | None = None,
+        vol_uuid: str = "",
     ) -> pb.Volume:
         self.before_create()
         view = self.agent.create_volume(
@@ -149,11 +174,16 @@ class LocalAgent:
     def capacity(self) -> list[pb.Pool]:
         total = self.agent.capacity_bytes()
         free = self.free if self.free is not None else total - self.agent.provisioned_bytes()
-        return [pb.Pool(name="pool", total_bytes=total, free_bytes=free, provisioned_bytes=self.agent.provisioned_bytes())]
+        return [
+            pb.Pool(name="pool", total_bytes=total, free_bytes=free, provisioned_bytes=self.agent.provisioned_bytes())
+        ]
 
 
 def local_agents(
-    tmp: Path, names: Sequence[str], capacity: int = 1 << 40, clocks: Mapping[str, Callable[[], float]] | None = None,
+    tmp: Path,
+    names: Sequence[str],
+    capacity: int = 1 << 40,
+    clocks: Mapping[str, Callable[[], float]] | None = None,
 ) -> dict[str, LocalAgent]:
     agents = {}
     for name in names:

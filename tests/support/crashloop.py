@@ -42,9 +42,26 @@ class AgentProcess:
         self.log = open(work / "agent.log", "ab")  # noqa: SIM115 - closed in stop()
 
     def start(self) -> None:
-        argv = [sys.executable, "-m", "nvmeof_csi", "agent", "--name", "crash", "--portal", "1:tcp:127.0.0.1:4420:a",
-                "--state-dir", str(self.work / "state"), "--pool-dir", str(self.work / "pool"),
-                "--listen-unix", f"unix://{self.sock}", "--configfs-root", str(self.configfs), "--log-level", "WARNING"]
+        argv = [
+            sys.executable,
+            "-m",
+            "nvmeof_csi",
+            "agent",
+            "--name",
+            "crash",
+            "--portal",
+            "1:tcp:127.0.0.1:4420:a",
+            "--state-dir",
+            str(self.work / "state"),
+            "--pool-dir",
+            str(self.work / "pool"),
+            "--listen-unix",
+            f"unix://{self.sock}",
+            "--configfs-root",
+            str(self.configfs),
+            "--log-level",
+            "WARNING",
+        ]
         if self.plain:
             argv.append("--configfs-plain-tree")
         self.ready.clear()
@@ -122,7 +139,13 @@ def ensure_running(agent: AgentProcess) -> None:
 
 
 def run(
-    work: Path, ops: int, seed: int, configfs: Path, plain: bool, kill_every: tuple[float, float], min_kills: int = 0,
+    work: Path,
+    ops: int,
+    seed: int,
+    configfs: Path,
+    plain: bool,
+    kill_every: tuple[float, float],
+    min_kills: int = 0,
 ) -> dict[str, Any]:
     rng = random.Random(seed)
     work.mkdir(parents=True, exist_ok=True)
@@ -169,9 +192,12 @@ def run(
             if f.read(36) != vol_uuid.encode():
                 corrupt.append(vol_uuid)
     return {
-        "ops": done, "kills": killer.kills, "kills_while_starting": killer.kills_while_starting,
+        "ops": done,
+        "kills": killer.kills,
+        "kills_while_starting": killer.kills_while_starting,
         "interrupted_rpcs": interrupted,
-        "expected_names": sorted(expected), "state_names": sorted(names),
+        "expected_names": sorted(expected),
+        "state_names": sorted(names),
         "statuses": sorted({v.status for v in state.volumes.values()}),
         "subsystems_match": sorted(nvmet.subsystems()) == sorted(volume_nqn(u) for u in names.values()),
         "files_match": files == sorted(f"{u}.img" for u in names.values()),

@@ -35,10 +35,20 @@ def panel_queries(rate_interval: str, dashboard: Path = DASHBOARD) -> list[Panel
     out = []
     for panel in doc["panels"]:
         for target in panel.get("targets", []):
-            expr = (target["expr"].replace("$__rate_interval", rate_interval).replace('"$volume"', '".*"')
-                    .replace('"$agent"', '".*"'))
-            out.append(PanelQuery(panel["title"], expr, target.get("legendFormat", ""),
-                                  panel["fieldConfig"]["defaults"].get("unit", "short")))
+            expr = (
+                target["expr"]
+                .replace("$__rate_interval", rate_interval)
+                .replace('"$volume"', '".*"')
+                .replace('"$agent"', '".*"')
+            )
+            out.append(
+                PanelQuery(
+                    panel["title"],
+                    expr,
+                    target.get("legendFormat", ""),
+                    panel["fieldConfig"]["defaults"].get("unit", "short"),
+                )
+            )
     return out
 
 
@@ -51,8 +61,14 @@ def legend(template: str, labels: dict[str, str]) -> str:
     return re.sub(r"\{\{\s*(\w+)\s*\}\}", lambda m: labels.get(m.group(1), ""), template).strip()
 
 
-def render(title: str, queries: list[PanelQuery], results: dict[str, list[dict[str, Any]]], start: float,
-           out: Path, marks: dict[str, float] | None = None) -> Path:
+def render(
+    title: str,
+    queries: list[PanelQuery],
+    results: dict[str, list[dict[str, Any]]],
+    start: float,
+    out: Path,
+    marks: dict[str, float] | None = None,
+) -> Path:
     """One panel as a PNG: each series of each query a line over seconds since ``start``; ``marks`` are
     vertical lines (e.g. when a path was lost)."""
     import matplotlib
@@ -69,8 +85,9 @@ def render(title: str, queries: list[PanelQuery], results: dict[str, list[dict[s
                 ax.plot(xs, ys, label=legend(query.legend, series["metric"])[:60] or query.expr[:60])
     for label, at in (marks or {}).items():
         ax.axvline(at - start, color="grey", linestyle="--", linewidth=1)
-        ax.annotate(label, (at - start, 1), xycoords=("data", "axes fraction"), fontsize=8, rotation=90,
-                    va="top", ha="right")
+        ax.annotate(
+            label, (at - start, 1), xycoords=("data", "axes fraction"), fontsize=8, rotation=90, va="top", ha="right"
+        )
     ax.set_title(title)
     ax.set_xlabel("seconds")
     ax.set_ylabel(queries[0].unit if queries else "")

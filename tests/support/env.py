@@ -28,4 +28,7 @@ def need(condition: bool, why: str) -> None:
 def root_with_loop() -> None:
     need(os.geteuid() == 0, "needs root (loop devices, mount)")
     need(Path("/dev/loop-control").exists(), "needs /dev/loop-control")
-    need(all(shutil.which(t) for t in ("losetup", "mkfs.ext4", "mkfs.xfs", "blkid")), "needs util-linux, e2fsprogs, xfsprogs")
+    need(
+        all(shutil.which(t) for t in ("losetup", "mkfs.ext4", "mkfs.xfs", "blkid")),
+        "needs util-linux, e2fsprogs, xfsprogs",
+    )

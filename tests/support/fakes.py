@@ -47,13 +47,19 @@ class FakeBackend:
         return Health(self.healthy, "fake")
 
     def create_volume(
-        self, name: str, capacity_bytes: int, parameters: Mapping[str, str],
-        requirement: TopologyRequirement | None = None, source: ContentSource | None = None,
+        self,
+        name: str,
+        capacity_bytes: int,
+        parameters: Mapping[str, str],
+        requirement: TopologyRequirement | None = None,
+        source: ContentSource | None = None,
         wait: float | None = None,
     ) -> Volume:
         self.entered.set()
-        if requirement is not None and requirement.requisite and not any(
-            all(TOPO.get(k) == v for k, v in t.items()) for t in requirement.requisite
+        if (
+            requirement is not None
+            and requirement.requisite
+            and not any(all(TOPO.get(k) == v for k, v in t.items()) for t in requirement.requisite)
         ):
             raise ResourceExhausted("no storage in the requested topology")
         if self.gate is not None:
@@ -69,7 +75,10 @@ class FakeBackend:
         return vol
 
     def find_volume_by_name(
-        self, name: str, parameters: Mapping[str, str] | None = None, requirement: TopologyRequirement | None = None,
+        self,
+        name: str,
+        parameters: Mapping[str, str] | None = None,
+        requirement: TopologyRequirement | None = None,
         source: ContentSource | None = None,
     ) -> Volume | None:
         return next((v for v in self.volumes.values() if v.name == name), None)
@@ -266,8 +275,9 @@ class FakeClock:
         self.now += max(seconds, self._min_step)
 
 
-def _conforms(backend: FakeBackend, connector: FakeConnector, host: FakeHost) -> tuple[TargetBackend, Connector,
-                                                                                    Executor]:
+def _conforms(
+    backend: FakeBackend, connector: FakeConnector, host: FakeHost
+) -> tuple[TargetBackend, Connector, Executor]:
     """Never called: ``mypy --strict tests/support`` (the lint tier) checks here that each fake still
     implements the protocol it stands in for, with the protocol's signatures."""
     return backend, connector, host

@@ -30,51 +30,85 @@ def wait_for(what: str, check: Callable[[], T | None], timeout: float, interval:
     raise AssertionError(f"{what}: not within {timeout:.0f}s (last: {last!r})")
 
 
-def storage_class(name: str, fabrics: Sequence[str], binding: str = "WaitForFirstConsumer",
-                  params: Mapping[str, str] | None = None) -> dict[str, Any]:
-    return {"apiVersion": "storage.k8s.io/v1", "kind": "StorageClass", "metadata": {"name": name},
-            "provisioner": "csi.nvmeof.io", "volumeBindingMode": binding, "allowVolumeExpansion": True,
-            "reclaimPolicy": "Delete",
-            "parameters": {"transport": "tcp", "csi.storage.k8s.io/fstype": "ext4", **(params or {})},
-            "allowedTopologies": [{"matchLabelExpressions": [
-                {"key": "topology.csi.nvmeof.io/fabric", "values": list(fabrics)}]}]}
+def storage_class(
+    name: str, fabrics: Sequence[str], binding: str = "WaitForFirstConsumer", params: Mapping[str, str] | None = None
+) -> dict[str, Any]:
+    return {
+        "apiVersion": "storage.k8s.io/v1",
+        "kind": "StorageClass",
+        "metadata": {"name": name},
+        "provisioner": "csi.nvmeof.io",
+        "volumeBindingMode": binding,
+        "allowVolumeExpansion": True,
+        "reclaimPolicy": "Delete",
+        "parameters": {"transport": "tcp", "csi.storage.k8s.io/fstype": "ext4", **(params or {})},
+        "allowedTopologies": [
+            {"matchLabelExpressions": [{"key": "topology.csi.nvmeof.io/fabric", "values": list(fabrics)}]}
+        ],
+    }
 
 
-def pvc(name: str, sc: str, size: str = "1Gi", block: bool = False,
-        source: Mapping[str, str] | None = None) -> dict[str, Any]:
-    spec: dict[str, Any] = {"storageClassName": sc, "accessModes": ["ReadWriteOnce"],
-                            "resources": {"requests": {"storage": size}},
-                            "volumeMode": "Block" if block else "Filesystem"}
+def pvc(
+    name: str, sc: str, size: str = "1Gi", block: bool = False, source: Mapping[str, str] | None = None
+) -> dict[str, Any]:
+    spec: dict[str, Any] = {
+        "storageClassName": sc,
+        "accessModes": ["ReadWriteOnce"],
+        "resources": {"requests": {"storage": size}},
+        "volumeMode": "Block" if block else "Filesystem",
+    }
     if source:
         spec["dataSource"] = dict(source)
-    return {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": name, "namespace": NS},
-            "spec": spec}
+    return {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": {"name": name, "namespace": NS},
+        "spec": spec,
+    }
 
 
 def pod_spec(claim: str, script: str, block: bool = False, restart: str = "Never") -> dict[str, Any]:
     """A workload container running ``script`` (busybox sh) with ``claim`` at /data (or /dev/xvda)."""
     container: dict[str, Any] = {
-        "name": "work", "image": WORKLOAD, "imagePullPolicy": "Never", "command": ["/bin/sh", "-c", script],
+        "name": "work",
+        "image": WORKLOAD,
+        "imagePullPolicy": "Never",
+        "command": ["/bin/sh", "-c", script],
         "terminationMessagePolicy": "File",
     }
     if block:
         container["volumeDevices"] = [{"name": "vol", "devicePath": "/dev/xvda"}]
     else:
         container["volumeMounts"] = [{"name": "vol", "mountPath": "/data"}]
-    return {"restartPolicy": restart, "nodeSelector": GPU_NODE, "terminationGracePeriodSeconds": 5,
-            "containers": [container], "volumes": [{"name": "vol", "persistentVolumeClaim": {"claimName": claim}}]}
+    return {
+        "restartPolicy": restart,
+        "nodeSelector": GPU_NODE,
+        "terminationGracePeriodSeconds": 5,
+        "containers": [container],
+        "volumes": [{"name": "vol", "persistentVolumeClaim": {"claimName": claim}}],
+    }
 
 
 def pod(name: str, claim: str, script: str, block: bool = False) -> dict[str, Any]:
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": NS},
-            "spec": pod_spec(claim, script, block)}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": NS},
+        "spec": pod_spec(claim, script, block),
+    }
 
 
 def job(name: str, claim: str, script: str) -> dict[str, Any]:
     """A training-style Job: one pod, no retries (a failure is the test's, not hidden by a retry)."""
-    return {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": name, "namespace": NS},
-            "spec": {"backoffLimit": 0, "template": {"metadata": {"labels": {"app": name}},
-                                                     "spec": pod_spec(claim, script)}}}
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": name, "namespace": NS},
+        "spec": {
+            "backoffLimit": 0,
+            "template": {"metadata": {"labels": {"app": name}}, "spec": pod_spec(claim, script)},
+        },
+    }
 
 
 def phase(kube: KubeCluster, kind: str, name: str) -> str:
@@ -98,23 +132,35 @@ def termination_message(pod_obj: Mapping[str, Any]) -> str:
 
 def wait_job(kube: KubeCluster, name: str, timeout: float = 900) -> dict[str, Any]:
     """Wait for the Job to succeed; its pod (``AssertionError`` with the pod's state if it failed)."""
+
     def done() -> dict[str, Any] | None:
         status = kube.cp.get("job", "-n", NS, name).get("status", {})
         if status.get("failed"):
             raise AssertionError(f"job {name} failed: {job_pod(kube, name)['status']}")
         return job_pod(kube, name) if status.get("succeeded") else None
+
     return wait_for(f"job {name} succeeded", done, timeout)
 
 
 def crictl(kube: KubeCluster, *args: str, timeout: float = 120) -> str:
-    return kube.vm.check([str(binary("crictl")), "--runtime-endpoint", f"unix://{CONTAINERD_SOCK}", *args],
-                         timeout=timeout)
+    return kube.vm.check(
+        [str(binary("crictl")), "--runtime-endpoint", f"unix://{CONTAINERD_SOCK}", *args], timeout=timeout
+    )
 
 
 def container_exec(kube: KubeCluster, pod_name: str, argv: Sequence[str], timeout: float = 120) -> str:
     """``argv`` inside the running container of ``pod_name`` (crictl exec in the node); its stdout."""
-    ids = crictl(kube, "ps", "-q", "--state", "Running", "--label", f"io.kubernetes.pod.name={pod_name}",
-                 "--label", f"io.kubernetes.pod.namespace={NS}").split()
+    ids = crictl(
+        kube,
+        "ps",
+        "-q",
+        "--state",
+        "Running",
+        "--label",
+        f"io.kubernetes.pod.name={pod_name}",
+        "--label",
+        f"io.kubernetes.pod.namespace={NS}",
+    ).split()
     assert len(ids) == 1, f"{pod_name}: running containers {ids}"
     return crictl(kube, "exec", ids[0], *argv, timeout=timeout)
 

@@ -14,12 +14,50 @@ def make_pki(folder: Path, prefix: str, clients: tuple[str, ...] = ("cli",)) -> 
     names = ("srv", *clients)
     p = {k: folder / f"{prefix}-{k}" for k in ("ca.key", "ca.crt", "ext")}
     p.update({f"{who}.{ext}": folder / f"{prefix}-{who}.{ext}" for who in names for ext in ("key", "csr", "crt")})
-    _openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", f"/CN={prefix}-ca",
-             "-keyout", str(p["ca.key"]), "-out", str(p["ca.crt"]))
+    _openssl(
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-days",
+        "1",
+        "-subj",
+        f"/CN={prefix}-ca",
+        "-keyout",
+        str(p["ca.key"]),
+        "-out",
+        str(p["ca.crt"]),
+    )
     p["ext"].write_text("subjectAltName=IP:127.0.0.1,DNS:localhost\n")
     for who in names:
-        _openssl("req", "-newkey", "rsa:2048", "-nodes", "-subj", f"/CN={prefix}-{who}",
-                 "-keyout", str(p[f"{who}.key"]), "-out", str(p[f"{who}.csr"]))
-        _openssl("x509", "-req", "-in", str(p[f"{who}.csr"]), "-CA", str(p["ca.crt"]), "-CAkey", str(p["ca.key"]),
-                 "-CAcreateserial", "-days", "1", "-extfile", str(p["ext"]), "-out", str(p[f"{who}.crt"]))
+        _openssl(
+            "req",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-subj",
+            f"/CN={prefix}-{who}",
+            "-keyout",
+            str(p[f"{who}.key"]),
+            "-out",
+            str(p[f"{who}.csr"]),
+        )
+        _openssl(
+            "x509",
+            "-req",
+            "-in",
+            str(p[f"{who}.csr"]),
+            "-CA",
+            str(p["ca.crt"]),
+            "-CAkey",
+            str(p["ca.key"]),
+            "-CAcreateserial",
+            "-days",
+            "1",
+            "-extfile",
+            str(p["ext"]),
+            "-out",
+            str(p[f"{who}.crt"]),
+        )
     return p

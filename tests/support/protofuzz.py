@@ -19,11 +19,32 @@ _UUID = str(uuid.UUID(int=0x3F6C1F8E00004000800000000000001))
 def hostile_strings(watched: Path) -> st.SearchStrategy[str]:
     """Text an attacker or a careless client sends where a name, an ID or a path is expected."""
     tricks = [
-        "", ".", "..", "../../..", "/", "/etc/passwd", str(watched), str(watched / "victim"), f"{watched}/../x",
-        str(watched / "link-to-root" / "etc"), "a\x00b", "x" * 4096, "ünï/cödé", "\n", "nqn.2014-08.org.x:a\n",
-        f"nvmeof-v1.loop.{_UUID}", f"nvmeof-v1.store-a.{_UUID}", f"nvmeof-v1.loop.{_UUID.upper()}",
-        f"nvmeof-snap-v1.loop.{_UUID}", f"nvmeof-v1..{_UUID}", "nvmeof-v1.loop.not-a-uuid", _UUID,
-        f"nqn.2026-11.io.nvmeof:vol:{_UUID}", "nqn.2014-08.org.nvmexpress:uuid:" + _UUID, "-1", "9" * 40,
+        "",
+        ".",
+        "..",
+        "../../..",
+        "/",
+        "/etc/passwd",
+        str(watched),
+        str(watched / "victim"),
+        f"{watched}/../x",
+        str(watched / "link-to-root" / "etc"),
+        "a\x00b",
+        "x" * 4096,
+        "ünï/cödé",
+        "\n",
+        "nqn.2014-08.org.x:a\n",
+        f"nvmeof-v1.loop.{_UUID}",
+        f"nvmeof-v1.store-a.{_UUID}",
+        f"nvmeof-v1.loop.{_UUID.upper()}",
+        f"nvmeof-snap-v1.loop.{_UUID}",
+        f"nvmeof-v1..{_UUID}",
+        "nvmeof-v1.loop.not-a-uuid",
+        _UUID,
+        f"nqn.2026-11.io.nvmeof:vol:{_UUID}",
+        "nqn.2014-08.org.nvmexpress:uuid:" + _UUID,
+        "-1",
+        "9" * 40,
     ]
     return st.one_of(st.sampled_from(tricks), st.text(max_size=40))
 
@@ -41,8 +62,9 @@ def _scalar(field: FieldDescriptor, text: st.SearchStrategy[str]) -> st.SearchSt
     if kind == FieldDescriptor.TYPE_ENUM:
         return st.sampled_from([v.number for v in _known(field.enum_type).values])
     if kind in (FieldDescriptor.TYPE_INT64, FieldDescriptor.TYPE_SINT64, FieldDescriptor.TYPE_SFIXED64):
-        return st.one_of(st.sampled_from([0, -1, 1, 1 << 20, 1 << 30, 1 << 62, -(1 << 63)]),
-                         st.integers(-(1 << 63), (1 << 63) - 1))
+        return st.one_of(
+            st.sampled_from([0, -1, 1, 1 << 20, 1 << 30, 1 << 62, -(1 << 63)]), st.integers(-(1 << 63), (1 << 63) - 1)
+        )
     if kind in (FieldDescriptor.TYPE_UINT64, FieldDescriptor.TYPE_FIXED64):
         return st.integers(0, (1 << 64) - 1)
     if kind in (FieldDescriptor.TYPE_INT32, FieldDescriptor.TYPE_SINT32, FieldDescriptor.TYPE_SFIXED32):
@@ -57,17 +79,35 @@ def _map_entries(field: FieldDescriptor, text: st.SearchStrategy[str]) -> st.Sea
     key_field, value_field = entry.fields_by_name["key"], entry.fields_by_name["value"]
     if field.name == "secrets":
         return st.dictionaries(st.sampled_from(["password", "key", "dhchap"]), st.just(SECRET_MARKER), max_size=2)
-    keys = st.one_of(st.sampled_from(["transport", "ctrlLossTmo", "queueSize", "tos", "dataset.uri", "dataset.path",
-                                      "dataset.ttl", "csi.storage.k8s.io/pvc/name", "nqn", "namespaceUUID",
-                                      "portals", "hostNqn", "readonly"]), text)
+    keys = st.one_of(
+        st.sampled_from(
+            [
+                "transport",
+                "ctrlLossTmo",
+                "queueSize",
+                "tos",
+                "dataset.uri",
+                "dataset.path",
+                "dataset.ttl",
+                "csi.storage.k8s.io/pvc/name",
+                "nqn",
+                "namespaceUUID",
+                "portals",
+                "hostNqn",
+                "readonly",
+            ]
+        ),
+        text,
+    )
     if key_field.type != FieldDescriptor.TYPE_STRING:
         keys = _scalar(key_field, text)
     values = _scalar(value_field, text) if value_field.type != FieldDescriptor.TYPE_MESSAGE else st.nothing()
     return st.dictionaries(keys, values, max_size=4)
 
 
-def message(descriptor: Descriptor, cls: type[Message], text: st.SearchStrategy[str], depth: int = 3
-            ) -> st.SearchStrategy[Message]:
+def message(
+    descriptor: Descriptor, cls: type[Message], text: st.SearchStrategy[str], depth: int = 3
+) -> st.SearchStrategy[Message]:
     """Any ``cls`` message: each field is left unset or given a hostile value (sub-messages to ``depth``)."""
     fields: dict[str, st.SearchStrategy[Any]] = {}
     for field in descriptor.fields:

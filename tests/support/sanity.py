@@ -28,14 +28,28 @@ def sanity_binary() -> str:
 
 
 def sanity_argv(
-    binary: str, endpoint: str, workdir: str, mode: str, report: str, controller_endpoint: str = "",
-    size: int = 1 << 30, extra: tuple[str, ...] = (),
+    binary: str,
+    endpoint: str,
+    workdir: str,
+    mode: str,
+    report: str,
+    controller_endpoint: str = "",
+    size: int = 1 << 30,
+    extra: tuple[str, ...] = (),
 ) -> list[str]:
     argv = [
-        binary, f"--csi.endpoint={endpoint}", f"--csi.stagingdir={workdir}/staging", f"--csi.mountdir={workdir}/mount",
-        f"--csi.testvolumeaccesstype={mode}", f"--csi.testvolumesize={size}", f"--csi.testvolumeexpandsize={2 * size}",
-        f"--ginkgo.junit-report={report}", "--ginkgo.no-color", "--ginkgo.timeout=20m",
-        f"--csi.testvolumemutableparameters={MUTABLE}", *extra,
+        binary,
+        f"--csi.endpoint={endpoint}",
+        f"--csi.stagingdir={workdir}/staging",
+        f"--csi.mountdir={workdir}/mount",
+        f"--csi.testvolumeaccesstype={mode}",
+        f"--csi.testvolumesize={size}",
+        f"--csi.testvolumeexpandsize={2 * size}",
+        f"--ginkgo.junit-report={report}",
+        "--ginkgo.no-color",
+        "--ginkgo.timeout=20m",
+        f"--csi.testvolumemutableparameters={MUTABLE}",
+        *extra,
     ]
     if controller_endpoint:
         argv.append(f"--csi.controllerendpoint={controller_endpoint}")
@@ -68,7 +82,12 @@ def summary_lines(stdout: str) -> str:
 
 
 def run_in_lab(
-    vm: LabVM, endpoint: str, mode: str, name: str, report: Callable[[str, str], None], timeout: float,
+    vm: LabVM,
+    endpoint: str,
+    mode: str,
+    name: str,
+    report: Callable[[str, str], None],
+    timeout: float,
     **options: Any,
 ) -> SanityResult:
     """csi-sanity inside the lab VM against ``endpoint`` (64 MiB volumes); its JUnit report is copied to

@@ -28,13 +28,16 @@ class Stack:
     tmp: Path
 
 
-
 def make_services(tmp: Path, backend: FakeBackend) -> tuple[CsiServices, FakeConnector, FakeHost]:
     (tmp / "dev").mkdir(exist_ok=True)
     host = FakeHost(tmp / "mountinfo")
     connector = FakeConnector(tmp / "dev")
     staging = StagingService(
-        connector, Mounter(host, tmp / "mountinfo"), Filesystems(host), StagingStore(tmp / "rec"), size_of=lambda d: 1 << 30,
+        connector,
+        Mounter(host, tmp / "mountinfo"),
+        Filesystems(host),
+        StagingStore(tmp / "rec"),
+        size_of=lambda d: 1 << 30,
         root=tmp,
     )
     services = CsiServices(

@@ -13,15 +13,18 @@ NQN = "nqn.2014-08.org.nvmexpress:uuid:0f0f0f0f-0000-0000-0000-000000000002"
 
 
 def test_policy_maps_identities_to_roles() -> None:
-    policy = parse_policy({"clients": [{"identity": "c", "role": "controller"},
-                                       {"identity": "n", "role": "node", "hostNqn": NQN}]})
+    policy = parse_policy(
+        {"clients": [{"identity": "c", "role": "controller"}, {"identity": "n", "role": "node", "hostNqn": NQN}]}
+    )
     assert policy["c"].role == CONTROLLER and policy["n"].host_nqn == NQN
 
 
 @pytest.mark.parametrize(
     "doc",
     [
-        {}, {"clients": "x"}, {"clients": [{"identity": "a", "role": "root"}]},
+        {},
+        {"clients": "x"},
+        {"clients": [{"identity": "a", "role": "root"}]},
         {"clients": [{"identity": "a", "role": "node"}]},  # a node needs its host NQN
         {"clients": [{"identity": "a", "role": "reader", "hostNqn": NQN}]},
         {"clients": [{"identity": "a", "role": "node", "hostNqn": NQN + "\n"}]},

@@ -19,8 +19,9 @@ def test_lower_and_higher_is_better_figures_hold_on_the_right_side() -> None:
 
 def test_missing_and_malformed_runs_are_not_measured(tmp_path: Path) -> None:
     (tmp_path / "bench-stage.json").write_text(json.dumps({"ratio_median": 1.1}))
-    (tmp_path / "bench-qos.json").write_text(json.dumps({"worst_error_pct": "n/a",
-                                                         "modify_to_in_force_s": [0.59, 0.07, 0.57]}))
+    (tmp_path / "bench-qos.json").write_text(
+        json.dumps({"worst_error_pct": "n/a", "modify_to_in_force_s": [0.59, 0.07, 0.57]})
+    )
     (tmp_path / "bench-dataset.json").write_text("{not json")
     rows = dict((f.name, v) for f, v in measure(load(tmp_path)))
     assert rows["NodeStage+NodePublish vs bare connect/mkfs/mount"] == 1.1
@@ -33,27 +34,57 @@ def test_missing_and_malformed_runs_are_not_measured(tmp_path: Path) -> None:
 
 def test_report_lists_every_figure_and_writes_the_plot(tmp_path: Path) -> None:
     (tmp_path / "bench-provision.json").write_text(json.dumps({"ratio_total": 7.4, "concurrency_speedup": 4.5}))
-    (tmp_path / "bench-pathloss.json").write_text(json.dumps({"default_stall_s": 7.4, "errors": 0, "runs": [
-        {"keep_alive_s": 2, "stall_s": 3.3, "stalls": [[2.0, 3.3]], "timeline_ms": 100, "timeline": [5, 0, 4]},
-        {"keep_alive_s": 5, "stall_s": 7.4, "stalls": [[2.0, 7.4]], "timeline_ms": 100, "timeline": [5, 0, 4]}],
-        "fit_slope": 1.37, "fit_offset_s": 0.52}))
+    (tmp_path / "bench-pathloss.json").write_text(
+        json.dumps(
+            {
+                "default_stall_s": 7.4,
+                "errors": 0,
+                "runs": [
+                    {
+                        "keep_alive_s": 2,
+                        "stall_s": 3.3,
+                        "stalls": [[2.0, 3.3]],
+                        "timeline_ms": 100,
+                        "timeline": [5, 0, 4],
+                    },
+                    {
+                        "keep_alive_s": 5,
+                        "stall_s": 7.4,
+                        "stalls": [[2.0, 7.4]],
+                        "timeline_ms": 100,
+                        "timeline": [5, 0, 4],
+                    },
+                ],
+                "fit_slope": 1.37,
+                "fit_offset_s": 0.52,
+            }
+        )
+    )
     assert main([str(tmp_path)]) == 0
     text = (tmp_path / "bench-report.md").read_text().replace("≤", "<=").replace("≥", ">=")
-    assert "| provision create+delete, agent vs bare configfs script (image fsync only) | 7.4x | <= 1.25x | **no** |" \
+    assert (
+        "| provision create+delete, agent vs bare configfs script (image fsync only) | 7.4x | <= 1.25x | **no** |"
         in text
+    )
     assert "| provisioning throughput, 16 concurrent clients vs 1 | 4.5x | >= 4x | yes |" in text
     assert "| black-holed path: I/O stall at the default keep-alive (5 s) | 7.4s | <= 6s | **no** |" in text
-    assert "| black-holed path: worst stall / the kernel's floor (1.5 x keep-alive + 1 s) | 0.87x | <= 1x | yes |" \
-        in text
+    assert (
+        "| black-holed path: worst stall / the kernel's floor (1.5 x keep-alive + 1 s) | 0.87x | <= 1x | yes |" in text
+    )
     assert text.count("not measured") >= len(FIGURES) - 6
     assert (tmp_path / "bench-goals.png").stat().st_size > 1000
     assert (tmp_path / "bench-curves.png").stat().st_size > 1000
 
 
 def test_the_profile_of_the_agent_is_shown_largest_part_first(tmp_path: Path) -> None:
-    profile = {"samples": 900, "cycles": 120, "agent_cpu_ms_per_cycle": 70.0, "wall_ms_per_cycle": 101.5,
-               "pathlib_share": 0.081,
-               "share": {"log lines": 0.095, "state records": 0.12, "configfs": 0.0, "gRPC and threads": 0.301}}
+    profile = {
+        "samples": 900,
+        "cycles": 120,
+        "agent_cpu_ms_per_cycle": 70.0,
+        "wall_ms_per_cycle": 101.5,
+        "pathlib_share": 0.081,
+        "share": {"log lines": 0.095, "state records": 0.12, "configfs": 0.0, "gRPC and threads": 0.301},
+    }
     (tmp_path / "bench-provision.json").write_text(json.dumps({"profile": profile}))
     assert main([str(tmp_path)]) == 0
     text = (tmp_path / "bench-report.md").read_text()
@@ -62,9 +93,17 @@ def test_the_profile_of_the_agent_is_shown_largest_part_first(tmp_path: Path) ->
 
 
 def test_the_contract_floor_is_shown_when_measured(tmp_path: Path) -> None:
-    (tmp_path / "bench-provision.json").write_text(json.dumps({
-        "contract_ms_per_create": 30.5, "contract_ms_per_delete": 28.0, "ratio_contract_vs_durable": 1.21,
-        "ratio_floor_contract_grpc": 1.8, "ratio_agent_vs_contract_grpc": 1.3}))
+    (tmp_path / "bench-provision.json").write_text(
+        json.dumps(
+            {
+                "contract_ms_per_create": 30.5,
+                "contract_ms_per_delete": 28.0,
+                "ratio_contract_vs_durable": 1.21,
+                "ratio_floor_contract_grpc": 1.8,
+                "ratio_agent_vs_contract_grpc": 1.3,
+            }
+        )
+    )
     assert main([str(tmp_path)]) == 0
     text = (tmp_path / "bench-report.md").read_text()
     assert "30.5 / 28.0 ms, 1.21x the durable script; with a bare round trip per call 1.8x. The agent is 1.3x" in text

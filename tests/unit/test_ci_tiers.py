@@ -13,15 +13,15 @@ TIERS = ROOT / ".ci" / "tiers.py"
 
 
 def tiers(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, str(TIERS), *args], capture_output=True, text=True, timeout=60,
-                          check=False)
+    return subprocess.run([sys.executable, str(TIERS), *args], capture_output=True, text=True, timeout=60, check=False)
 
 
 def test_the_table_warns_only_past_twenty_percent_and_keeps_background_builds_out_of_the_total(
     tmp_path: Path,
 ) -> None:
-    (tmp_path / "ci-times.tsv").write_text("setup\t20\tok\nunit\t36\tok\nbuild-kube\t900\tbackground\n"
-                                           "lint\t73\tFAILED\nwait-kube\t30\tok\n")
+    (tmp_path / "ci-times.tsv").write_text(
+        "setup\t20\tok\nunit\t36\tok\nbuild-kube\t900\tbackground\nlint\t73\tFAILED\nwait-kube\t30\tok\n"
+    )
     out = tiers("table", str(tmp_path), "unit:30 lint:60 k8s:600")
     assert out.returncode == 0, out.stderr
     warnings = [ln for ln in out.stdout.splitlines() if ln.startswith("warning:")]
@@ -33,8 +33,10 @@ def test_the_table_warns_only_past_twenty_percent_and_keeps_background_builds_ou
 
 
 def junit(path: Path, tests: int, skipped: int) -> Path:
-    path.write_text(f'<testsuites><testsuite name="t" tests="{tests}" skipped="{skipped}" failures="0" errors="0">'
-                    "</testsuite></testsuites>")
+    path.write_text(
+        f'<testsuites><testsuite name="t" tests="{tests}" skipped="{skipped}" failures="0" errors="0">'
+        "</testsuite></testsuites>"
+    )
     return path
 
 

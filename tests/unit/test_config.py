@@ -57,7 +57,9 @@ def test_settings_default_node_id_is_hostname() -> None:
     assert _settings().node_id == socket.gethostname()
 
 
-@pytest.mark.parametrize(("text", "value"), [("1", 1), ("4K", 4096), ("10G", 10 << 30), ("1Ti", 1 << 40), ("2MiB", 2 << 20)])
+@pytest.mark.parametrize(
+    ("text", "value"), [("1", 1), ("4K", 4096), ("10G", 10 << 30), ("1Ti", 1 << 40), ("2MiB", 2 << 20)]
+)
 def test_parse_size(text: str, value: int) -> None:
     assert parse_size(text) == value
 
@@ -81,8 +83,11 @@ def test_every_serve_flag_is_declared_once_with_its_variable_default_and_range()
     from nvmeof_csi.cmd.main import app
 
     shown = CliRunner().invoke(app, ["serve", "--help"], env={"COLUMNS": "400"}).output
-    for flag, env in (("--qos-period", "NVMEOF_CSI_QOS_PERIOD"), ("--loop-capacity", "NVMEOF_CSI_LOOP_CAPACITY"),
-                      ("--grace-seconds", "NVMEOF_CSI_GRACE_SECONDS")):
+    for flag, env in (
+        ("--qos-period", "NVMEOF_CSI_QOS_PERIOD"),
+        ("--loop-capacity", "NVMEOF_CSI_LOOP_CAPACITY"),
+        ("--grace-seconds", "NVMEOF_CSI_GRACE_SECONDS"),
+    ):
         assert flag in shown and env in shown
     assert "Range: within 0.2..300." in shown and "default: 1T" in shown
     refused = CliRunner().invoke(app, ["serve", "--qos-period", "0.1"])

@@ -20,7 +20,9 @@ def nvmet(tmp_path: Path) -> Nvmet:
 
 def test_subsystem_namespace_and_links(nvmet: Nvmet) -> None:
     nvmet.ensure_subsystem(NQN, "serial1", "nvmeof-csi")
-    nvmet.ensure_namespace(NQN, 1, "/pool/v.img", "11111111-1111-1111-1111-111111111111", "22222222-2222-2222-2222-222222222222")
+    nvmet.ensure_namespace(
+        NQN, 1, "/pool/v.img", "11111111-1111-1111-1111-111111111111", "22222222-2222-2222-2222-222222222222"
+    )
     port = PortSpec(1, "tcp", "127.0.0.1", 4420)
     nvmet.ensure_port(port)
     nvmet.link(1, NQN)
@@ -30,8 +32,10 @@ def test_subsystem_namespace_and_links(nvmet: Nvmet) -> None:
     sub = dump["subsystems"][NQN]
     assert sub["allow_any_host"] == "0" and sub["hosts"] == [HOST]
     assert sub["namespaces"]["1"] == {
-        "device_path": "/pool/v.img", "device_uuid": "11111111-1111-1111-1111-111111111111",
-        "device_nguid": "22222222-2222-2222-2222-222222222222", "enable": "1",
+        "device_path": "/pool/v.img",
+        "device_uuid": "11111111-1111-1111-1111-111111111111",
+        "device_nguid": "22222222-2222-2222-2222-222222222222",
+        "enable": "1",
     }
     assert dump["ports"]["1"] == {"addr": ["tcp", "127.0.0.1", "4420"], "subsystems": [NQN], "ana": "optimized"}
 

@@ -22,14 +22,15 @@ from nvmeof_csi.initiator.fabrics import FabricsDevice, FabricsError
 from nvmeof_csi.initiator.identity import HostIdentity
 from nvmeof_csi.initiator.sysfs import NvmeSysfs
 from nvmeof_csi.initiator.uevents import PollingWait, UdevWait
-from nvmeof_csi.nvmeof.context import parse_portals
 from nvmeof_csi.nvmeof.nqn import VOLUME_NQN_PREFIX as NQN_PREFIX
 from nvmeof_csi.service.contracts import VolumeRef
 from tests.support.fakes import FakeClock
 
 VOL = VolumeRef("lab", "0b6d5bd6-4c1e-4f55-9d7a-3e0f6f1a7c01")
 OTHER = VolumeRef("lab", "0b6d5bd6-4c1e-4f55-9d7a-3e0f6f1a7c0a")
-ME = HostIdentity("nqn.2014-08.org.nvmexpress:uuid:aaaaaaaa-0000-4000-8000-000000000001", "aaaaaaaa-0000-4000-8000-000000000001")
+ME = HostIdentity(
+    "nqn.2014-08.org.nvmexpress:uuid:aaaaaaaa-0000-4000-8000-000000000001", "aaaaaaaa-0000-4000-8000-000000000001"
+)
 
 
 def ctx(ref: VolumeRef, portals: str = "tcp:127.0.0.1:4420,tcp:127.0.0.2:4421", **extra: str) -> dict[str, str]:
@@ -49,8 +50,15 @@ class FakeNvme:
         p.mkdir(parents=True)
         (p / "multipath").write_text("Y\n" if multipath else "N\n")
 
-    def run(self, argv: Sequence[str], *, timeout: float, check: bool = True, stdin: str | None = None,
-            secrets: Sequence[str] = ()) -> Result:
+    def run(
+        self,
+        argv: Sequence[str],
+        *,
+        timeout: float,
+        check: bool = True,
+        stdin: str | None = None,
+        secrets: Sequence[str] = (),
+    ) -> Result:
         argv = list(argv)
         self.argvs.append(argv)
         if argv[:2] == ["nvme", "disconnect"]:
@@ -67,8 +75,9 @@ class FakeNvme:
             raise FabricsError(errno.ECONNREFUSED, "ECONNREFUSED: Connection refused")
         for ctrl in (self.root / "class" / "nvme").glob("nvme*"):
             sub = next(s for s in (self.root / "class" / "nvme-subsystem").iterdir() if (s / ctrl.name).exists())
-            if (ctrl / "address").read_text().strip() == f"traddr={addr},trsvcid={svc}" and \
-                    (sub / "subsysnqn").read_text().strip() == nqn:
+            if (ctrl / "address").read_text().strip() == f"traddr={addr},trsvcid={svc}" and (
+                sub / "subsysnqn"
+            ).read_text().strip() == nqn:
                 raise FabricsError(errno.EALREADY, "EALREADY: Operation already in progress")
         return self._add(str(opts["transport"]), addr, svc, nqn)
 
@@ -83,8 +92,13 @@ class FakeNvme:
         (sub / f"nvme{c}").mkdir()
         ctrl = self.root / "class" / "nvme" / f"nvme{c}"
         ctrl.mkdir(parents=True)
-        for name, value in (("state", "live"), ("transport", tr), ("address", f"traddr={addr},trsvcid={svc}"),
-                            ("rescan_controller", ""), ("fast_io_fail_tmo", "off")):
+        for name, value in (
+            ("state", "live"),
+            ("transport", tr),
+            ("address", f"traddr={addr},trsvcid={svc}"),
+            ("rescan_controller", ""),
+            ("fast_io_fail_tmo", "off"),
+        ):
             (ctrl / name).write_text(value + "\n")
         if self.ns_appears:
             (sub / f"nvme{s}n1").mkdir(exist_ok=True)
@@ -117,8 +131,16 @@ def connector(
     fake = FakeNvme(tmp, multipath)
     clock = FakeClock()
     in_use = (busy if busy is not None else {}).get
-    return NvmeofConnector(fake, NvmeSysfs(tmp), ME, single, sleep=clock.sleep, clock=clock,
-                           in_use=lambda dev: in_use(dev, ""), fabrics=KernelFabrics(fake)), fake
+    return NvmeofConnector(
+        fake,
+        NvmeSysfs(tmp),
+        ME,
+        single,
+        sleep=clock.sleep,
+        clock=clock,
+        in_use=lambda dev: in_use(dev, ""),
+        fabrics=KernelFabrics(fake),
+    ), fake
 
 
 class KernelFabrics(FabricsDevice):
@@ -198,18 +220,6 @@ def test_missing_namespace_times_out_after_a_rescan(tmp_path: Path) -> None:
         conn.connect(VOL, ctx(VOL), 2)
 
 
-@pytest.mark.parametrize("text", ["tcp:1.2.3.4", "fc:1.2.3.4:1", "tcp::4420"])
-def test_bad_portal_text(text: str) -> None:
-    from nvmeof_csi.errors import InvalidArgument
-
-    with pytest.raises(InvalidArgument):
-        parse_portals(text)
-
-
-def test_ipv6_portal() -> None:
-    assert parse_portals("tcp:[fd00::1]:4420")[0].traddr == "fd00::1"
-
-
 def test_reconcile_restores_paths_and_releases_only_our_orphans(tmp_path: Path) -> None:
     conn, fake = connector(tmp_path)
     conn.connect(VOL, ctx(VOL), 30)
@@ -236,8 +246,9 @@ def test_reconcile_never_disconnects_a_device_in_use(tmp_path: Path) -> None:
     device = conn.connect(OTHER, ctx(OTHER), 30)
     busy[device] = "mounted at /var/lib/kubelet/pods/x"
     actions = conn.reconcile([], 30)
-    assert actions == [f"kept {NQN_PREFIX}{OTHER.uuid}: no staged volume claims it, but {device} mounted at "
-                       "/var/lib/kubelet/pods/x"]
+    assert actions == [
+        f"kept {NQN_PREFIX}{OTHER.uuid}: no staged volume claims it, but {device} mounted at /var/lib/kubelet/pods/x"
+    ]
     assert conn.find_device(OTHER, ctx(OTHER)) == device
     busy.clear()
     assert conn.reconcile([], 30) == [f"disconnected {NQN_PREFIX}{OTHER.uuid}: no staged volume claims it"]
@@ -268,8 +279,15 @@ class FakeUevents:
 def test_namespace_found_on_the_uevent_not_by_sleeping(tmp_path: Path) -> None:
     fake, clock = FakeNvme(tmp_path), FakeClock()
     events = FakeUevents(fake, clock)
-    conn = NvmeofConnector(fake, NvmeSysfs(tmp_path), ME, sleep=clock.sleep, clock=clock, block_events=events.open,
-                           fabrics=KernelFabrics(fake))
+    conn = NvmeofConnector(
+        fake,
+        NvmeSysfs(tmp_path),
+        ME,
+        sleep=clock.sleep,
+        clock=clock,
+        block_events=events.open,
+        fabrics=KernelFabrics(fake),
+    )
     fake.ns_appears = False
     assert conn.connect(VOL, ctx(VOL), 7) == "/dev/nvme0n1"
     assert events.opened_before_connect is True, "the monitor must listen before nvme connect runs"

@@ -29,15 +29,26 @@ def tree_for(*recs: VolumeRecord, ana: dict[str, str] | None = None) -> dict[str
     """The configfs tree a converged agent shows for ``recs``."""
     subs = {
         volume_nqn(r.uuid): {
-            "allow_any_host": "0", "serial": "s", "hosts": sorted(r.hosts),
-            "namespaces": {"1": {"device_path": str(LAYOUT.volume_path(r.uuid)), "device_uuid": r.uuid,
-                                 "device_nguid": namespace_nguid(r.uuid), "enable": "1"}},
+            "allow_any_host": "0",
+            "serial": "s",
+            "hosts": sorted(r.hosts),
+            "namespaces": {
+                "1": {
+                    "device_path": str(LAYOUT.volume_path(r.uuid)),
+                    "device_uuid": r.uuid,
+                    "device_nguid": namespace_nguid(r.uuid),
+                    "enable": "1",
+                }
+            },
         }
         for r in recs
     }
     ports = {
-        str(p.port_id): {"addr": [p.trtype, p.traddr, str(p.trsvcid)], "subsystems": sorted(subs),
-                         "ana": (ana or {}).get(p.group, "optimized")}
+        str(p.port_id): {
+            "addr": [p.trtype, p.traddr, str(p.trsvcid)],
+            "subsystems": sorted(subs),
+            "ana": (ana or {}).get(p.group, "optimized"),
+        }
         for p in PORTALS
     }
     return {"subsystems": subs, "ports": ports, "hosts": sorted({h for r in recs for h in r.hosts})}
@@ -51,7 +62,9 @@ def kinds(actions: list[c.Action]) -> list[tuple[str, str]]:
     return [(a.kind, a.key) for a in actions]
 
 
-def state_of(*recs: VolumeRecord, snaps: tuple[SnapshotRecord, ...] = (), ana: dict[str, str] | None = None) -> AgentState:
+def state_of(
+    *recs: VolumeRecord, snaps: tuple[SnapshotRecord, ...] = (), ana: dict[str, str] | None = None
+) -> AgentState:
     return AgentState({r.uuid: r for r in recs}, {s.uuid: s for s in snaps}, ana or {})
 
 
@@ -92,16 +105,25 @@ def test_each_kind_of_drift_is_repaired(change: Any, why: str) -> None:
 def test_interrupted_operations_are_finished() -> None:
     creating = VolumeRecord(uuid=U1, name="half", capacity_bytes=MiB, status=CREATING)
     deleting = ready(U2).evolve(status=DELETING)
-    filling = VolumeRecord(uuid="55555555-5555-4555-8555-555555555555", name="ds", capacity_bytes=MiB,
-                           parameters={"dataset.path": "/ds"}, status=CREATING)
+    filling = VolumeRecord(
+        uuid="55555555-5555-4555-8555-555555555555",
+        name="ds",
+        capacity_bytes=MiB,
+        parameters={"dataset.path": "/ds"},
+        status=CREATING,
+    )
     snap_done = SnapshotRecord(S1, "s1", U2, MiB, status=DELETING)
     orphan = SnapshotRecord("66666666-6666-4666-8666-666666666666", "s2", "gone", MiB, status=CREATING)
     taking = SnapshotRecord("77777777-7777-4777-8777-777777777777", "s3", U1, MiB, status=CREATING)
     state = state_of(creating, deleting, filling, snaps=(snap_done, orphan, taking))
     got = kinds(c.plan(state, LAYOUT, c.Observed(tree_for(deleting), files_for(deleting))))
     assert got == [
-        (c.SNAPSHOT_DELETE, S1), (c.SNAPSHOT_DROP, orphan.uuid), (c.SNAPSHOT_FINISH, taking.uuid),
-        (c.VOLUME_FINISH, U1), (c.VOLUME_DELETE, U2), (c.VOLUME_FILL_LATER, filling.uuid),
+        (c.SNAPSHOT_DELETE, S1),
+        (c.SNAPSHOT_DROP, orphan.uuid),
+        (c.SNAPSHOT_FINISH, taking.uuid),
+        (c.VOLUME_FINISH, U1),
+        (c.VOLUME_DELETE, U2),
+        (c.VOLUME_FILL_LATER, filling.uuid),
     ]
 
 
@@ -115,5 +137,9 @@ def test_unknown_objects_are_reported_or_pruned(prune: bool) -> None:
     files = {**files_for(vol), Path("/pool/volumes/orphan.img"): 1}
     got = kinds(c.plan(state_of(vol), LAYOUT, c.Observed(tree, files), prune=prune))
     kind = c.PRUNE if prune else c.UNKNOWN
-    assert got == [(kind, "subsystem:nqn.2026-11.io.nvmeof:vol:stray"), (kind, "port:9"), (kind, f"host:{HOST}"),
-                   (kind, "file:/pool/volumes/orphan.img")]
+    assert got == [
+        (kind, "subsystem:nqn.2026-11.io.nvmeof:vol:stray"),
+        (kind, "port:9"),
+        (kind, f"host:{HOST}"),
+        (kind, "file:/pool/volumes/orphan.img"),
+    ]

@@ -14,7 +14,6 @@ from types import SimpleNamespace
 import pytest
 from prometheus_client import CollectorRegistry
 
-from nvmeof_csi.cli.datasets import summarize
 from nvmeof_csi.datasets.client import CacheUnavailable, FileStatus, JobStatus
 from nvmeof_csi.datasets.fill import DatasetVolumes, ufs_allowed
 from nvmeof_csi.datasets.hydrate import DatasetMetrics, HydrationResult, Hydrator, Progress
@@ -23,15 +22,18 @@ from nvmeof_csi.host.executor import Result
 from nvmeof_csi.service.datasets import DatasetSpec
 
 
-@pytest.mark.parametrize(("params", "message"), [
-    ({"dataset.path": "relative"}, "absolute"),
-    ({"dataset.uri": "/d", "dataset.ttl": "soon"}, "dataset.ttl"),
-    ({"dataset.uri": "/d", "dataset.ttl": "-1"}, "within 0.."),
-    ({"dataset.uri": "/d", "dataset.medium": "tape"}, "dataset.medium"),
-    ({"dataset.uri": "/d", "dataset.pin": "yes"}, "dataset.pin"),
-    ({"dataset.uri": "/d", "dataset.colour": "x"}, "dataset.colour"),
-    ({"dataset.pin": "true"}, "needs 'dataset.uri' or 'dataset.path'"),
-])
+@pytest.mark.parametrize(
+    ("params", "message"),
+    [
+        ({"dataset.path": "relative"}, "absolute"),
+        ({"dataset.uri": "/d", "dataset.ttl": "soon"}, "dataset.ttl"),
+        ({"dataset.uri": "/d", "dataset.ttl": "-1"}, "within 0.."),
+        ({"dataset.uri": "/d", "dataset.medium": "tape"}, "dataset.medium"),
+        ({"dataset.uri": "/d", "dataset.pin": "yes"}, "dataset.pin"),
+        ({"dataset.uri": "/d", "dataset.colour": "x"}, "dataset.colour"),
+        ({"dataset.pin": "true"}, "needs 'dataset.uri' or 'dataset.path'"),
+    ],
+)
 def test_bad_dataset_parameters_are_named(params: dict[str, str], message: str) -> None:
     with pytest.raises(InvalidArgument, match=message):
         DatasetSpec.from_parameters(params)
@@ -85,16 +87,28 @@ class FakeMkfs:
     def __init__(self) -> None:
         self.trees: list[dict[str, bytes]] = []
 
-    def run(self, argv: Sequence[str], *, timeout: float, check: bool = True, stdin: str | None = None,
-            secrets: Sequence[str] = ()) -> Result:
+    def run(
+        self,
+        argv: Sequence[str],
+        *,
+        timeout: float,
+        check: bool = True,
+        stdin: str | None = None,
+        secrets: Sequence[str] = (),
+    ) -> Result:
         tree = Path(argv[argv.index("-d") + 1])
         self.trees.append({str(p.relative_to(tree)): p.read_bytes() for p in tree.rglob("*") if p.is_file()})
         return Result(0, "", "")
 
 
 def hydrator(cache: FakeCache, mkfs: FakeMkfs) -> Hydrator:
-    rest = SimpleNamespace(exists=cache.exists, files=lambda _p: cache.files_(), read=cache.read,
-                           set_attribute=cache.set_attribute, free=cache.free)
+    rest = SimpleNamespace(
+        exists=cache.exists,
+        files=lambda _p: cache.files_(),
+        read=cache.read,
+        set_attribute=cache.set_attribute,
+        free=cache.free,
+    )
     return Hydrator(rest, cache, mkfs, DatasetMetrics(CollectorRegistry()), sleep=lambda _s: None)  # type: ignore[arg-type]
 
 
@@ -157,7 +171,7 @@ class FakeFolders:
     def list_status(self, path: str) -> list[SimpleNamespace]:
         from nvmeof_csi.datasets.client import CacheNotFound
 
-        children = [f for f in self.folders if f.startswith(path + "/") and "/" not in f[len(path) + 1:]]
+        children = [f for f in self.folders if f.startswith(path + "/") and "/" not in f[len(path) + 1 :]]
         if not children and path not in self.folders:
             raise CacheNotFound(path)
         return [SimpleNamespace(path=f) for f in children]
@@ -180,64 +194,18 @@ def test_a_data_set_is_released_only_when_no_agent_holds_it(tmp_path: Path) -> N
     assert folders.folders == set()  # nothing left of the holders' records
 
 
-def test_nvmeofctl_datasets_summary() -> None:
-    def vol(name: str, status: str = "ready", **labels: str) -> SimpleNamespace:
-        return SimpleNamespace(name=name, status=status, parameters={"dataset.path": "/ds/a"}, labels=labels)
-
-    rows = summarize([
-        ("s1", vol("a", **{"dataset.bytes": "100", "dataset.cacheBytes": "0", "dataset.ufsBytes": "100",
-                           "dataset.workers": "w1"})),
-        ("s1", vol("b", **{"dataset.bytes": "100", "dataset.cacheBytes": "100", "dataset.ufsBytes": "0",
-                           "dataset.workers": "w1,w2"})),
-        ("s2", vol("c", status="creating", **{"dataset.progress": "copying: 3/10 files, 1/4 MiB"})),
-        ("s2", SimpleNamespace(name="plain", status="ready", parameters={}, labels={})),
-    ])
-    assert len(rows) == 1
-    row = rows[0]
-    assert row["volumes"] == ["s1/a", "s1/b"] and row["hit_ratio"] == "0.500" and row["cached_on"] == ["w1", "w2"]
-    assert row["hydrating"] == ["s2/c: copying: 3/10 files, 1/4 MiB"]
-
-
-def test_bytes_by_host_shares_a_file_over_its_blocks() -> None:
-    from nvmeof_csi.datasets.locality import bytes_by_host
-
-    statuses = [
-        FileStatus("/ds/a", False, 200, False, -1, "", 100, (), "", block_hosts=(("w1",), ("w1", "w2"))),
-        FileStatus("/ds/b", False, 50, False, -1, "", 0, (), "", block_hosts=()),
-    ]
-    rest = SimpleNamespace(exists=lambda _p: True, files=lambda _p: statuses)
-    assert bytes_by_host(rest, "/ds") == {"w1": 200, "w2": 100}  # type: ignore[arg-type]
-    assert bytes_by_host(SimpleNamespace(exists=lambda _p: False), "/ds") == {}  # type: ignore[arg-type]
-
-
-def test_placement_prefers_the_agent_next_to_the_cached_data_set() -> None:
-    from nvmeof_csi.backends.agent import AgentBackend
-    from nvmeof_csi.service.contracts import TopologyRequirement
-    from nvmeof_csi.topology.fabric_map import parse_fabric_map
-    from nvmeof_csi.topology.placement import Candidate, place
-
-    fabric = parse_fabric_map({"agents": [
-        {"name": "a", "endpoint": "unix:///a", "fabric": "f1", "alluxioHost": "w1"},
-        {"name": "b", "endpoint": "unix:///b", "fabric": "f2", "alluxioHost": "w2"},
-        {"name": "c", "endpoint": "unix:///c", "fabric": "f1"},
-    ]})
-    assert [a.alluxio_host for a in fabric.agents] == ["w1", "w2", ""]
-    backend = AgentBackend(fabric, client=lambda _e: None, locality=lambda spec: {"w1": 10, "w2": 90})  # type: ignore[arg-type,return-value]
-    cached = backend._cached_near({"dataset.path": "/ds"})
-    assert cached == {"a": 10, "b": 90}
-    assert backend._cached_near({"transport": "tcp"}) == {}
-    cands = [Candidate(a, free) for a, free in zip(fabric.agents, (1 << 30, 1 << 30, 1 << 40), strict=True)]
-    assert place(cands, 1 << 20, "tcp", None, cached).name == "b"
-    f1_only = TopologyRequirement(requisite=({"topology.csi.nvmeof.io/fabric": "f1"},), preferred=())
-    assert place(cands, 1 << 20, "tcp", f1_only, cached).name == "a", "requisite still binds"
-    assert place(cands, 1 << 20, "tcp", f1_only, {}).name == "c", "without a cache: most free room"
-
-
 @pytest.mark.parametrize(
     ("uri", "allowed"),
-    [("/srv/datasets/imagenet", True), ("/srv/datasets", True), ("s3://bucket/train/x", True),
-     ("/srv/datasets-evil/x", False), ("/srv/datasets/../../etc", False), ("/etc/shadow", False),
-     ("s3://bucket/trainer", False), ("s3://other/train", False)],
+    [
+        ("/srv/datasets/imagenet", True),
+        ("/srv/datasets", True),
+        ("s3://bucket/train/x", True),
+        ("/srv/datasets-evil/x", False),
+        ("/srv/datasets/../../etc", False),
+        ("/etc/shadow", False),
+        ("s3://bucket/trainer", False),
+        ("s3://other/train", False),
+    ],
 )
 def test_under_store_allow_list_matches_whole_segments(uri: str, allowed: bool) -> None:
     assert ufs_allowed(uri, ["/srv/datasets/", "s3://bucket/train"]) is allowed
@@ -245,9 +213,11 @@ def test_under_store_allow_list_matches_whole_segments(uri: str, allowed: bool) 
 
 @pytest.mark.parametrize(
     ("params", "needle"),
-    [({"dataset.uri": "/etc", "dataset.path": "/datasets/etc"}, "not under an under-store"),
-     ({"dataset.uri": "/srv/ok/a", "dataset.path": "/secrets/a"}, "data-set root"),
-     ({"dataset.path": "/other/a"}, "data-set root")],
+    [
+        ({"dataset.uri": "/etc", "dataset.path": "/datasets/etc"}, "not under an under-store"),
+        ({"dataset.uri": "/srv/ok/a", "dataset.path": "/secrets/a"}, "data-set root"),
+        ({"dataset.path": "/other/a"}, "data-set root"),
+    ],
 )
 def test_the_agent_is_no_confused_deputy(tmp_path: Path, params: dict[str, str], needle: str) -> None:
     """Before, any dataset.uri was mounted into Alluxio and read by the agent: a StorageClass could make the
@@ -285,8 +255,12 @@ def test_at_most_max_fills_volumes_hydrate_at_once_and_the_rest_say_they_wait(tm
     volumes = DatasetVolumes(gated, tmp_path, max_fills=2)  # type: ignore[arg-type]
     uuids = [str(uuid.uuid4()) for _ in range(4)]
     labels: list[dict[str, str]] = []
-    threads = [threading.Thread(target=lambda u=u: labels.append(
-        volumes.fill(u, {"dataset.path": "/datasets/ds"}, tmp_path / u, 1 << 30))) for u in uuids]
+    threads = [
+        threading.Thread(
+            target=lambda u=u: labels.append(volumes.fill(u, {"dataset.path": "/datasets/ds"}, tmp_path / u, 1 << 30))
+        )
+        for u in uuids
+    ]
     for t in threads:
         t.start()
     deadline = time.monotonic() + 10
@@ -323,8 +297,9 @@ def test_the_completion_marker_is_written_atomically_and_the_journal_read_once(
     monkeypatch.setattr(hydrate_mod, "_read_journal", spy_read)
     files = {"a.bin": b"a" * 100, "b/c.bin": b"c" * 200}
     spec = DatasetSpec("/ds", pin=False, ttl_seconds=0, medium="")
-    hydrator(FakeCache(files), FakeMkfs()).hydrate(spec, tmp_path / "vol.img", 1 << 30, tmp_path / "work",
-                                                  lambda _p: None)
+    hydrator(FakeCache(files), FakeMkfs()).hydrate(
+        spec, tmp_path / "vol.img", 1 << 30, tmp_path / "work", lambda _p: None
+    )
     assert written == [tmp_path / "work" / "complete.json"]  # temp file, fsync, rename, folder fsync
     assert reads == [tmp_path / "work" / "journal.jsonl"]
     assert json.loads((tmp_path / "work" / "complete.json").read_text())["files"] == 2

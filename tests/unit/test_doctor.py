@@ -25,8 +25,15 @@ class NvmeVersion:
     def __init__(self, out: str = "nvme version 2.3 (git 2.3)\nlibnvme version 1.3\n", fail: bool = False) -> None:
         self.out, self.fail = out, fail
 
-    def run(self, argv: Sequence[str], *, timeout: float, check: bool = True, stdin: str | None = None,
-            secrets: Sequence[str] = ()) -> Result:
+    def run(
+        self,
+        argv: Sequence[str],
+        *,
+        timeout: float,
+        check: bool = True,
+        stdin: str | None = None,
+        secrets: Sequence[str] = (),
+    ) -> Result:
         if self.fail:
             raise CommandError(list(argv), 127, "", "nvme: command not found")
         return Result(0, self.out, "")
@@ -38,8 +45,15 @@ class Roots(TypedDict):
     cgroup_root: Path
 
 
-def node(tmp: Path, multipath: str = "Y", modules: Sequence[str] = ("nvme_core", "nvme_fabrics", "nvme_tcp"),
-         nqn: str = NQN, host_id: str = HOST_ID, io: bool = True, rdma: Sequence[str] = ()) -> Roots:
+def node(
+    tmp: Path,
+    multipath: str = "Y",
+    modules: Sequence[str] = ("nvme_core", "nvme_fabrics", "nvme_tcp"),
+    nqn: str = NQN,
+    host_id: str = HOST_ID,
+    io: bool = True,
+    rdma: Sequence[str] = (),
+) -> Roots:
     sys_root, etc, cg = tmp / "sys", tmp / "etc", tmp / "cg"
     for module in modules:
         (sys_root / "module" / module).mkdir(parents=True)
@@ -65,20 +79,35 @@ def failed(checks: Sequence[object]) -> list[str]:
 def test_a_ready_node_passes_every_check(tmp_path: Path) -> None:
     checks = diagnose(NvmeVersion(), **node(tmp_path))
     assert failed(checks) == []
-    assert [c.name for c in checks] == ["modules", "native multipath", "host identity", "nvme-cli", "RDMA devices",
-                                        "cgroup v2 io controller"]
+    assert [c.name for c in checks] == [
+        "modules",
+        "native multipath",
+        "host identity",
+        "nvme-cli",
+        "RDMA devices",
+        "cgroup v2 io controller",
+    ]
 
 
-@pytest.mark.parametrize(("change", "name", "words"), [
-    ({"multipath": "N"}, "native multipath", "multipath=N"),
-    ({"modules": ("nvme_core", "nvme_fabrics")}, "modules", "nvme_tcp"),
-    ({"host_id": "00000000-0000-0000-0000-000000000000",
-      "nqn": "nqn.2014-08.org.nvmexpress:uuid:00000000-0000-0000-0000-000000000000"}, "host identity", "all-zero"),
-    ({"nqn": ""}, "host identity", "missing"),
-    ({"host_id": "0b0e2c1d-9a8b-4c7d-8e6f-5a4b3c2d1e0f"}, "host identity", "disagree"),
-    ({"io": False}, "cgroup v2 io controller", "io controller"),
-    ({"rdma": ("rxe0",)}, "modules", "nvme_rdma"),  # an RDMA node needs nvme-rdma too
-])
+@pytest.mark.parametrize(
+    ("change", "name", "words"),
+    [
+        ({"multipath": "N"}, "native multipath", "multipath=N"),
+        ({"modules": ("nvme_core", "nvme_fabrics")}, "modules", "nvme_tcp"),
+        (
+            {
+                "host_id": "00000000-0000-0000-0000-000000000000",
+                "nqn": "nqn.2014-08.org.nvmexpress:uuid:00000000-0000-0000-0000-000000000000",
+            },
+            "host identity",
+            "all-zero",
+        ),
+        ({"nqn": ""}, "host identity", "missing"),
+        ({"host_id": "0b0e2c1d-9a8b-4c7d-8e6f-5a4b3c2d1e0f"}, "host identity", "disagree"),
+        ({"io": False}, "cgroup v2 io controller", "io controller"),
+        ({"rdma": ("rxe0",)}, "modules", "nvme_rdma"),  # an RDMA node needs nvme-rdma too
+    ],
+)
 def test_each_broken_part_fails_its_check_with_a_fix(
     tmp_path: Path, change: dict[str, object], name: str, words: str
 ) -> None:
@@ -100,8 +129,17 @@ def test_shared_identity_and_old_or_missing_nvme_cli(tmp_path: Path) -> None:
 
 def test_doctor_command_exits_1_and_lists_failures(tmp_path: Path) -> None:
     roots = node(tmp_path, multipath="N")
-    args = ["-o", "json", "doctor", "--sys-root", str(roots["sys_root"]), "--etc-nvme", str(roots["etc_dir"]),
-            "--cgroup-root", str(roots["cgroup_root"])]
+    args = [
+        "-o",
+        "json",
+        "doctor",
+        "--sys-root",
+        str(roots["sys_root"]),
+        "--etc-nvme",
+        str(roots["etc_dir"]),
+        "--cgroup-root",
+        str(roots["cgroup_root"]),
+    ]
     out = CliRunner().invoke(app, args)
     assert out.exit_code == 1
     rows = json.loads(out.stdout)

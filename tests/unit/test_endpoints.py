@@ -15,8 +15,18 @@ from nvmeof_csi.rpc.server import bind, new_server
 
 @pytest.mark.parametrize(
     ("host", "loopback"),
-    [("127.0.0.1", True), ("127.9.8.7", True), ("::1", True), ("[::1]", True), ("localhost", True),
-     ("127.evil.example", False), ("127.0.0.1.nip.io", False), ("10.0.0.1", False), ("[::2]", False), ("", False)],
+    [
+        ("127.0.0.1", True),
+        ("127.9.8.7", True),
+        ("::1", True),
+        ("[::1]", True),
+        ("localhost", True),
+        ("127.evil.example", False),
+        ("127.0.0.1.nip.io", False),
+        ("10.0.0.1", False),
+        ("[::2]", False),
+        ("", False),
+    ],
 )
 def test_loopback_is_parsed_not_prefix_matched(host: str, loopback: bool) -> None:
     assert is_loopback(host) is loopback

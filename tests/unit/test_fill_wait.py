@@ -29,9 +29,16 @@ class SlowFillAgent:
         self.reserved: pb.Reservation | None = None
 
     def _vol(self, status: str) -> pb.Volume:
-        return pb.Volume(uuid=UUID, name="ds", capacity_bytes=1 << 30, parameters=DATASET, status=status,
-                         nqn="nqn.2026-11.io.nvmeof:vol:" + UUID, namespace_uuid=UUID,
-                         labels={"dataset.progress": "40%"} if status == "creating" else {})
+        return pb.Volume(
+            uuid=UUID,
+            name="ds",
+            capacity_bytes=1 << 30,
+            parameters=DATASET,
+            status=status,
+            nqn="nqn.2026-11.io.nvmeof:vol:" + UUID,
+            namespace_uuid=UUID,
+            labels={"dataset.progress": "40%"} if status == "creating" else {},
+        )
 
     def create_volume(self, *args: Any, timeout: float | None = None, **kwargs: Any) -> pb.Volume:
         self.creates.append(timeout)

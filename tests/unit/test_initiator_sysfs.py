@@ -36,11 +36,23 @@ def fake_sys(root: Path, subsys: int, nqn: str, ctrls: dict[int, tuple[str, str,
 
 
 def test_subsystems_paths_and_namespace_by_uuid(tmp_path: Path) -> None:
-    fake_sys(tmp_path, 0, "nqn.x:vol10", {0: ("live", "traddr=127.0.0.1,trsvcid=4420,src_addr=127.0.0.1", "optimized")}, "11111111-0000-0000-0000-000000000000")
-    fake_sys(tmp_path, 1, "nqn.x:vol1", {
-        1: ("live", "traddr=127.0.0.1,trsvcid=4420", "optimized"),
-        2: ("connecting", "traddr=127.0.0.2,trsvcid=4421", "inaccessible"),
-    }, UUID_A)
+    fake_sys(
+        tmp_path,
+        0,
+        "nqn.x:vol10",
+        {0: ("live", "traddr=127.0.0.1,trsvcid=4420,src_addr=127.0.0.1", "optimized")},
+        "11111111-0000-0000-0000-000000000000",
+    )
+    fake_sys(
+        tmp_path,
+        1,
+        "nqn.x:vol1",
+        {
+            1: ("live", "traddr=127.0.0.1,trsvcid=4420", "optimized"),
+            2: ("connecting", "traddr=127.0.0.2,trsvcid=4421", "inaccessible"),
+        },
+        UUID_A,
+    )
     write(tmp_path / "module" / "nvme_core" / "parameters" / "multipath", "Y")
     sysfs = NvmeSysfs(tmp_path)
     assert sysfs.multipath_enabled() is True

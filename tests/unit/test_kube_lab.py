@@ -137,8 +137,10 @@ def test_the_node_imports_what_it_lacks_and_always_the_driver_image(
     from lab.kube import node as node_mod
 
     monkeypatch.setattr(node_mod, "binary", lambda name: tmp_path / name)
-    images = {f"localhost/{name}:{tag}": tmp_path / f"{tag}.tar" for name, tag in
-              (("pause", "p1"), ("workload", "w1"), ("nvmeof-csi", "0.1.0"))}
+    images = {
+        f"localhost/{name}:{tag}": tmp_path / f"{tag}.tar"
+        for name, tag in (("pause", "p1"), ("workload", "w1"), ("nvmeof-csi", "0.1.0"))
+    }
     vm = CtrVM({"localhost/pause:p1", "localhost/nvmeof-csi:0.1.0"})  # a saved disk with an older driver image
     node = node_mod.KubeNode(vm, None, images, {}, always=["localhost/nvmeof-csi:0.1.0"])  # type: ignore[arg-type]
     assert node.import_images() == ["localhost/nvmeof-csi:0.1.0", "localhost/workload:w1"]

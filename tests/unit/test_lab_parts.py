@@ -109,8 +109,9 @@ def test_a_vm_that_exits_is_raised_with_its_console_not_a_broken_pipe(tmp_path: 
     ours.close()
 
 
-def test_the_cluster_replaces_a_vm_that_exits_during_bring_up_once(monkeypatch: pytest.MonkeyPatch,
-                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+def test_the_cluster_replaces_a_vm_that_exits_during_bring_up_once(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     from lab.kube import cluster
     from lab.vm import VMExited
 

@@ -63,7 +63,9 @@ def test_a_prometheus_that_is_not_ready_is_not_queried(server: tuple[str, type[F
     assert prometheus._run(url, {"instant": ["up"]}) == {"ready": False}
     assert handler.asked == []  # the 503 of the API was never met
     doc = prometheus._run(url, {"instant": ["up"]})
-    assert doc["ready"] is True and doc["instant"] == {"up": []} and handler.asked == ["/api/v1/query", "/api/v1/alerts"]
+    assert (
+        doc["ready"] is True and doc["instant"] == {"up": []} and handler.asked == ["/api/v1/query", "/api/v1/alerts"]
+    )
 
 
 class Scripted(prometheus.Prometheus):
@@ -108,8 +110,13 @@ def test_the_test_copy_of_the_rules_changes_only_their_hold() -> None:
     import yaml
 
     shipped, fast = (yaml.safe_load(t) for t in (prometheus.rules_text(), prometheus.rules_text("12s")))
-    rules = [(a, b) for ga, gb in zip(shipped["groups"], fast["groups"], strict=True)
-             for a, b in zip(ga["rules"], gb["rules"], strict=True)]
+    rules = [
+        (a, b)
+        for ga, gb in zip(shipped["groups"], fast["groups"], strict=True)
+        for a, b in zip(ga["rules"], gb["rules"], strict=True)
+    ]
     assert rules and all(b["for"] == "12s" for _, b in rules)
     assert any(a["for"] != "12s" for a, _ in rules)
-    assert all({k: v for k, v in a.items() if k != "for"} == {k: v for k, v in b.items() if k != "for"} for a, b in rules)
+    assert all(
+        {k: v for k, v in a.items() if k != "for"} == {k: v for k, v in b.items() if k != "for"} for a, b in rules
+    )

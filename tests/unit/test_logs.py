@@ -30,8 +30,7 @@ def test_log_lines_keep_the_standard_time_text_and_format_their_arguments_once()
 
     ours, standard = logctx.Formatter(), logging.Formatter(logctx.FORMAT)
     for created in (1764633600.25, 1764633600.999, 1764633601.0, 1764633659.5):  # same second, then the next ones
-        record = logging.LogRecord("nvmeof_csi.rpc", logging.INFO, __file__, 1, "volume %s deleted", (Counted(),),
-                                   None)
+        record = logging.LogRecord("nvmeof_csi.rpc", logging.INFO, __file__, 1, "volume %s deleted", (Counted(),), None)
         record.created, record.msecs = created, (created - int(created)) * 1000
         assert logctx.ContextFilter().filter(record)
         line = ours.format(record)

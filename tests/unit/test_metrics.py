@@ -28,9 +28,15 @@ def sample(registry: CollectorRegistry, name: str, **labels: str) -> float | Non
 
 
 def test_rpc_metrics_use_the_sidecars_names_and_go_code_names() -> None:
-    assert [go_code_name(c) for c in (grpc.StatusCode.OK, grpc.StatusCode.DEADLINE_EXCEEDED,
-                                      grpc.StatusCode.CANCELLED, grpc.StatusCode.FAILED_PRECONDITION)] == [
-        "OK", "DeadlineExceeded", "Canceled", "FailedPrecondition"]
+    assert [
+        go_code_name(c)
+        for c in (
+            grpc.StatusCode.OK,
+            grpc.StatusCode.DEADLINE_EXCEEDED,
+            grpc.StatusCode.CANCELLED,
+            grpc.StatusCode.FAILED_PRECONDITION,
+        )
+    ] == ["OK", "DeadlineExceeded", "Canceled", "FailedPrecondition"]
     registry = CollectorRegistry()
     metrics = RpcMetrics(registry, "csi.nvmeof.io")
     metrics.observe("/csi.v1.Node/NodeStageVolume", grpc.StatusCode.OK, 1.5)

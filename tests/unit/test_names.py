@@ -62,26 +62,38 @@ def test_a_hostile_name_is_kept_under_the_folder_by_its_digest(tmp_path: Path, n
     assert sorted(p.name for p in tmp_path.iterdir()) == ["state"]
 
 
-@pytest.mark.parametrize(("wanted", "needle"), [
-    (Reservation("", U1, "store-a"), "name"),
-    (Reservation("x" * 257, U1, "store-a"), "name"),
-    (Reservation("pvc", "not-a-uuid", "store-a"), "volume_uuid"),
-    (Reservation("pvc", U1.upper(), "store-a"), "canonical"),
-    (Reservation("pvc", U1, ""), "agent"),
-    (Reservation("pvc", U1, "store\n-a"), "agent"),
-])
+@pytest.mark.parametrize(
+    ("wanted", "needle"),
+    [
+        (Reservation("", U1, "store-a"), "name"),
+        (Reservation("x" * 257, U1, "store-a"), "name"),
+        (Reservation("pvc", "not-a-uuid", "store-a"), "volume_uuid"),
+        (Reservation("pvc", U1.upper(), "store-a"), "canonical"),
+        (Reservation("pvc", U1, ""), "agent"),
+        (Reservation("pvc", U1, "store\n-a"), "agent"),
+    ],
+)
 def test_a_malformed_reservation_is_refused_before_anything_is_written(
-    tmp_path: Path, wanted: Reservation, needle: str,
+    tmp_path: Path,
+    wanted: Reservation,
+    needle: str,
 ) -> None:
     with pytest.raises(InvalidArgument, match=needle):
         NameBook(tmp_path).reserve(wanted)
     assert not (tmp_path / "names").exists()
 
 
-@pytest.mark.parametrize("doc", ["{half", "[]", {"version": 2, "name": "pvc", "volume_uuid": U1, "agent": "a"},
-                                 {"version": 1, "name": "pvc", "volume_uuid": "x", "agent": "a"},
-                                 {"version": 1, "name": "other", "volume_uuid": U1, "agent": "a"},
-                                 {"version": 1, "name": "pvc", "agent": "a"}])
+@pytest.mark.parametrize(
+    "doc",
+    [
+        "{half",
+        "[]",
+        {"version": 2, "name": "pvc", "volume_uuid": U1, "agent": "a"},
+        {"version": 1, "name": "pvc", "volume_uuid": "x", "agent": "a"},
+        {"version": 1, "name": "other", "volume_uuid": U1, "agent": "a"},
+        {"version": 1, "name": "pvc", "agent": "a"},
+    ],
+)
 def test_an_unreadable_or_foreign_reservation_stops_the_lookup(tmp_path: Path, doc: object) -> None:
     (tmp_path / "names").mkdir()
     (tmp_path / "names" / f"{_digest('pvc')}.json").write_text(doc if isinstance(doc, str) else json.dumps(doc))

@@ -39,7 +39,9 @@ def test_inside_follows_symlinks(tmp_path: Path) -> None:
         inside(tmp_path / "root", tmp_path / "root" / "escape" / "passwd", "p")
 
 
-@pytest.mark.parametrize("value", ["", "x", "../1", "3F6C1F8E-0000-4000-8000-000000000001", "{3f6c1f8e-0000-4000-8000-000000000001}"])
+@pytest.mark.parametrize(
+    "value", ["", "x", "../1", "3F6C1F8E-0000-4000-8000-000000000001", "{3f6c1f8e-0000-4000-8000-000000000001}"]
+)
 def test_only_canonical_uuids(value: str) -> None:
     with pytest.raises(InvalidArgument):
         check_uuid(value, "uuid")

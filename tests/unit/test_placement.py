@@ -73,7 +73,9 @@ def test_capacity_per_segment() -> None:
 
 def test_fabric_map(tmp_path: Path) -> None:
     path = tmp_path / "map.yaml"
-    path.write_text("agents:\n  - {name: a, endpoint: 'unix:///a.sock', fabric: f1, zone: z, transports: [tcp, rdma]}\n")
+    path.write_text(
+        "agents:\n  - {name: a, endpoint: 'unix:///a.sock', fabric: f1, zone: z, transports: [tcp, rdma]}\n"
+    )
     fmap = load_fabric_map(path)
     assert fmap.agent("a") == AgentEntry("a", Endpoint.parse("unix:///a.sock"), "f1", "z", ("tcp", "rdma"))
 

@@ -48,14 +48,17 @@ class IoMaxTree(PodCgroups):
     def set_io_max(self, cgroup: Path, line: str) -> None:
         device, *fields = line.split()
         lines = self.io_max(cgroup)
-        merged = {**lines.get(device, {"riops": "max", "wiops": "max", "rbps": "max", "wbps": "max"}),
-                  **dict(f.split("=", 1) for f in fields)}
+        merged = {
+            **lines.get(device, {"riops": "max", "wiops": "max", "rbps": "max", "wbps": "max"}),
+            **dict(f.split("=", 1) for f in fields),
+        }
         lines[device] = merged
         if all(v == "max" for v in merged.values()):
             del lines[device]
         order = ("rbps", "wbps", "riops", "wiops")
-        (cgroup / "io.max").write_text("".join(
-            f"{d} " + " ".join(f"{k}={v[k]}" for k in order) + "\n" for d, v in lines.items()))
+        (cgroup / "io.max").write_text(
+            "".join(f"{d} " + " ".join(f"{k}={v[k]}" for k in order) + "\n" for d, v in lines.items())
+        )
 
     def clear_io_max(self, cgroup: Path, major_minor: str) -> None:
         if (cgroup / "io.max").exists():
@@ -75,8 +78,9 @@ def test_storageclass_accepts_limits_and_the_context_carries_them() -> None:
     parse({"readIops": "100", "writeBps": "max"})
     with pytest.raises(InvalidArgument, match="writeIops"):
         parse({"writeIops": "nope"})
-    ctx = VolumeContext.from_dict({"nqn": "nqn.x", "namespaceUUID": str(uuid.uuid4()), "portals": "tcp:1.2.3.4:4420",
-                                   "readIops": "100"})
+    ctx = VolumeContext.from_dict(
+        {"nqn": "nqn.x", "namespaceUUID": str(uuid.uuid4()), "portals": "tcp:1.2.3.4:4420", "readIops": "100"}
+    )
     assert ctx.qos.get("readIops") == 100
     assert VolumeContext.from_dict(ctx.to_dict()) == ctx
 
@@ -91,12 +95,17 @@ def test_a_pod_uid_from_the_request_never_leaves_the_cgroup_root(uid: str) -> No
     assert all(p.is_relative_to(tree.root) and ".." not in p.parts for p in paths)
 
 
-@pytest.mark.parametrize("layout", [
-    f"kubepods/pod{POD}", f"kubepods/burstable/pod{POD}", f"kubepods/besteffort/pod{POD}",
-    f"kubepods.slice/kubepods-pod{POD.replace('-', '_')}.slice",
-    f"kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{POD.replace('-', '_')}.slice",
-    f"kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod{POD.replace('-', '_')}.slice",
-])
+@pytest.mark.parametrize(
+    "layout",
+    [
+        f"kubepods/pod{POD}",
+        f"kubepods/burstable/pod{POD}",
+        f"kubepods/besteffort/pod{POD}",
+        f"kubepods.slice/kubepods-pod{POD.replace('-', '_')}.slice",
+        f"kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{POD.replace('-', '_')}.slice",
+        f"kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod{POD.replace('-', '_')}.slice",
+    ],
+)
 def test_pod_cgroup_found_under_both_kubelet_layouts(tmp_path: Path, layout: str) -> None:
     tree = IoMaxTree(tmp_path / "cg")
     assert tree.find(POD) is None
@@ -113,9 +122,16 @@ class Node:
         self.qos = QosEnforcer(self.tree, LimitOverrides(tmp / "qos"), device_number=lambda device: "259:7", wait=0.3)
         self.store = StagingStore(tmp / "records")
         self.agent_limits: dict[str, str] | None = None  # what the volume's agent holds now (None: unreachable)
-        self.svc = StagingService(FakeConnector(tmp / "dev"), Mounter(self.host, tmp / "mountinfo"),
-                                  Filesystems(self.host), self.store, size_of=lambda d: 7, root=tmp, qos=self.qos,
-                                  limits_source=lambda record: self.agent_limits)
+        self.svc = StagingService(
+            FakeConnector(tmp / "dev"),
+            Mounter(self.host, tmp / "mountinfo"),
+            Filesystems(self.host),
+            self.store,
+            size_of=lambda d: 7,
+            root=tmp,
+            qos=self.qos,
+            limits_source=lambda record: self.agent_limits,
+        )
         self.ref = VolumeRef("fake", str(uuid.uuid4()))
         self.vid = f"nvmeof-v1.fake.{self.ref.uuid}"
         context = {"readIops": "300", "writeBps": "4194304"} if limits is None else limits
@@ -178,7 +194,9 @@ def test_missing_pod_cgroup_is_reported_then_reconciled(tmp_path: Path) -> None:
     condition = node.svc.health(node.ref)
     assert [(p.status, p.reason) for p in condition.problems] == [("degraded", "LimitNotEnforced")]
     assert POD in condition.problems[0].message
-    pod = node.tree.make_pod(f"kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod{POD.replace('-', '_')}.slice")
+    pod = node.tree.make_pod(
+        f"kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod{POD.replace('-', '_')}.slice"
+    )
     assert node.svc.reconcile_limits() == [f"{node.vid}: limits of pod {POD} re-applied"]
     assert node.tree.io_max(pod)["259:7"]["riops"] == "300"
     assert node.svc.reconcile_limits() == []  # in force: nothing to do

@@ -25,7 +25,11 @@ class Env:
         self.store_root = tmp / "records"
         self.store = StagingStore(self.store_root)
         self.svc = StagingService(
-            self.conn, Mounter(self.host, tmp / "mountinfo"), Filesystems(self.host), self.store, size_of=lambda d: 7,
+            self.conn,
+            Mounter(self.host, tmp / "mountinfo"),
+            Filesystems(self.host),
+            self.store,
+            size_of=lambda d: 7,
             root=tmp,
         )
         self.ref = VolumeRef("fake", str(uuid.uuid4()))

@@ -40,8 +40,11 @@ def test_a_commit_writes_only_the_record_it_changed(tmp_path: Path) -> None:
 
 def test_everything_survives_a_reload(tmp_path: Path) -> None:
     store = StateStore(tmp_path)
-    vol = store.put_volume(VolumeRecord(A, "a", 4096, parameters={"p": "1"}, readonly_hosts=("nqn.r",),
-                                        ctrl_keys={"nqn.r": "k"}, created_at=12.5))
+    vol = store.put_volume(
+        VolumeRecord(
+            A, "a", 4096, parameters={"p": "1"}, readonly_hosts=("nqn.r",), ctrl_keys={"nqn.r": "k"}, created_at=12.5
+        )
+    )
     snap = store.put_snapshot(SnapshotRecord(B, "s", A, 4096, status=READY))
     store.put_ana("a", "inaccessible")
     again = StateStore(tmp_path).current
@@ -49,10 +52,27 @@ def test_everything_survives_a_reload(tmp_path: Path) -> None:
 
 
 def test_an_older_one_document_state_is_split_into_records(tmp_path: Path) -> None:
-    legacy = {"version": 1, "ana": {"a": "optimized"}, "snapshots": {},
-              "volumes": {A: {"uuid": A, "name": "a", "capacity_bytes": 4096, "parameters": {}, "labels": {},
-                              "hosts": {}, "ctrl_keys": {}, "readonly_hosts": [], "source_volume": "",
-                              "source_snapshot": "", "status": "ready", "created_at": 1.0}}}
+    legacy = {
+        "version": 1,
+        "ana": {"a": "optimized"},
+        "snapshots": {},
+        "volumes": {
+            A: {
+                "uuid": A,
+                "name": "a",
+                "capacity_bytes": 4096,
+                "parameters": {},
+                "labels": {},
+                "hosts": {},
+                "ctrl_keys": {},
+                "readonly_hosts": [],
+                "source_volume": "",
+                "source_snapshot": "",
+                "status": "ready",
+                "created_at": 1.0,
+            }
+        },
+    }
     (tmp_path / "agent-state.json").write_text(json.dumps(legacy))
     state = StateStore(tmp_path).current
     assert state.volumes[A].name == "a" and state.volumes[A].readonly_hosts == () and state.ana == {"a": "optimized"}

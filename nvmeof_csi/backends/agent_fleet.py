@@ -1,0 +1,73 @@
+"""The agents of a fabric map as the controller's backend sees them: one client per agent (made on first use and
+kept), lookups by name, readiness, and the free capacity placement chooses from.
+
+Contract: :meth:`AgentFleet.health` is ready while at least one agent answers ready; an agent that cannot be
+reached is skipped for placement (logged), never fatal; ``_require`` raises ``NotFound`` for a location the map
+does not list.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Mapping
+
+from nvmeof_csi.backends.agent_api import AgentApi, transport_of
+from nvmeof_csi.errors import DriverError, NotFound, Unavailable
+from nvmeof_csi.service.contracts import Health, Topology, VolumeRef
+from nvmeof_csi.topology.fabric_map import AgentEntry, FabricMap
+from nvmeof_csi.topology.placement import Candidate, capacity_in
+
+log = logging.getLogger(__name__)
+
+
+class AgentFleet:
+    def __init__(self, fabric: FabricMap, client: Callable[[AgentEntry], AgentApi]) -> None:
+        self.fabric = fabric
+        self._factory = client
+        self._clients: dict[str, AgentApi] = {}
+        self._lock = threading.Lock()
+
+    def _client(self, entry: AgentEntry) -> AgentApi:
+        with self._lock:
+            if entry.name not in self._clients:
+                self._clients[entry.name] = self._factory(entry)
+            return self._clients[entry.name]
+
+    def _entry(self, location: str) -> AgentEntry | None:
+        return self.fabric.agent(location)
+
+    # -- health and capacity -----------------------------------------------------------------------------
+    def health(self) -> Health:
+        down = []
+        for entry in self.fabric.agents:
+            try:
+                if not self._client(entry).health().ready:
+                    down.append(f"{entry.name} (not ready)")
+            except DriverError as err:
+                down.append(f"{entry.name} ({err})")
+        ready = len(down) < len(self.fabric.agents)
+        return Health(ready, "all agents answer" if not down else f"unreachable or not ready: {', '.join(down)}")
+
+    def _candidates(self) -> list[Candidate]:
+        found = []
+        for entry in self.fabric.agents:
+            try:
+                pools = self._client(entry).capacity()
+            except Unavailable as err:
+                log.warning("agent %s skipped for placement: %s", entry.name, err)
+                continue
+            found.append(Candidate(entry, max((p.free_bytes for p in pools), default=0)))
+        return found
+
+    def available_capacity(self, segment: Topology | None, parameters: Mapping[str, str] | None = None) -> int:
+        return capacity_in(self._candidates(), transport_of(parameters), segment)
+
+    def max_volume_size(self) -> int:
+        return max((c.free_bytes for c in self._candidates()), default=0)
+
+    def _require(self, ref: VolumeRef) -> AgentEntry:
+        entry = self._entry(ref.location)
+        if entry is None:
+            raise NotFound(f"volume {ref.uuid} does not exist (unknown agent {ref.location})")
+        return entry

@@ -1,0 +1,70 @@
+"""What the Kubernetes scenarios apply: the StorageClasses, VolumeAttributesClasses, claims, Jobs and pods, with the
+shell each pod runs (``workloads()`` is applied in one go by the ``started`` fixture)."""
+
+from __future__ import annotations
+
+from lab.kube.cluster import DRIVER, FABRIC
+from tests.support.kube import NS, job, pod, pvc, storage_class
+
+SC = "lab-tcp"
+TOPOLOGY_KEY = "topology.csi.nvmeof.io/fabric"
+WRITE = (
+    "set -e; dd if=/dev/urandom of=/data/blob bs=1M count=32 2>/dev/null; sync; "
+    "sha256sum /data/blob | cut -d' ' -f1 > /dev/termination-log"
+)
+SLOW, FAST = 40, 120  # read IOPS limits of the two VolumeAttributesClasses (the lab's raw 4k QD1 rate is higher)
+READ = "set -e; sha256sum /data/blob | cut -d' ' -f1 > /dev/termination-log"
+RAW_IO = (
+    "set -e; dd if=/dev/urandom of=/tmp/in bs=1M count=8 2>/dev/null; "
+    "dd if=/tmp/in of=/dev/xvda bs=1M oflag=direct conv=fsync 2>/dev/null; "
+    "dd if=/dev/xvda of=/tmp/out bs=1M count=8 iflag=direct 2>/dev/null; "
+    "a=$(sha256sum /tmp/in | cut -d' ' -f1); b=$(sha256sum /tmp/out | cut -d' ' -f1); "
+    'echo "$a $b" > /dev/termination-log; test "$a" = "$b"'
+)
+STEADY = (
+    "i=0; e=0; while true; do i=$((i+1)); "
+    "if dd if=/dev/urandom of=/data/f.$((i % 4)) bs=64k count=4 conv=fsync 2>/dev/null; then :; "
+    'else e=$((e+1)); fi; echo "$i $e" > /data/progress; sleep 0.2; done'
+)
+READS = (
+    "dd if=/dev/urandom of=/data/f bs=1M count=16 2>/dev/null; sync; "
+    "while true; do dd if=/data/f of=/dev/null bs=4k iflag=direct 2>/dev/null; done"
+)
+
+
+def workloads() -> list[dict[str, object]]:
+    """Every StorageClass, VolumeAttributesClass, claim, Job and pod the scenarios use, in one list."""
+    tuned = pvc("tuned", SC)
+    tuned["spec"]["volumeAttributesClassName"] = "lab-slow"
+    raw_io = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": "raw-io", "namespace": NS},
+        "spec": {"backoffLimit": 0, "template": {"spec": {**pod("x", "raw", RAW_IO, block=True)["spec"]}}},
+    }
+    return [
+        storage_class(SC, [FABRIC]),
+        storage_class("lab-nowhere", ["rack-9"]),
+        *(
+            {
+                "apiVersion": "storage.k8s.io/v1",
+                "kind": "VolumeAttributesClass",
+                "metadata": {"name": name},
+                "driverName": DRIVER,
+                "parameters": {"readIops": str(riops), "writeIops": "0"},
+            }
+            for name, riops in (("lab-slow", SLOW), ("lab-fast", FAST))
+        ),
+        pvc("train-data", SC),
+        job("writer", "train-data", WRITE + "; sleep 5"),  # test 2 (and 5)
+        pvc("nowhere", "lab-nowhere"),
+        pod("nowhere", "nowhere", "true"),  # test 3
+        pvc("grow", SC, "1Gi"),
+        pod("grower", "grow", "sleep 100000"),  # test 4
+        pvc("raw", SC, block=True),
+        raw_io,  # test 6
+        pvc("steady", SC),
+        pod("steady-io", "steady", STEADY),  # test 7
+        tuned,
+        pod("tuned-io", "tuned", READS),  # test 7b
+    ]
