@@ -1,13 +1,27 @@
-"""``python -m lab``: build the lab images, or boot the VM and run commands in it."""
+"""``python -m lab``: build the lab images, boot the VM and run commands in it, or boot the three-machine cluster."""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import shlex
 import sys
+import time
 
 from lab.build import KERNELS, BuildError, build
+from lab.cluster import LINKS, LabCluster
 from lab.vm import LabError, LabVM
+
+
+def hold_cluster(kernel: str | None, hold: float) -> int:
+    with LabCluster(kernel=kernel) as cluster:
+        for name, vm in cluster.vms.items():
+            links = "  ".join(f"{link} {cluster.address(name, link)}" for link in LINKS)
+            print(f"{name:10} booted in {vm.boot_seconds:5.1f}s  {vm.hostnqn}  {links}")
+        print(f"# links live in network namespace {cluster.links.namespace}; Ctrl-C stops everything", flush=True)
+        with contextlib.suppress(KeyboardInterrupt):
+            time.sleep(hold or 10**9)
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -30,12 +44,20 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="lab kernel flavour to boot (default: $LAB_KERNEL, else 6.12)",
     )
+    c = sub.add_parser(
+        "cluster",
+        help="boot storage-1, gpu-1 and gpu-2 on their links (lab/cluster.py), print them, hold until Ctrl-C",
+    )
+    c.add_argument("--hold", type=float, default=0, help="stop after this many seconds (default: until Ctrl-C)")
+    c.add_argument("--kernel", choices=list(KERNELS), default=None, help="lab kernel flavour to boot")
     args = parser.parse_args(argv)
     try:
         if args.command == "build":
             for kernel in KERNELS if args.kernel == "all" else [args.kernel]:
                 build(kernel, force=args.force)
             return 0
+        if args.command == "cluster":
+            return hold_cluster(args.kernel, args.hold)
         with LabVM(kernel=args.kernel) as vm:
             print(f"# booted in {vm.boot_seconds:.1f}s ({vm.accel}), kernel {vm.ready['kernel']}")
             rc = 0

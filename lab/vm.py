@@ -32,17 +32,10 @@ from lab.build import LAB_DIR, BuildInfo
 from lab.guest_calls import BootCrash, GuestError, GuestTimeout, LabError, Pending, Result, VMExited
 from lab.host import VM_NAME, die_with_parent, kvm_usable
 
-__all__ = [
-    "TCG_SAFE_BOOT",
-    "BootCrash",
-    "GuestError",
-    "GuestTimeout",
-    "LabError",
-    "LabVM",
-    "Pending",
-    "Result",
-    "VMExited",
-]
+# fmt: off
+__all__ = ["TCG_SAFE_BOOT", "BootCrash", "GuestError", "GuestTimeout", "LabError", "LabVM", "Pending", "Result",
+           "VMExited"]
+# fmt: on
 
 AGENT = LAB_DIR / "guest" / "agent.py"
 
@@ -80,13 +73,16 @@ class LabVM:
         kernel: str | None = None,
         nic: Sequence[str] = (),
         scratch_from: Path | None = None,
+        pass_fds: Sequence[int] = (),
     ) -> None:
         """``nic``: QEMU arguments for a network card (the Kubernetes tier's restricted user network); the
         default is none. ``scratch_from``: a saved scratch disk this VM starts from (a sparse copy; its size
-        must be ``scratch_gb``); the default is a blank disk."""
+        must be ``scratch_gb``); the default is a blank disk. ``pass_fds``: file descriptors QEMU inherits (the tap
+        devices ``nic`` names by ``fd=``), again at every boot. QEMU's QMP socket is :attr:`qmp_socket`."""
         self.info = BuildInfo.load(kernel)
         self.mem_mb, self.cpus = mem_mb, cpus
         self.nic = list(nic) or ["-nic", "none"]
+        self.pass_fds = tuple(pass_fds)
         self.accel = os.environ.get("LAB_ACCEL") or ("kvm" if kvm_usable() else "tcg")
         self.boot_timeout = boot_timeout or (60.0 if self.accel == "kvm" else 300.0)
         self.rundir = Path(tempfile.mkdtemp(prefix="labvm-"))
@@ -96,6 +92,7 @@ class LabVM:
         with open(self.scratch, "ab") as img:
             img.truncate(scratch_gb << 30)
         self.console_log = self.rundir / "console.log"
+        self.qmp_socket = self.rundir / "qmp.sock"
         self.proc: subprocess.Popen[bytes] | None = None
         self._sock: socket.socket | None = None
         self._ids = itertools.count(1)
@@ -125,6 +122,7 @@ class LabVM:
             "-device", "virtio-serial-pci",
             "-chardev", f"socket,id=ctl,path={sock},server=on,wait=on",
             "-device", "virtserialport,chardev=ctl,name=ctl",
+            "-qmp", f"unix:{self.qmp_socket},server=on,wait=off",
         ]
         # fmt: on
 
@@ -148,6 +146,7 @@ class LabVM:
                 stdin=subprocess.DEVNULL,
                 stdout=qemu_out,
                 stderr=subprocess.STDOUT,
+                pass_fds=self.pass_fds,
                 preexec_fn=die_with_parent,  # noqa: PLW1509 - only prctl, no locks taken
             )
         sock = socket.socket(socket.AF_UNIX)
@@ -182,7 +181,7 @@ class LabVM:
         return self
 
     def _reader(self, sock: socket.socket, ready: queue.Queue[dict[str, Any]]) -> None:
-        with sock.makefile("rb") as lines:
+        with contextlib.suppress(OSError), sock.makefile("rb") as lines:  # a reset is the end too
             for line in lines:
                 try:
                     msg = json.loads(line)
@@ -231,9 +230,10 @@ class LabVM:
                 proc.wait(timeout=15)
             except (OSError, LabError, subprocess.TimeoutExpired):
                 pass
-        self._kill()
+        self.power_cut()
 
-    def _kill(self) -> None:
+    def power_cut(self) -> None:
+        """QEMU terminated at once: the guest gets no chance to sync (what a pulled plug does)."""
         proc = self.proc
         if proc is not None and proc.poll() is None:
             proc.terminate()
@@ -250,7 +250,7 @@ class LabVM:
         """Power-cycle: clean poweroff (or, with ``hard``, pull the plug) and boot again on the same scratch
         disk. Returns the new boot-to-ready seconds."""
         if hard:
-            self._kill()
+            self.power_cut()
         else:
             self.stop()
         self.start()

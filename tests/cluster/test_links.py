@@ -1,0 +1,96 @@
+"""The lab cluster's machines and links, and that each fault really does what it says: seen from the machines
+themselves (a TCP connection that is refused proves a working path, one that times out a dead one)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import pytest
+
+from lab.cluster import LINKS, LabCluster
+
+pytestmark = pytest.mark.lab
+Reporter = Callable[[str, str], None]
+WORKS = ("refused", "connected")
+
+
+def test_three_machines_with_their_own_identity_kernel_and_three_addressed_links(
+    cluster: LabCluster, report: Reporter
+) -> None:
+    nqns = {name: vm.hostnqn for name, vm in cluster.vms.items()}
+    assert len(set(nqns.values())) == 3, nqns
+    for name, vm in cluster.vms.items():
+        shown = vm.check(["ip", "-o", "-4", "addr", "show"])
+        for link in LINKS:
+            assert f"{link}    inet {cluster.address(name, link)}/24" in shown, shown
+    for link in LINKS:
+        outcome, _ = cluster.reach("gpu-1", "storage-1", link)
+        assert outcome in WORKS, (link, outcome)
+    report("boot seconds", str({n: round(vm.boot_seconds, 1) for n, vm in cluster.vms.items()}))
+
+
+def test_a_black_hole_drops_one_machines_link_both_ways_and_its_carrier_stays_up(cluster: LabCluster) -> None:
+    cluster.black_hole("gpu-1", "fa")
+    try:
+        assert cluster.reach("gpu-1", "storage-1", "fa")[0] == "timeout"  # no RST: packets vanish
+        assert cluster.reach("storage-1", "gpu-1", "fa")[0] == "timeout"
+        assert cluster.reach("gpu-1", "storage-1", "fb")[0] in WORKS  # its other link is untouched
+        assert cluster.reach("gpu-2", "storage-1", "fa")[0] in WORKS  # so is another machine on the same link
+        assert cluster.vm("gpu-1").read("/sys/class/net/fa/operstate").strip() == "up"
+    finally:
+        cluster.restore("gpu-1", "fa")
+    assert cluster.reach("gpu-1", "storage-1", "fa")[0] in WORKS
+
+
+def test_a_pulled_cable_takes_the_carrier_and_plugging_it_in_brings_the_path_back(cluster: LabCluster) -> None:
+    vm = cluster.vm("gpu-2")
+    cluster.link_down("gpu-2", "fb")
+    try:
+        assert vm.read("/sys/class/net/fb/carrier").strip() == "0"
+        assert cluster.reach("storage-1", "gpu-2", "fb")[0] != "refused"
+    finally:
+        cluster.link_up("gpu-2", "fb")
+    assert vm.read("/sys/class/net/fb/carrier").strip() == "1"
+    assert cluster.reach("gpu-2", "storage-1", "fb")[0] in WORKS
+
+
+def test_cutting_the_management_path_leaves_the_fabric_links_up(cluster: LabCluster) -> None:
+    cluster.cut_management("storage-1")
+    try:
+        assert cluster.reach("gpu-1", "storage-1", "mgmt")[0] == "timeout"
+        assert cluster.reach("gpu-1", "storage-1", "fa")[0] in WORKS
+        assert cluster.reach("gpu-1", "storage-1", "fb")[0] in WORKS
+    finally:
+        cluster.restore_management("storage-1")
+    assert cluster.reach("gpu-1", "storage-1", "mgmt")[0] in WORKS
+
+
+def test_a_frozen_machine_answers_nothing_until_it_is_resumed(cluster: LabCluster) -> None:
+    cluster.freeze("gpu-2")
+    try:
+        assert cluster.reach("gpu-1", "gpu-2", "fa")[0] == "timeout"
+        frozen_for = time.monotonic()
+    finally:
+        cluster.resume("gpu-2")
+    assert cluster.reach("gpu-1", "gpu-2", "fa", timeout=10)[0] in WORKS
+    assert time.monotonic() - frozen_for < 60
+
+
+def test_netem_delays_what_a_machine_sends_on_one_link(cluster: LabCluster, report: Reporter) -> None:
+    base = min(cluster.reach("gpu-1", "storage-1", "fb")[1] for _ in range(2))
+    cluster.netem("gpu-1", "fb", delay_ms=400)
+    try:
+        delayed = cluster.reach("gpu-1", "storage-1", "fb", timeout=10)
+        other = cluster.reach("gpu-1", "storage-1", "fa")[1]
+    finally:
+        cluster.clear_netem("gpu-1", "fb")
+    report("TCP connect gpu-1 -> storage-1 on fb", f"{base:.3f}s, with 400 ms netem {delayed[1]:.3f}s")
+    assert delayed[0] in WORKS and delayed[1] >= base + 0.35, (base, delayed)
+    assert other < base + 0.35  # only that link
+
+
+def test_what_three_idle_machines_cost_the_host(cluster: LabCluster, report: Reporter) -> None:
+    usage = cluster.usage(seconds=10)
+    report("idle QEMU per VM: resident MiB, CPU % of one host core over 10 s", str(usage))
+    assert set(usage) == {"storage-1", "gpu-1", "gpu-2"} and all(rss > 0 for rss, _ in usage.values())
