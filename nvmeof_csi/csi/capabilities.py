@@ -27,6 +27,14 @@ FS_MODES = frozenset(
 )
 BLOCK_MODES = FS_MODES | {Mode.MULTI_NODE_MULTI_WRITER, Mode.MULTI_NODE_SINGLE_WRITER}
 READONLY_MODES = frozenset({Mode.SINGLE_NODE_READER_ONLY, Mode.MULTI_NODE_READER_ONLY})
+ONE_NODE_MODES = frozenset(
+    {
+        Mode.SINGLE_NODE_WRITER,
+        Mode.SINGLE_NODE_READER_ONLY,
+        Mode.SINGLE_NODE_SINGLE_WRITER,
+        Mode.SINGLE_NODE_MULTI_WRITER,
+    }
+)
 
 
 def unsupported_reason(cap: csi_pb2.VolumeCapability) -> str | None:
@@ -77,6 +85,11 @@ def filesystem_floor(specs: Iterable[AccessSpec]) -> tuple[int, str]:
     """The smallest volume every requested filesystem can be made on, and the filesystem that sets it."""
     floors = [(MIN_FS_BYTES.get(s.fs_type, 0), s.fs_type) for s in specs if not s.block and s.fs_type]
     return max(floors, default=(0, ""))
+
+
+def is_one_node_mode(cap: csi_pb2.VolumeCapability) -> bool:
+    """An access mode that lets one node at a time use the volume."""
+    return cap.access_mode.mode in ONE_NODE_MODES
 
 
 def is_readonly_mode(cap: csi_pb2.VolumeCapability) -> bool:

@@ -161,7 +161,10 @@ class ControllerServicer(csi_pb2_grpc.ControllerServicer):
         capabilities.access_spec(request.volume_capability)
         ref = volume_id.decode(request.volume_id)
         readonly = request.readonly or capabilities.is_readonly_mode(request.volume_capability)
-        publish_context = await blocking(self._volumes.publish, ref, request.node_id, readonly, dict(request.secrets))
+        one_node = capabilities.is_one_node_mode(request.volume_capability)
+        publish_context = await blocking(
+            self._volumes.publish, ref, request.node_id, readonly, dict(request.secrets), one_node
+        )
         return csi_pb2.ControllerPublishVolumeResponse(publish_context=dict(publish_context))
 
     async def ControllerUnpublishVolume(

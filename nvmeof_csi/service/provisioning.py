@@ -12,7 +12,15 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TypeVar
 
-from nvmeof_csi.errors import Aborted, AlreadyExists, InvalidArgument, NotFound, OutOfRange, ResourceExhausted
+from nvmeof_csi.errors import (
+    Aborted,
+    AlreadyExists,
+    FailedPrecondition,
+    InvalidArgument,
+    NotFound,
+    OutOfRange,
+    ResourceExhausted,
+)
 from nvmeof_csi.nvmeof.qos import immutable
 from nvmeof_csi.service.contracts import (
     NO_SECRETS,
@@ -153,11 +161,24 @@ class VolumeService:
         self._backend.delete_volume(ref)
 
     def publish(
-        self, ref: VolumeRef, node_id: str, readonly: bool, secrets: Mapping[str, str] = NO_SECRETS
+        self,
+        ref: VolumeRef,
+        node_id: str,
+        readonly: bool,
+        secrets: Mapping[str, str] = NO_SECRETS,
+        one_node: bool = False,
     ) -> Mapping[str, str]:
+        """Allow ``node_id`` on the volume. ``one_node`` (a SINGLE_NODE_* access mode): FAILED_PRECONDITION while
+        another node has it published, as the CSI spec asks (the other node must be unpublished first)."""
         volume = self.get(ref)
         if not self._nodes.knows(node_id):
             raise NotFound(f"node {node_id!r} is not known to this controller")
+        others = sorted(n for n in volume.published_nodes if n != node_id)
+        if one_node and others:
+            raise FailedPrecondition(
+                f"volume {ref.uuid} is published to node {others[0]!r} and its access mode allows one node at a "
+                "time: unpublish it there first"
+            )
         if self._max_per_node and node_id not in volume.published_nodes:
             attached = sum(1 for v in self._backend.list_volumes() if node_id in v.published_nodes)
             if attached >= self._max_per_node:

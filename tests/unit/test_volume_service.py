@@ -1,6 +1,14 @@
 import pytest
 
-from nvmeof_csi.errors import Aborted, AlreadyExists, InvalidArgument, NotFound, OutOfRange, ResourceExhausted
+from nvmeof_csi.errors import (
+    Aborted,
+    AlreadyExists,
+    FailedPrecondition,
+    InvalidArgument,
+    NotFound,
+    OutOfRange,
+    ResourceExhausted,
+)
 from nvmeof_csi.service.contracts import StaticNodes, VolumeRef
 from nvmeof_csi.service.provisioning import CapacityRange, GiB, MiB, VolumeService, choose_size
 from tests.support.fakes import FakeBackend
@@ -62,6 +70,20 @@ def test_publish_checks_volume_node_and_limit() -> None:
     s.unpublish(a.ref, "n1")
     s.unpublish(a.ref, "n1")
     s.publish(b.ref, "n1", False)
+
+
+def test_a_one_node_volume_is_refused_to_a_second_node_until_the_first_lets_go() -> None:
+    """CSI: FAILED_PRECONDITION when a volume without a MULTI_NODE mode is published at another node."""
+    s, _ = svc()
+    a = s.create("a", CapacityRange(GiB), {})
+    s.publish(a.ref, "n1", False, one_node=True)
+    s.publish(a.ref, "n1", False, one_node=True)  # the same node again: fine
+    with pytest.raises(FailedPrecondition, match="published to node 'n1'"):
+        s.publish(a.ref, "n2", False, one_node=True)
+    s.publish(a.ref, "n2", True)  # a multi-node mode shares it
+    s.unpublish(a.ref, "n1")
+    s.unpublish(a.ref, "n2")
+    s.publish(a.ref, "n2", False, one_node=True)  # let go: now it may move
 
 
 def test_pagination_survives_deleting_the_last_entry_of_a_page() -> None:
