@@ -147,6 +147,7 @@ class LabCluster:
         vm = self.vms[name]
         vm.start()
         node = self.nodes[name]
+        vm.check(["date", "-s", f"@{time.time():.3f}"])  # the RTC gave whole seconds: set it as a time daemon would
         vm.check(["modprobe", "virtio_net"])
         by_mac: dict[str, str] = {}
 

@@ -70,8 +70,17 @@ class GuestProcess:
 
 
 class GuestTargetAgent:
-    def __init__(self, vm: LabVM, portals: Sequence[Portal], name: str = "lab", groups: Sequence[str] = ()) -> None:
+    def __init__(
+        self,
+        vm: LabVM,
+        portals: Sequence[Portal],
+        name: str = "lab",
+        groups: Sequence[str] = (),
+        extra_args: Sequence[str] = (),
+    ) -> None:
+        """``extra_args``: more ``nvmeof-csi agent`` flags (a TCP listener with TLS, an authz file)."""
         self.vm = vm
+        self.extra_args = list(extra_args)
         self.name = name
         self.portals = list(portals)
         self.groups = list(groups) or ["a"] * len(self.portals)
@@ -98,7 +107,7 @@ class GuestTargetAgent:
         ]
         for portal, group in zip(self.portals, self.groups, strict=True):
             argv += ["--portal", f"{portal.port_id}:{portal.trtype}:{portal.traddr}:{portal.trsvcid}:{group}"]
-        return [*argv, *(["--prune"] if prune else [])]
+        return [*argv, *self.extra_args, *(["--prune"] if prune else [])]
 
     def start(self, prune: bool = False, timeout: float = 180) -> float:
         """Start the agent; returns seconds until it answered."""

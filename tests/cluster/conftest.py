@@ -5,19 +5,28 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 from lab import BuildError, BuildInfo, Fabric, LabError, lab_qemu_pids
-from lab.cluster import LabCluster
+from lab.cluster import NODES, LabCluster, address
 from tests.support.env import in_ci, need
 from tests.support.lab import report
+from tests.support.pki import make_pki
 
-__all__ = ["cluster", "pytest_sessionfinish", "report"]
+__all__ = ["cluster", "cluster_pki", "pytest_sessionfinish", "report"]
 
 
 @pytest.fixture(scope="session")
-def cluster() -> Iterator[LabCluster]:
+def cluster_pki(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """The agent's and the drivers' certificates, made before the machines boot: a guest's clock may trail the
+    host's by a second or two, and a certificate made the moment before its first use would not be valid yet."""
+    return make_pki(tmp_path_factory.mktemp("pki"), "cl", ("ctrl",), server_ips=(address(NODES[0], "mgmt"),))
+
+
+@pytest.fixture(scope="session")
+def cluster(cluster_pki: dict[str, Path]) -> Iterator[LabCluster]:
     try:
         BuildInfo.load()
     except BuildError as err:

@@ -7,9 +7,11 @@ from pathlib import Path
 from lab.kube.pki import openssl as _openssl
 
 
-def make_pki(folder: Path, prefix: str, clients: tuple[str, ...] = ("cli",)) -> dict[str, Path]:
-    """A CA, a server cert for 127.0.0.1/localhost and client certs (CN ``<prefix>-<client>``), all from the
-    openssl CLI."""
+def make_pki(
+    folder: Path, prefix: str, clients: tuple[str, ...] = ("cli",), server_ips: tuple[str, ...] = ("127.0.0.1",)
+) -> dict[str, Path]:
+    """A CA, a server cert for ``server_ips`` and localhost, and client certs (CN ``<prefix>-<client>``), all from
+    the openssl CLI."""
     folder.mkdir(parents=True, exist_ok=True)
     names = ("srv", *clients)
     p = {k: folder / f"{prefix}-{k}" for k in ("ca.key", "ca.crt", "ext")}
@@ -29,7 +31,7 @@ def make_pki(folder: Path, prefix: str, clients: tuple[str, ...] = ("cli",)) -> 
         "-out",
         str(p["ca.crt"]),
     )
-    p["ext"].write_text("subjectAltName=IP:127.0.0.1,DNS:localhost\n")
+    p["ext"].write_text(f"subjectAltName={','.join(f'IP:{ip}' for ip in server_ips)},DNS:localhost\n")
     for who in names:
         _openssl(
             "req",

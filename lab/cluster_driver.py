@@ -1,0 +1,93 @@
+"""The driver across the lab cluster (``lab/cluster.py``): our target agent on ``storage-1``, its portals on both
+fabric links (group ``a`` on ``fa``, ``b`` on ``fb``) and its API on the management link behind mutual TLS, and
+``nvmeof-csi serve --mode all`` on each GPU node, whose controller reaches the agent over ``mgmt`` and whose node
+plugin connects over ``fa`` and ``fb``. Each GPU node is driven through CSI gRPC by ``lab.csi_ops`` in its own VM.
+
+Contract: :func:`running_cluster_driver` yields once the agent and both drivers answer; afterwards every driver and
+the agent are stopped, every controller disconnected and every mount released, and the agent's state wiped.
+The PKI comes from the caller (``pki``: ``ca.crt``, ``srv.crt``/``srv.key`` for the agent with the agent's
+management address in its names, ``ctrl.crt``/``ctrl.key`` for the drivers, whose common name is ``identity``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from lab.cluster import LabCluster
+from lab.fabric import Fabric, Portal
+from lab.stack import GuestDriver
+from lab.target import FABRIC_MAP, GuestTargetAgent
+from lab.vm import LabVM
+
+AGENT_PORT = 9440
+PKI = "/run/nvmeof-csi/pki"
+STORAGE, GPUS = "storage-1", ("gpu-1", "gpu-2")
+
+
+@dataclass
+class ClusterDriver:
+    cluster: LabCluster
+    agent: GuestTargetAgent
+    drivers: dict[str, GuestDriver]
+
+    def backing_sha256(self, vol_uuid: str) -> str:
+        """The sha256 of a volume's backing file on ``storage-1``."""
+        vm = self.cluster.vm(STORAGE)
+        path = self.agent.ctl("volumes", "show", vol_uuid)[0]["backing_file"]
+        return vm.check(["sha256sum", path], timeout=120).split()[0]
+
+
+def _install(vm: LabVM, files: Mapping[str, Path]) -> None:
+    vm.mkdir(PKI)
+    for name, source in files.items():
+        vm.write(f"{PKI}/{name}", source.read_text())
+        vm.check(["chmod", "600", f"{PKI}/{name}"])
+
+
+def portals(cluster: LabCluster) -> list[Portal]:
+    return [
+        Portal(1, "tcp", cluster.address(STORAGE, "fa"), 4420),
+        Portal(2, "tcp", cluster.address(STORAGE, "fb"), 4420),
+    ]
+
+
+@contextmanager
+def running_cluster_driver(cluster: LabCluster, pki: Mapping[str, Path], identity: str) -> Iterator[ClusterDriver]:
+    storage = cluster.vm(STORAGE)
+    _install(storage, {"ca.crt": pki["ca.crt"], "tls.crt": pki["srv.crt"], "tls.key": pki["srv.key"]})
+    storage.write(f"{PKI}/authz.yaml", f"clients:\n  - {{identity: {identity}, role: controller}}\n")
+    listen = f"tcp://{cluster.address(STORAGE, 'mgmt')}:{AGENT_PORT}"
+    tls = ["--tls-cert", f"{PKI}/tls.crt", "--tls-key", f"{PKI}/tls.key", "--tls-ca", f"{PKI}/ca.crt"]
+    agent = GuestTargetAgent(
+        storage, portals(cluster), name=STORAGE, groups=["a", "b"],
+        extra_args=["--listen-tcp", listen, *tls, "--authz-file", f"{PKI}/authz.yaml"],
+    )  # fmt: skip
+    for vm in cluster.vms.values():
+        Fabric(vm).clear()
+    agent.wipe()
+    agent.start()
+    drivers: dict[str, GuestDriver] = {}
+    try:
+        for name in GPUS:
+            vm = cluster.vm(name)
+            _install(vm, {"ca.crt": pki["ca.crt"], "tls.crt": pki["ctrl.crt"], "tls.key": pki["ctrl.key"]})
+            vm.write(
+                FABRIC_MAP,
+                f"agents:\n  - {{name: {STORAGE}, endpoint: '{listen}', fabric: lab, transports: [tcp],\n"
+                f"     tls: {{cert: {PKI}/tls.crt, key: {PKI}/tls.key, ca: {PKI}/ca.crt}}}}\n",
+            )
+            drivers[name] = GuestDriver(vm, agent)
+            drivers[name].release()
+            drivers[name].start()
+        yield ClusterDriver(cluster, agent, drivers)
+    finally:
+        for driver in drivers.values():
+            driver.stop()
+            driver.release()
+            Fabric(driver.vm).disconnect_all()
+        agent.stop()
+        Fabric(storage).clear()
+        agent.wipe()

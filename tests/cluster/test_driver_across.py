@@ -1,0 +1,141 @@
+"""The driver between machines (``lab/cluster_driver.py``): the agent on ``storage-1`` behind mutual TLS on the
+management link, ``serve --mode all`` on ``gpu-1`` and ``gpu-2``, each driven by CSI calls in its own VM.
+A read-only data set read on two nodes at once, a single-node volume moving from one node to the other (and
+refused to the second while the first has it), a shared raw block volume written by both, and a node that lost a
+link saying so while the other node reports the same volume healthy."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from lab import Fabric, GuestError, Portal
+from lab.cluster import LabCluster
+from lab.cluster_driver import ClusterDriver, running_cluster_driver
+from lab.fabric import wait_until
+
+pytestmark = pytest.mark.lab
+Reporter = Callable[[str, str], None]
+MiB = 1 << 20
+
+
+@pytest.fixture(scope="module")
+def stack(cluster: LabCluster, cluster_pki: dict[str, Path]) -> Iterator[ClusterDriver]:
+    with running_cluster_driver(cluster, cluster_pki, identity="cl-ctrl") as driver:
+        yield driver
+
+
+WORK = "/run/nvmeof-csi/lab/volumes"  # lab.csi_ops.WORK: <name>/mount or <name>/device
+
+
+def csi(stack: ClusterDriver, node: str, *steps: dict[str, Any]) -> list[dict[str, Any]]:
+    return stack.drivers[node].csi(*steps)
+
+
+def on(name: str, *ops: str, **first: Any) -> list[dict[str, Any]]:
+    """Steps ``ops`` on volume ``name`` (``first``'s arguments go to the first step)."""
+    return [{"op": op, "name": name, **(first if i == 0 else {})} for i, op in enumerate(ops)]
+
+
+UP = ("create", "attach", "stage", "publish")
+OFF = ("unpublish", "unstage", "detach")
+
+
+def files_sha256(stack: ClusterDriver, node: str, folder: str) -> dict[str, str]:
+    vm = stack.cluster.vm(node)
+    names = sorted(vm.listdir(folder))
+    out = vm.check(["sha256sum", *(f"{folder}/{n}" for n in names)], timeout=120)
+    return {line.split()[1].rsplit("/", 1)[1]: line.split()[0] for line in out.splitlines()}
+
+
+def uuid_of(volume_id: str) -> str:
+    return volume_id.rsplit(".", 1)[1]
+
+
+def test_a_read_only_data_set_is_read_on_two_nodes_at_once_and_written_by_neither(stack: ClusterDriver) -> None:
+    made = csi(stack, "gpu-1", *on("rox", *UP, size=128 * MiB), *on("rox", "write-dataset", files=16, kib=256))[0]
+    data = f"{WORK}/rox/mount/dataset"
+    written = files_sha256(stack, "gpu-1", data)
+    csi(stack, "gpu-1", *on("rox", *OFF))
+    before = stack.backing_sha256(uuid_of(made["volume_id"]))
+    read_only = [*on("rox", "access", mode="MULTI_NODE_READER_ONLY"), *on("rox", "attach", "stage", "publish")]
+    csi(stack, "gpu-1", *read_only)
+    csi(stack, "gpu-2", *on("rox", "create", size=128 * MiB), *read_only)  # the same volume: CreateVolume by name
+    for node in ("gpu-1", "gpu-2"):  # both nodes have it staged and published at once
+        assert files_sha256(stack, node, data) == written, node
+        denied = stack.cluster.vm(node).run(["dd", "if=/dev/zero", f"of={data}/new", "bs=4k", "count=1"])
+        assert denied.rc != 0 and "Read-only file system" in denied.err, denied
+    for node in ("gpu-1", "gpu-2"):
+        csi(stack, node, *on("rox", *OFF))
+    assert stack.backing_sha256(uuid_of(made["volume_id"])) == before  # not a byte written, not even the journal
+    csi(stack, "gpu-1", *on("rox", "delete"))
+
+
+def test_a_single_node_volume_moves_to_the_other_node_with_its_data_and_never_is_on_both(
+    stack: ClusterDriver,
+) -> None:
+    made = csi(stack, "gpu-1", *on("mover", *UP, size=128 * MiB), *on("mover", "write-dataset", files=8, kib=512))[0]
+    data = f"{WORK}/mover/mount/dataset"
+    written = files_sha256(stack, "gpu-1", data)
+    csi(stack, "gpu-1", *on("mover", "unpublish", "unstage"))  # still attached to gpu-1
+    with pytest.raises(GuestError, match="FAILED_PRECONDITION"):
+        csi(stack, "gpu-2", *on("mover", "create", "attach", size=128 * MiB))
+    csi(stack, "gpu-1", *on("mover", "detach"))
+    csi(stack, "gpu-2", *on("mover", "attach", "stage", "publish"))
+    assert files_sha256(stack, "gpu-2", data) == written
+    portal = Portal(9, "tcp", stack.cluster.address("storage-1", "fa"), 4420)
+    with pytest.raises(GuestError):  # gpu-1 is no longer allowed by the target
+        Fabric(stack.cluster.vm("gpu-1")).connect(portal, made["nqn"])
+    csi(stack, "gpu-2", *on("mover", *OFF, "delete"))
+
+
+def test_a_shared_raw_block_volume_is_written_by_both_nodes_and_each_reads_the_other(stack: ClusterDriver) -> None:
+    """MULTI_NODE_MULTI_WRITER (live migration): each node writes its own 4 MiB region with O_DIRECT and reads
+    the other's."""
+    shared = [*on("shared", "access", mode="MULTI_NODE_MULTI_WRITER"), *on("shared", "attach", "stage", "publish")]
+    made = csi(stack, "gpu-1", *on("shared", "create", size=64 * MiB, mode="block"), *shared)[0]
+    csi(stack, "gpu-2", *on("shared", "create", size=64 * MiB, mode="block"), *shared)
+    device = f"{WORK}/shared/device"
+    digests = {}
+    for region, node in enumerate(("gpu-1", "gpu-2")):
+        vm = stack.cluster.vm(node)
+        vm.check(["dd", "if=/dev/urandom", "of=/tmp/mine", "bs=1M", "count=4"])
+        vm.check(["dd", "if=/tmp/mine", f"of={device}", "bs=1M", f"seek={4 * region}", "oflag=direct", "conv=fsync"])
+        digests[node] = vm.check(["sha256sum", "/tmp/mine"]).split()[0]
+    for node, (other, skip) in {"gpu-2": ("gpu-1", 0), "gpu-1": ("gpu-2", 4)}.items():
+        vm = stack.cluster.vm(node)
+        vm.check(["dd", f"if={device}", "of=/tmp/theirs", "bs=1M", f"skip={skip}", "count=4", "iflag=direct"])
+        assert vm.check(["sha256sum", "/tmp/theirs"]).split()[0] == digests[other], (node, other)
+    for node in ("gpu-2", "gpu-1"):
+        csi(stack, node, *on("shared", *OFF))
+    csi(stack, "gpu-1", *on("shared", "delete"))
+    assert made["volume_id"]
+
+
+def test_the_node_that_lost_a_link_says_so_while_the_other_node_reports_the_volume_healthy(
+    stack: ClusterDriver, report: Reporter
+) -> None:
+    both = [*on("seen", "access", mode="MULTI_NODE_MULTI_WRITER"), *on("seen", "attach", "stage", "publish")]
+    csi(stack, "gpu-1", *on("seen", "create", size=64 * MiB, mode="block"), *both)
+    csi(stack, "gpu-2", *on("seen", "create", size=64 * MiB, mode="block"), *both)
+    stack.cluster.black_hole("gpu-1", "fa")
+    try:
+        lost: dict[str, Any] = {}
+
+        def noticed() -> bool:
+            lost.update(csi(stack, "gpu-1", *on("seen", "health"))[0])
+            return bool(lost["node"])
+
+        assert wait_until(noticed, 120, 3), lost
+        healthy = csi(stack, "gpu-2", *on("seen", "health"))[0]
+    finally:
+        stack.cluster.restore("gpu-1", "fa")
+    report("NodeGetVolumeHealth on gpu-1 with link A black-holed", str(lost["node"]))
+    assert any(stack.cluster.address("storage-1", "fa") in message for _, _, message in lost["node"]), lost
+    assert healthy["node"] == [], healthy
+    for node in ("gpu-2", "gpu-1"):
+        csi(stack, node, *on("seen", *OFF))
+    csi(stack, "gpu-1", *on("seen", "delete"))
