@@ -16,14 +16,15 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from lab.build import REPO
 from lab.cluster import LabCluster
-from lab.fabric import Fabric, Portal
+from lab.fabric import Fabric, Portal, wait_until
 from lab.stack import GuestDriver
 from lab.target import FABRIC_MAP, GuestTargetAgent
-from lab.vm import LabVM
+from lab.vm import LabError, LabVM
 
 AGENT_PORT = 9440
-PKI = "/run/nvmeof-csi/pki"
+PKI = "/scratch/pki"  # on the scratch disk: a machine that lost its power keeps its keys
 STORAGE, GPUS = "storage-1", ("gpu-1", "gpu-2")
 
 
@@ -32,6 +33,17 @@ class ClusterDriver:
     cluster: LabCluster
     agent: GuestTargetAgent
     drivers: dict[str, GuestDriver]
+
+    def restart_storage(self) -> tuple[float, float]:
+        """After :meth:`LabCluster.power_cut` of ``storage-1``: boot it, load its modules and start the agent again
+        (what its service manager would do); (boot seconds, agent start seconds). The agent restores configfs
+        from its saved state."""
+        booted = self.cluster.boot(STORAGE)
+        Fabric(self.cluster.vm(STORAGE)).load()
+        started = self.agent.start()
+        for name in GPUS:
+            _await_agent(self.cluster.vm(name))
+        return booted, started
 
     def backing_sha256(self, vol_uuid: str) -> str:
         """The sha256 of a volume's backing file on ``storage-1``."""
@@ -54,6 +66,23 @@ def portals(cluster: LabCluster) -> list[Portal]:
     ]
 
 
+TARGETS = "/run/nvmeof-csi/targets.yaml"
+
+
+def _await_agent(vm: LabVM, timeout: float = 180) -> None:
+    """Until the agent answers ``vm`` over the management link with mutual TLS (``nvmeofctl health``)."""
+    argv = [vm.python, "-m", "nvmeof_csi.cli.main", "--targets", TARGETS, "-o", "json", "health"]
+    last: list[str] = []
+
+    def answers() -> bool:
+        res = vm.run(argv, 60, cwd=str(REPO))
+        last[:] = [res.out[-500:], res.err[-1000:]]
+        return res.rc == 0
+
+    if not wait_until(answers, timeout, 2):
+        raise LabError(f"{STORAGE}'s agent does not answer {vm.ready.get('hostnqn')} over mTLS: {last}")
+
+
 @contextmanager
 def running_cluster_driver(cluster: LabCluster, pki: Mapping[str, Path], identity: str) -> Iterator[ClusterDriver]:
     storage = cluster.vm(STORAGE)
@@ -74,11 +103,15 @@ def running_cluster_driver(cluster: LabCluster, pki: Mapping[str, Path], identit
         for name in GPUS:
             vm = cluster.vm(name)
             _install(vm, {"ca.crt": pki["ca.crt"], "tls.crt": pki["ctrl.crt"], "tls.key": pki["ctrl.key"]})
+            vm.mkdir(FABRIC_MAP.rsplit("/", 1)[0])
+            client_tls = f"tls: {{cert: {PKI}/tls.crt, key: {PKI}/tls.key, ca: {PKI}/ca.crt}}"
             vm.write(
                 FABRIC_MAP,
                 f"agents:\n  - {{name: {STORAGE}, endpoint: '{listen}', fabric: lab, transports: [tcp],\n"
-                f"     tls: {{cert: {PKI}/tls.crt, key: {PKI}/tls.key, ca: {PKI}/ca.crt}}}}\n",
+                f"     {client_tls}}}\n",
             )
+            vm.write(TARGETS, f"targets:\n  - {{name: {STORAGE}, endpoint: '{listen}', {client_tls}}}\n")
+            _await_agent(vm)
             drivers[name] = GuestDriver(vm, agent)
             drivers[name].release()
             drivers[name].start()

@@ -38,8 +38,15 @@ class IoProbe:
     """An I/O probe running on a guest device."""
 
     def __init__(
-        self, vm: LabVM, device: str, seconds: float, stall_ms: float = 200.0, timeline_ms: float = 0.0
+        self,
+        vm: LabVM,
+        device: str,
+        seconds: float,
+        stall_ms: float = 200.0,
+        timeline_ms: float = 0.0,
+        sync: bool = False,
     ) -> None:
+        """``sync``: every write durable when it returns (O_DSYNC), for faults that cut the target's power."""
         self.device, self.seconds = device, seconds
         argv = [
             vm.python,
@@ -50,6 +57,7 @@ class IoProbe:
             str(stall_ms),
             "--timeline-ms",
             str(timeline_ms),
+            *(["--sync"] if sync else []),
         ]
         self._pending: Pending = vm.submit(argv, timeout=seconds + 180)
 

@@ -1,14 +1,15 @@
 """I/O probe for failover tests (runs in the guest; standard library only).
 
 usage: python3 ioprobe.py DEVICE SECONDS [--stall-ms 200] [--blocks 4096] [--mode verify|write|read]
-                          [--timeline-ms 0]
+                          [--timeline-ms 0] [--sync]
 
 O_DIRECT 4 KiB I/O in a loop over the first BLOCKS blocks of DEVICE for SECONDS. In ``verify`` mode each
 block is written with a pattern naming its sequence number and offset and read back at once; a mismatch is
 a verify error (data corruption), an OSError an I/O error. Prints one JSON object: ios, io_errors,
 verify_errors, max_gap_s (the longest time between two completions), stalls ([[start_s, gap_s], ...] over the
 threshold), ios_after_last_stall (proves I/O resumed), seconds, and with ``--timeline-ms N`` a timeline: completions per
-N ms bucket from the start (the I/O timeline a failover plot draws).
+N ms bucket from the start (the I/O timeline a failover plot draws). ``--sync`` opens DEVICE with O_DSYNC: each
+write is durable when it returns (FUA on a device with a volatile write cache), what must survive a power cut.
 """
 
 import argparse
@@ -41,13 +42,14 @@ def parse_args() -> argparse.Namespace:
     ap.add_argument("--blocks", type=int, default=4096)
     ap.add_argument("--mode", choices=("verify", "write", "read"), default="verify")
     ap.add_argument("--timeline-ms", type=float, default=0.0)
+    ap.add_argument("--sync", action="store_true")
     return ap.parse_args()
 
 
 def main() -> None:
     a = parse_args()
     flags = os.O_RDONLY if a.mode == "read" else os.O_RDWR
-    fd = os.open(a.device, flags | os.O_DIRECT)
+    fd = os.open(a.device, flags | os.O_DIRECT | (os.O_DSYNC if a.sync else 0))
     nblocks = max(1, min(os.lseek(fd, 0, os.SEEK_END) // BS, a.blocks))
     wbuf, rbuf = mmap.mmap(-1, BS), mmap.mmap(-1, BS)
     ios = io_errors = verify_errors = after_stall = 0

@@ -1,12 +1,14 @@
 """A typed, synchronous client of one target agent (used by nvmeofctl and the controller).
 
 Contract: every call has a timeout; a gRPC failure is raised as the matching ``nvmeof_csi.errors`` class
-(UNAVAILABLE -> ``Unavailable`` ...), with the agent's name in the message. TCP needs mutual TLS, except on a
+(UNAVAILABLE -> ``Unavailable`` ...), with the agent's name in the message (for a client made with
+``retry_unavailable``, after gRPC's own retries: ``RETRY_POLICY``). TCP needs mutual TLS, except on a
 loopback address when plaintext is explicitly allowed. Thread-safe (one channel, many calls).
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -19,12 +21,25 @@ from nvmeof_csi.gen import nvmeof_agent_pb2_grpc as pb_grpc
 from nvmeof_csi.rpc.endpoints import Endpoint, TlsFiles, is_loopback
 
 T = TypeVar("T")
+#: With ``retry_unavailable``: a call that found the agent UNAVAILABLE (a connection its restart or reboot broke:
+#: "Stream removed", reset by peer) is tried again by gRPC itself, at most 4 times within the call's deadline. Safe
+#: because every agent RPC is idempotent (creates by name and reserved UUID, the rest by UUID).
+RETRY_POLICY = {
+    "methodConfig": [{
+        "name": [{"service": "nvmeof.agent.v1.Agent"}],
+        "retryPolicy": {
+            "maxAttempts": 4, "initialBackoff": "0.5s", "maxBackoff": "4s", "backoffMultiplier": 2,
+            "retryableStatusCodes": ["UNAVAILABLE"],
+        },
+    }]
+}  # fmt: skip
 #: Reconnect quickly after an agent restarts (gRPC's default backoff grows to two minutes).
 CHANNEL_OPTIONS = (
     ("grpc.initial_reconnect_backoff_ms", 500),
     ("grpc.min_reconnect_backoff_ms", 500),
     ("grpc.max_reconnect_backoff_ms", 4000),
 )
+RETRYING = (("grpc.enable_retries", 1), ("grpc.service_config", json.dumps(RETRY_POLICY)))
 
 
 @dataclass(frozen=True)
@@ -43,19 +58,22 @@ class AgentTarget:
 
 
 class AgentClient:
-    def __init__(self, target: AgentTarget, timeout: float = 30.0) -> None:
+    def __init__(self, target: AgentTarget, timeout: float = 30.0, retry_unavailable: bool = False) -> None:
+        """``retry_unavailable``: gRPC retries calls that found the agent unavailable (the controller's choice;
+        an operator's tool reports at once)."""
         self.target = target
         self.timeout = timeout
         address = target.endpoint.grpc_address
+        options = (*CHANNEL_OPTIONS, *(RETRYING if retry_unavailable else ()))
         if target.tls is not None:
             creds = grpc.ssl_channel_credentials(
                 root_certificates=target.tls.ca.read_bytes(),
                 private_key=target.tls.key.read_bytes(),
                 certificate_chain=target.tls.cert.read_bytes(),
             )
-            self._channel = grpc.secure_channel(address, creds, options=CHANNEL_OPTIONS)
+            self._channel = grpc.secure_channel(address, creds, options=options)
         else:
-            self._channel = grpc.insecure_channel(address, options=CHANNEL_OPTIONS)
+            self._channel = grpc.insecure_channel(address, options=options)
         self._stub = pb_grpc.AgentStub(self._channel)
 
     def close(self) -> None:

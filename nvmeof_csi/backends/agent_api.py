@@ -46,7 +46,9 @@ class AgentApi(Protocol):
 
 
 def default_client(entry: AgentEntry) -> AgentApi:
-    return AgentClient(AgentTarget(entry.name, entry.endpoint, entry.tls, entry.allow_plaintext_loopback))
+    """The controller's client of an agent: a call that meets a connection the agent's restart broke is retried."""
+    target = AgentTarget(entry.name, entry.endpoint, entry.tls, entry.allow_plaintext_loopback)
+    return AgentClient(target, retry_unavailable=True)
 
 
 def transport_of(parameters: Mapping[str, str] | None) -> str:

@@ -70,7 +70,7 @@ def test_a_black_holed_link_between_machines_fails_over_to_the_other(
 ) -> None:
     target, host = fabrics
     head = serve(cluster, target, host, trtype, paths=2)
-    probe = IoProbe(cluster.vm("gpu-1"), head, seconds=30)
+    probe = IoProbe(cluster.vm("gpu-1"), head, seconds=22)
     time.sleep(4)
     cluster.black_hole("gpu-1", "fa")
     try:
@@ -88,7 +88,7 @@ def test_a_black_hole_on_the_only_path_stalls_io_for_at_least_the_keep_alive(
     """The proof that the black hole is real: with one path, I/O cannot go anywhere else while it lasts."""
     target, host = fabrics
     head = serve(cluster, target, host, "tcp", paths=1)
-    probe = IoProbe(cluster.vm("gpu-1"), head, seconds=24)
+    probe = IoProbe(cluster.vm("gpu-1"), head, seconds=20)
     time.sleep(3)
     cluster.black_hole("gpu-1", "fa")
     time.sleep(KATO + 4)
@@ -104,7 +104,7 @@ def test_both_cables_pulled_for_10_s_then_plugged_in_loses_nothing(
 ) -> None:
     target, host = fabrics
     head = serve(cluster, target, host, "tcp", paths=2)
-    probe = IoProbe(cluster.vm("gpu-1"), head, seconds=30)
+    probe = IoProbe(cluster.vm("gpu-1"), head, seconds=24)
     time.sleep(3)
 
     def outage() -> None:
