@@ -6,25 +6,34 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterator
+from typing import TypeVar
 
 import pytest
 
 from lab import BuildError, BuildInfo, Fabric, LabError, LabVM, lab_qemu_pids
 from tests.support.env import in_ci, need
 
+T = TypeVar("T")
 
-@pytest.fixture(scope="session")
-def lab_vm() -> Iterator[LabVM]:
+
+def start_lab(start: Callable[[], T], what: str) -> T:
+    """``start()`` once the lab is built (else skipped as not built); a lab that cannot start fails the run under
+    CI=true and skips it elsewhere."""
     try:
         BuildInfo.load()
     except BuildError as err:
         need(False, str(err))
     try:
-        vm = LabVM().start()
+        return start()
     except LabError as err:
         if in_ci():
-            pytest.fail(f"lab VM did not start: {err}")
-        pytest.skip(f"lab VM did not start: {err}")
+            pytest.fail(f"{what} did not start: {err}")
+        pytest.skip(f"{what} did not start: {err}")
+
+
+@pytest.fixture(scope="session")
+def lab_vm() -> Iterator[LabVM]:
+    vm = start_lab(lambda: LabVM().start(), "lab VM")
     Fabric(vm).load(rdma=True)
     try:
         yield vm
