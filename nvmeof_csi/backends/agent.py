@@ -237,9 +237,9 @@ class AgentBackend(AgentFleet):
         client = self._client(entry)
         try:
             vol = client.get_volume(ref.uuid)
+            self._names.release(vol.name, vol.uuid, vol.labels.get(KEPT_ON_LABEL, ""))  # first: see the module
         except NotFound:
-            return
-        self._names.release(vol.name, vol.uuid, vol.labels.get(KEPT_ON_LABEL, ""))  # first: see the module
+            pass  # gone, or a delete the agent has not finished: finishing it is the agent's (idempotent) call
         client.delete_volume(ref.uuid)
 
     def expand_volume(self, ref: VolumeRef, capacity_bytes: int) -> int:

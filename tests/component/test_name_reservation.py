@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from nvmeof_csi.agent.state import DELETING
 from nvmeof_csi.backends.agent import AgentBackend
 from nvmeof_csi.backends.agent_api import HostNqnNodes
 from nvmeof_csi.errors import ResourceExhausted, Unavailable
@@ -130,6 +131,19 @@ def test_a_delete_frees_the_name_and_a_new_create_makes_a_new_volume(tmp_path: P
     assert all(a.lookup_name("again") is None for a in agents.values())
     new = ctl.create("again", CapacityRange(GiB), {})
     assert new.ref.uuid != old.ref.uuid and volumes_in_all(agents) == 1
+
+
+def test_a_retried_delete_finishes_what_the_agent_left_half_deleted(tmp_path: Path) -> None:
+    """A delete that failed half-way on the agent leaves its record ``deleting`` (GetVolume: NOT_FOUND); the CO's
+    retry must still reach the agent's idempotent delete, not stop at the lookup."""
+    agents = local_agents(tmp_path, NAMES, capacity=8 * GiB)
+    ctl = service(dict(agents))
+    made = ctl.create("half", CapacityRange(GiB), {})
+    agent = agents[made.ref.location].agent
+    agent.state.put_volume(agent.state.current.volumes[made.ref.uuid].evolve(status=DELETING))
+    ctl.delete(made.ref)
+    assert made.ref.uuid not in agent.state.current.volumes
+    assert not agent.store.volume_path(made.ref.uuid).exists()
 
 
 def test_a_create_the_reserved_agent_refuses_for_space_frees_the_reservation(tmp_path: Path) -> None:
