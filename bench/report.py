@@ -25,6 +25,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
+from bench import across
 from bench.curves import curves
 from lab.build import REPO
 
@@ -90,6 +91,11 @@ FIGURES = (
            lambda d: round(max(float(r["stall_s"]) / (1.5 * float(r["keep_alive_s"]) + 1) for r in d["runs"]), 2),
            1.0, False),
     Figure("black-holed path: I/O errors", "pathloss", lambda d: float(d["errors"]), 0.0, False, ""),
+    Figure("path loss between machines / on one machine, TCP, same keep-alive, worst", "across",
+           lambda d: max(float(s["ratio"]) for s in d["summary"] if s["fault"] == "path loss" and s["ratio"]),
+           1.25, False),
+    Figure("failover between machines (planned and path loss, TCP and RDMA): I/O errors", "across",
+           lambda d: float(d["errors"]), 0.0, False, ""),
     Figure("dataset hydration, cold / warm", "dataset", lambda d: float(d["ratio_cold_over_warm"]), 3.0, True),
     Figure("dataset warm hydration from cache (lowest round)", "dataset",
            lambda d: 100 * min(float(x) for x in d["hit_ratio_warm"]), 90.0, True, "%"),
@@ -255,6 +261,9 @@ def render(rows: list[tuple[Figure, float | None]], docs: Mapping[str, Doc]) -> 
     facts = notes(docs)
     if facts:
         lines += ["", "## Behind the figures", "", *facts]
+    if "across" in docs:
+        lines += ["", "## Failover between machines and on one machine (median stall, `bench/across.py`)", ""]
+        lines += across.section(dict(docs["across"]))
     lines += ["", "![the curves behind the figures](bench-curves.png)"]
     lines += ["", "Runs: " + ", ".join(f"`bench-{k}.json`" for k in sorted(docs)) if docs else "", ""]
     return "\n".join(lines)

@@ -1,12 +1,14 @@
 """Every benchmark in one lab VM boot: provisioning (its own agent), then one driver stack for NodeStage and the
 node's data path and scaling, path loss and QoS; then the dataset benchmark on this host. Each writes its
 ``results/bench-*.json`` as it would run alone (``python -m bench.<name>``, its own VM); one boot and one stack
-start instead of four of each is what CI's bench tier saves. A benchmark that fails is reported and the next
+start instead of four of each is what CI's bench tier saves. Then ``across`` (failover between machines beside
+the same on one machine) boots the lab cluster. A benchmark that fails is reported and the next
 one still runs; the exit code is 1 when any failed.
 
 ``--smoke`` (CI's bench tier) runs every benchmark's code path once at its smallest sizes: it proves the
 benchmarks still work, and the report it leads to says "smoke: not a measurement". The performance goals are
-judged on the full suite (``./dev bench``, no flag).
+judged on the full suite (``./dev bench``, no flag). ``across`` is left out of ``--smoke`` unless named with
+``--only``: CI runs its smoke in the cluster tier, on the cluster that tier has booted anyway.
 
 usage: python -m bench.suite [--quick | --smoke] [--only NAME ...]
 """
@@ -20,8 +22,10 @@ import traceback
 from collections.abc import Callable
 from functools import partial
 
-from bench import dataset, pathloss, provision, qos, stage
+from bench import across, dataset, pathloss, provision, qos, stage
 from bench.results import in_one_vm
+from lab import Fabric
+from lab.cluster import LabCluster
 from lab.stack import GuestDriver, running_stack
 
 #: the benchmarks that share the driver stack: name -> (its argument parser, its run)
@@ -30,7 +34,7 @@ ON_STACK: dict[str, tuple[Callable[[], argparse.ArgumentParser], Callable[[Guest
     "pathloss": (pathloss.parser, pathloss.run),
     "qos": (qos.parser, qos.run_and_report),
 }
-NAMES = ("provision", *ON_STACK, "dataset")
+NAMES = ("provision", *ON_STACK, "dataset", "across")
 
 
 def attempt(name: str, step: Callable[[], None], failed: list[str]) -> None:
@@ -47,6 +51,14 @@ def attempt(name: str, step: Callable[[], None], failed: list[str]) -> None:
     )
 
 
+def in_cluster(args: argparse.Namespace) -> None:
+    """The benchmark across machines on a lab cluster booted for it."""
+    with LabCluster().start() as cluster:
+        for vm in cluster.vms.values():
+            Fabric(vm).load(rdma=True)
+        across.run(cluster, args)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     mode = ap.add_mutually_exclusive_group()
@@ -56,11 +68,13 @@ def main() -> None:
         action="store_true",
         help="CI: every benchmark's code path once at its smallest sizes; not a measurement",
     )
-    ap.add_argument("--only", nargs="+", choices=NAMES, default=list(NAMES), help="run these benchmarks only")
+    ap.add_argument("--only", nargs="+", choices=NAMES, help="run these benchmarks only")
     args = ap.parse_args()
+    if args.only is None:
+        args.only = [n for n in NAMES if not (args.smoke and n == "across")]
     flags = ["--quick"] if args.quick else (["--smoke"] if args.smoke else [])
     failed: list[str] = []
-    in_vm = [n for n in NAMES[:-1] if n in args.only]
+    in_vm = [n for n in NAMES if n in args.only and n not in ("dataset", "across")]
     if in_vm:
         with in_one_vm() as vm:
             if "provision" in in_vm:
@@ -72,6 +86,8 @@ def main() -> None:
                         attempt(name, partial(bench_run, stack, bench_args), failed)
     if "dataset" in args.only:
         attempt("dataset", lambda: dataset.run(dataset.parser().parse_args(["--smoke"] if args.smoke else [])), failed)
+    if "across" in args.only:
+        attempt("across", partial(in_cluster, across.parser().parse_args(flags)), failed)
     if failed:
         print(f"bench suite: FAILED {' '.join(failed)}", file=sys.stderr)
         raise SystemExit(1)
