@@ -113,6 +113,10 @@ def volume_msg(view: VolumeView) -> pb.Volume:
         status=rec.status,
         readonly_hosts=list(rec.readonly_hosts),
         created_at=rec.created_at,
+        fenced_hosts=[
+            pb.FencedHost(host_nqn=h, reason=m["reason"], fenced_at=m["at"], boot_id=m["boot_id"], done=m["done"])
+            for h, m in sorted(rec.fenced.items())
+        ],
     )
 
 
@@ -266,6 +270,20 @@ class AgentServicer(pb_grpc.AgentServicer):
         require(request.host_nqn, "host_nqn")
         check_host_nqn(request.host_nqn)
         return volume_msg(self._agent.deny_host(_uuid(request.volume_uuid, "volume_uuid"), request.host_nqn))
+
+    def FenceHost(self, request: pb.FenceHostRequest, context: Ctx) -> pb.Volume:
+        require(request.volume_uuid, "volume_uuid")
+        require(request.host_nqn, "host_nqn")
+        require(request.reason, "reason")
+        check_host_nqn(request.host_nqn)
+        vol_uuid = _uuid(request.volume_uuid, "volume_uuid")
+        return volume_msg(self._agent.fence_host(vol_uuid, request.host_nqn, request.reason, request.boot_id))
+
+    def UnfenceHost(self, request: pb.UnfenceHostRequest, context: Ctx) -> pb.Volume:
+        require(request.volume_uuid, "volume_uuid")
+        require(request.host_nqn, "host_nqn")
+        check_host_nqn(request.host_nqn)
+        return volume_msg(self._agent.unfence_host(_uuid(request.volume_uuid, "volume_uuid"), request.host_nqn))
 
     def ListPortals(self, request: pb.ListPortalsRequest, context: Ctx) -> pb.ListPortalsResponse:
         portals = self._agent.list_portals()

@@ -48,6 +48,8 @@ _WRITE = {
     "DeleteSnapshot",
     "AllowHost",
     "DenyHost",
+    "FenceHost",
+    "UnfenceHost",
     "ReserveName",
     "ReleaseName",
 }

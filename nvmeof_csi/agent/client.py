@@ -198,6 +198,13 @@ class AgentClient:
     def deny_host(self, vol_uuid: str, host_nqn: str) -> pb.Volume:
         return self._call(self._stub.DenyHost, pb.DenyHostRequest(volume_uuid=vol_uuid, host_nqn=host_nqn))
 
+    def fence_host(self, vol_uuid: str, host_nqn: str, reason: str, boot_id: str = "") -> pb.Volume:
+        request = pb.FenceHostRequest(volume_uuid=vol_uuid, host_nqn=host_nqn, reason=reason, boot_id=boot_id)
+        return self._call(self._stub.FenceHost, request)
+
+    def unfence_host(self, vol_uuid: str, host_nqn: str) -> pb.Volume:
+        return self._call(self._stub.UnfenceHost, pb.UnfenceHostRequest(volume_uuid=vol_uuid, host_nqn=host_nqn))
+
     def list_portals(self) -> list[pb.Portal]:
         return list(self._call(self._stub.ListPortals, pb.ListPortalsRequest()).portals)
 

@@ -1,14 +1,15 @@
 """Host grants and ANA on the target agent.
 
-Contract: :meth:`HostOps.allow_host` / :meth:`HostOps.deny_host` are idempotent, save the grant before touching
-configfs and serialise per volume and per host; allowing a host again with another ``readonly`` raises
-``AlreadyExists``; a host secret the kernel cannot honour raises ``FailedPrecondition`` before anything is
-saved. DH-HMAC-CHAP: a volume created with ``auth`` (its parameters) is granted only with the keys its mode
-needs (``FailedPrecondition`` otherwise, naming no key); keys are malformed -> ``InvalidArgument``. nvmet keys
-are per host, so a host that already reaches another volume of this agent with other keys (or none) is
+Contract: :meth:`HostOps.allow_host` / :meth:`HostOps.deny_host` are idempotent, save the grant before
+touching configfs and serialise per volume and per host; allowing a host again
+with another ``readonly`` raises ``AlreadyExists``; a host secret the kernel cannot honour raises
+``FailedPrecondition`` before anything is saved; a host fenced from the volume (``agent/fencing.py``) raises
+``FailedPrecondition``. DH-HMAC-CHAP: a volume created with ``auth`` (its parameters) is granted only with the
+keys its mode needs (``FailedPrecondition`` otherwise, naming no key); keys are malformed -> ``InvalidArgument``.
+nvmet keys are per host, so a host that already reaches another volume of this agent with other keys (or none) is
 refused with ``FailedPrecondition``: one secret per node, never a silent overwrite that would lock the other
-volume's reconnects out. ANA states are
-set per portal group, saved first, under the ports lock; an unknown group is ``NotFound``.
+volume's reconnects out. ANA states are set per portal group, saved first, under the ports lock; an unknown group
+is ``NotFound``.
 """
 
 from __future__ import annotations
@@ -35,6 +36,13 @@ class HostOps:
             parse_key(key)
         with p.keys.hold(vol_uuid), p.keys.hold(f"host:{host_nqn}"):
             rec = p.volume(vol_uuid)
+            fence = rec.fenced.get(host_nqn)
+            if fence is not None:
+                raise FailedPrecondition(
+                    f"host {host_nqn} is fenced from volume {vol_uuid} ({fence['reason']}, at {fence['at']:.0f}); "
+                    "it may be allowed again once its node rebooted or an operator unfenced it "
+                    "(nvmeofctl hosts unfence)"
+                )
             if host_nqn in rec.hosts and (host_nqn in rec.readonly_hosts) != readonly:
                 raise AlreadyExists(
                     f"host {host_nqn} is already allowed on volume {vol_uuid} with readonly={not readonly}"

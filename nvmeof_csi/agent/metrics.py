@@ -10,6 +10,7 @@
 | ``nvmeof_csi_agent_subsystems`` | agent | subsystems in configfs |
 | ``nvmeof_csi_agent_volume_allowed_hosts`` | agent, volume_uuid | hosts allowed on each volume |
 | ``nvmeof_csi_agent_drift_objects`` | agent | configfs objects and pool files the agent's state does not know |
+| ``nvmeof_csi_agent_fenced_hosts`` | agent, reason | host fences in force, by reason (``agent/fencing.py``) |
 
 Label sets are bounded by this agent's volumes. Contract: collecting never raises.
 """
@@ -58,13 +59,21 @@ class AgentCollector(Collector):
                 "Hosts allowed on each volume.",
                 labels=["agent", "volume_uuid"],
             )
+            fenced = GaugeMetricFamily(
+                "nvmeof_csi_agent_fenced_hosts", "Host fences in force, by reason.", labels=["agent", "reason"]
+            )
             counts: dict[str, int] = {}
+            reasons: dict[str, int] = {}
             for view in self._agent.list_volumes():
                 counts[view.record.status] = counts.get(view.record.status, 0) + 1
                 hosts.add_metric([name, view.record.uuid], len(view.record.hosts))
+                for mark in view.record.fenced.values():
+                    reasons[mark["reason"]] = reasons.get(mark["reason"], 0) + 1
             for status, count in sorted(counts.items()):
                 by_status.add_metric([name, status], count)
-            families += [by_status, hosts]
+            for reason, count in sorted(reasons.items()):
+                fenced.add_metric([name, reason], count)
+            families += [by_status, hosts, fenced]
         except Exception:
             log.exception("metrics: agent state could not be read")
         yield from families

@@ -37,13 +37,22 @@ import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from nvmeof_csi.errors import DriverError
 from nvmeof_csi.host.atomic import fsync_dir, read_json, remove_durably, write_atomic
 
 FORMAT_VERSION = 1
 CREATING, READY, DELETING = "creating", "ready", "deleting"
+
+
+class FenceMark(TypedDict):
+    """A host fenced from a volume: why, when (agent clock), its boot ID then, and whether its teardown ended."""
+
+    reason: str
+    at: float
+    boot_id: str
+    done: bool
 
 
 @dataclass(frozen=True)
@@ -60,6 +69,7 @@ class VolumeRecord:
     source_snapshot: str = ""
     status: str = CREATING
     created_at: float = 0.0
+    fenced: Mapping[str, FenceMark] = field(default_factory=dict)  # host NQN -> its fence (``agent/fencing.py``)
 
     def evolve(self, **changes: Any) -> VolumeRecord:
         return replace(self, **changes)

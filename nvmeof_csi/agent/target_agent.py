@@ -20,6 +20,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 from nvmeof_csi.agent.configfs import Nvmet
 from nvmeof_csi.agent.converge import Applier, ConvergeReport
+from nvmeof_csi.agent.fencing import FenceOps
 from nvmeof_csi.agent.filler import Filler
 from nvmeof_csi.agent.health import volume_health
 from nvmeof_csi.agent.hosts import HostOps
@@ -45,6 +46,7 @@ class TargetAgent:
         buffered_io: bool = False,
         clock: Callable[[], float] = time.time,
         filler: Filler | None = None,
+        sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         ids = [p.port_id for p in portals]
         if len(set(ids)) != len(ids):
@@ -53,6 +55,7 @@ class TargetAgent:
         self._volumes = VolumeOps(self._parts)
         self._snapshots = SnapshotOps(self._parts)
         self._hosts = HostOps(self._parts)
+        self._fences = FenceOps(self._parts, sleep)
         self._applier = Applier(self._parts, self._volumes, self._snapshots)
         self._names = NameBook(state.folder)
 
@@ -151,6 +154,16 @@ class TargetAgent:
 
     def deny_host(self, vol_uuid: str, host_nqn: str) -> VolumeView:
         return self._hosts.deny_host(vol_uuid, host_nqn)
+
+    def fence_host(self, vol_uuid: str, host_nqn: str, reason: str, boot_id: str = "") -> VolumeView:
+        return self._fences.fence_host(vol_uuid, host_nqn, reason, boot_id)
+
+    def unfence_host(self, vol_uuid: str, host_nqn: str) -> VolumeView:
+        return self._fences.unfence_host(vol_uuid, host_nqn)
+
+    def resume_fences(self) -> list[str]:
+        """Finish fences a killed agent left undone; run at start, after :meth:`converge` (see ``fencing``)."""
+        return self._fences.resume()
 
     def create_snapshot(self, name: str, source_volume: str) -> SnapshotRecord:
         return self._snapshots.create_snapshot(name, source_volume)

@@ -274,6 +274,12 @@ class AgentBackend(AgentFleet):
         except NotFound:
             return
 
+    def fence(self, ref: VolumeRef, node_id: str, reason: str, boot_id: str) -> None:
+        self._client(self._require(ref)).fence_host(ref.uuid, host_nqn_of(node_id), reason, boot_id)
+
+    def unfence(self, ref: VolumeRef, node_id: str) -> None:
+        self._client(self._require(ref)).unfence_host(ref.uuid, host_nqn_of(node_id))
+
     def condition(self, ref: VolumeRef) -> Condition:
         """The agent's view: unreachable -> inaccessible; not ready -> degraded; then what the agent reports
         about the volume itself (subsystem, namespace, ports, backing file, pool: ``agent/health.py``)."""

@@ -8,7 +8,7 @@ from nvmeof_csi.backends.agent_api import transport_of
 from nvmeof_csi.gen import nvmeof_agent_pb2 as pb
 from nvmeof_csi.nvmeof.context import Portal, VolumeContext, check_auth, tunables_from
 from nvmeof_csi.nvmeof.qos import limits_from
-from nvmeof_csi.service.contracts import ContentSource, Snapshot, Volume, VolumeRef
+from nvmeof_csi.service.contracts import ContentSource, Fence, Snapshot, Volume, VolumeRef
 from nvmeof_csi.topology.fabric_map import AgentEntry
 from nvmeof_csi.topology.placement import volume_segment
 
@@ -40,6 +40,7 @@ def volume_of(entry: AgentEntry, vol: pb.Volume) -> Volume:
         published_nodes=tuple(sorted(vol.allowed_hosts)),
         source=source,
         ready=vol.status != "creating",
+        fenced={f.host_nqn: Fence(f.reason, f.fenced_at, f.boot_id) for f in vol.fenced_hosts},
     )
 
 

@@ -228,6 +228,13 @@ class LoopTargetBackend:
         del doc["published"][node_id]
         write_json_atomic(self._meta_path(ref.uuid), doc)
 
+    def fence(self, ref: VolumeRef, node_id: str, reason: str, boot_id: str) -> None:
+        """One node, which is this host, and no fabric: nothing to end but the grant."""
+        self.unpublish(ref, node_id)
+
+    def unfence(self, ref: VolumeRef, node_id: str) -> None:
+        """Nothing is kept fenced (see :meth:`fence`)."""
+
     def available_capacity(self, segment: Topology | None, parameters: Mapping[str, str] | None = None) -> int:
         if segment and any(self._topology.get(k) != v for k, v in segment.items()):
             return 0

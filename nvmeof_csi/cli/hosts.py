@@ -1,7 +1,8 @@
-"""``nvmeofctl hosts``: allow or deny a host NQN on a volume."""
+"""``nvmeofctl hosts``: allow, deny, list, fence and unfence host NQNs on a volume."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated
 
@@ -10,7 +11,7 @@ import typer
 from nvmeof_csi.cli.context import state
 from nvmeof_csi.cli.output import as_dict, render
 
-app = typer.Typer(help="Grant or revoke a host's access to a volume's subsystem.", no_args_is_help=True)
+app = typer.Typer(help="Grant, revoke, list, fence and unfence hosts of a volume's subsystem.", no_args_is_help=True)
 Volume = Annotated[str, typer.Argument(help="Volume UUID.")]
 HostNqn = Annotated[str, typer.Argument(help="Host NQN, e.g. nqn.2014-08.org.nvmexpress:uuid:...")]
 Target = Annotated[str | None, typer.Option("--target", "-t", help="Target holding the volume.")]
@@ -41,3 +42,42 @@ def deny(ctx: typer.Context, volume: Volume, host_nqn: HostNqn, target: Target =
     with cli.client(cli.one(target)) as client:
         vol = client.deny_host(volume, host_nqn)
     render([as_dict(vol)], ("uuid", "name", "allowed_hosts"), cli.output)
+
+
+@app.command("list")
+def list_hosts(ctx: typer.Context, volume: Volume, target: Target = None) -> None:
+    """Every host of VOLUME: allowed (read-write or read-only) or fenced (with the reason, the time and whether
+    its connections were ended yet)."""
+    cli = state(ctx)
+    with cli.client(cli.one(target)) as client:
+        vol = client.get_volume(volume)
+    rows: list[dict[str, str]] = [
+        {"host_nqn": h, "access": "read-only" if h in vol.readonly_hosts else "read-write", "reason": "", "since": ""}
+        for h in vol.allowed_hosts
+    ]
+    for f in vol.fenced_hosts:
+        since = datetime.fromtimestamp(f.fenced_at, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        rows.append(
+            {"host_nqn": f.host_nqn, "access": "fenced" if f.done else "fencing", "reason": f.reason, "since": since}
+        )
+    render(rows, ("host_nqn", "access", "reason", "since"), cli.output)
+
+
+@app.command()
+def fence(ctx: typer.Context, volume: Volume, host_nqn: HostNqn, target: Target = None) -> None:
+    """Fence HOST_NQN from VOLUME now: refused from now on and every connection it has to the volume ended (the
+    volume's other hosts reconnect). It stays refused until `hosts unfence`."""
+    cli = state(ctx)
+    with cli.client(cli.one(target)) as client:
+        vol = client.fence_host(volume, host_nqn, "OPERATOR")
+    render([as_dict(vol)], ("uuid", "name", "allowed_hosts", "fenced_hosts"), cli.output)
+
+
+@app.command()
+def unfence(ctx: typer.Context, volume: Volume, host_nqn: HostNqn, target: Target = None) -> None:
+    """Lift HOST_NQN's fence on VOLUME so that it may be published to again. Only after its node was powered
+    off or rebooted: a node that was cut off but kept running may still hold writes in its page cache."""
+    cli = state(ctx)
+    with cli.client(cli.one(target)) as client:
+        vol = client.unfence_host(volume, host_nqn)
+    render([as_dict(vol)], ("uuid", "name", "allowed_hosts", "fenced_hosts"), cli.output)

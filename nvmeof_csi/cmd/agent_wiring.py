@@ -86,6 +86,8 @@ async def serve_agent(settings: AgentSettings, plain_tree: bool = False) -> None
         log.warning("pruned unknown object: %s", line)
     for line in report.problems:
         log.error("converge problem: %s", line)
+    for line in agent.resume_fences():
+        log.warning("finished a fence a stopped agent left undone: %s", line)
     policy = load_policy(settings.authz_file) if settings.authz_file is not None else {}
     registry.register(AgentCollector(agent, lambda: len(report.unknown)))
     # threads, not asyncio: every agent call is blocking work, served straight on a server thread (#17)

@@ -45,6 +45,15 @@ OFFERED = (
 )
 
 
+def _reason(value: int) -> str:
+    """A CSI 1.14 unpublish reason by name; unset or one this spec does not know -> ``""``."""
+    try:
+        name = csi_pb2.ControllerUnpublishVolumeRequest.Reason.Name(value)
+    except ValueError:
+        return ""
+    return "" if name == "UNKNOWN" else name
+
+
 def _range(msg: csi_pb2.CapacityRange) -> CapacityRange:
     return CapacityRange(msg.required_bytes, msg.limit_bytes)
 
@@ -175,8 +184,8 @@ class ControllerServicer(csi_pb2_grpc.ControllerServicer):
         except NotFound:
             return csi_pb2.ControllerUnpublishVolumeResponse()
         if request.node_id:
-            await blocking(self._volumes.unpublish, ref, request.node_id)
-        else:  # no node: unpublish from every node
+            await blocking(self._volumes.unpublish, ref, request.node_id, _reason(request.reason))
+        else:  # no node: unpublish from every node (the CO may not give a reason then)
             volume = await blocking(self._volumes.get, ref)
             for node in volume.published_nodes:
                 await blocking(self._volumes.unpublish, ref, node)
@@ -315,6 +324,13 @@ class ControllerServicer(csi_pb2_grpc.ControllerServicer):
         if not page.snapshots:
             raise NotFound(f"snapshot {request.snapshot_id} does not exist")
         return csi_pb2.GetSnapshotResponse(snapshot=_snapshot_msg(page.snapshots[0]))
+
+    async def ControllerGetNodeInfo(
+        self, request: csi_pb2.ControllerGetNodeInfoRequest, context: Ctx
+    ) -> csi_pb2.ControllerGetNodeInfoResponse:
+        """Not offered (GET_NODE_INFO is not a capability): a node's topology is what its own fabric reaches
+        (its NICs, modules and soft-RoCE), which only the node sees; NodeGetInfo reports it."""
+        raise Unimplemented("ControllerGetNodeInfo is not offered: NodeGetInfo reports each node's topology")
 
     async def ControllerModifyVolume(
         self, request: csi_pb2.ControllerModifyVolumeRequest, context: Ctx

@@ -71,6 +71,16 @@ class Volume:
     published_nodes: tuple[str, ...] = ()
     source: ContentSource | None = None
     ready: bool = True  # False while the backend is still creating it (e.g. filling a dataset volume)
+    fenced: Mapping[str, Fence] = field(default_factory=dict)  # node ID -> its fence from this volume
+
+
+@dataclass(frozen=True)
+class Fence:
+    """A node fenced from a volume: why, when (the target's clock) and the node's boot ID then ("" unknown)."""
+
+    reason: str
+    at: float
+    boot_id: str = ""
 
 
 @dataclass(frozen=True)
@@ -186,6 +196,16 @@ class TargetBackend(Protocol):
 
     def unpublish(self, ref: VolumeRef, node_id: str) -> None:
         """Revoke ``node_id``'s access; not published is success."""
+        ...
+
+    def fence(self, ref: VolumeRef, node_id: str, reason: str, boot_id: str) -> None:
+        """Revoke ``node_id``'s access *now*: refused from now on and every connection it has to the volume
+        ended, so that a node presumed lost writes nothing more; it stays refused (``publish`` raises
+        ``FailedPrecondition``) until :meth:`unfence`. Idempotent; not published is fenced all the same."""
+        ...
+
+    def unfence(self, ref: VolumeRef, node_id: str) -> None:
+        """Lift ``node_id``'s fence (it is not published by this); not fenced is success."""
         ...
 
     def available_capacity(self, segment: Topology | None, parameters: Mapping[str, str] | None = None) -> int:

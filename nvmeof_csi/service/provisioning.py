@@ -34,6 +34,7 @@ from nvmeof_csi.service.contracts import (
     Volume,
     VolumeRef,
 )
+from nvmeof_csi.service.fencing import FENCE_ON_CHOICES, NoCluster, NodeFacts, fence_reason, may_unfence, needs_taint
 
 T = TypeVar("T")
 MiB = 1 << 20
@@ -107,10 +108,21 @@ def _after(items: list[T], token: str, key: Callable[[T], str], max_entries: int
 class VolumeService:
     """Backend-agnostic controller operations over an injected :class:`TargetBackend`."""
 
-    def __init__(self, backend: TargetBackend, nodes: NodeDirectory, max_volumes_per_node: int = 0) -> None:
+    def __init__(
+        self,
+        backend: TargetBackend,
+        nodes: NodeDirectory,
+        max_volumes_per_node: int = 0,
+        facts: NodeFacts | None = None,
+        fence_on: frozenset[str] = frozenset(FENCE_ON_CHOICES),
+    ) -> None:
+        """``facts`` and ``fence_on``: when an unpublish fences and when a fenced node may publish again
+        (``service/fencing.py``); without ``facts`` there is no cluster to ask."""
         self._backend = backend
         self._nodes = nodes
         self._max_per_node = max_volumes_per_node
+        self._facts: NodeFacts = facts or NoCluster()
+        self._fence_on = fence_on
 
     def create(
         self,
@@ -173,6 +185,15 @@ class VolumeService:
         volume = self.get(ref)
         if not self._nodes.knows(node_id):
             raise NotFound(f"node {node_id!r} is not known to this controller")
+        fence = volume.fenced.get(node_id)
+        if fence is not None:
+            if not may_unfence(fence.boot_id, self._facts.boot_id(node_id)):
+                raise FailedPrecondition(
+                    f"node {node_id!r} is fenced from volume {ref.uuid} ({fence.reason}): it gets the volume again "
+                    f"once it has rebooted (a new boot ID) or an operator ran: nvmeofctl hosts unfence {ref.uuid} "
+                    f"{node_id}"
+                )
+            self._backend.unfence(ref, node_id)
         others = sorted(n for n in volume.published_nodes if n != node_id)
         if one_node and others:
             raise FailedPrecondition(
@@ -187,10 +208,19 @@ class VolumeService:
                 )
         return self._backend.publish(ref, node_id, readonly, secrets)
 
-    def unpublish(self, ref: VolumeRef, node_id: str) -> None:
+    def unpublish(self, ref: VolumeRef, node_id: str, reason: str = "") -> str:
+        """Revoke ``node_id``'s access, fencing it when ``reason`` (a CSI 1.14 unpublish reason name, ``""``
+        unset) or its Node's taint says so (``service/fencing.py``); returns the fence's reason, ``""`` when it
+        did not fence."""
         if self._backend.get_volume(ref) is None:
-            return  # gone: nothing is published
-        self._backend.unpublish(ref, node_id)
+            return ""  # gone: nothing is published
+        tainted = self._facts.out_of_service(node_id) if needs_taint(reason, self._fence_on) else None
+        why = fence_reason(reason, self._fence_on, tainted)
+        if why:
+            self._backend.fence(ref, node_id, why, self._facts.boot_id(node_id))
+        else:
+            self._backend.unpublish(ref, node_id)
+        return why
 
     def list(self, max_entries: int, starting_token: str) -> Page:
         """Volumes ordered by UUID; the token is the UUID of the last volume returned, so deleting it or

@@ -246,6 +246,7 @@ EXTRA_BAD = [
     ("GetSnapshot", csi_pb2.GetSnapshotRequest(), "INVALID_ARGUMENT", "snapshot_id"),
     ("ControllerGetVolumeHealth", csi_pb2.ControllerGetVolumeHealthRequest(), "INVALID_ARGUMENT", "volume_id"),
     ("ControllerListVolumeHealth", csi_pb2.ControllerListVolumeHealthRequest(starting_token="zzz"), "ABORTED", "starting_token"),
+    ("ControllerGetNodeInfo", csi_pb2.ControllerGetNodeInfoRequest(node_id="x" * 300), "UNIMPLEMENTED", "NodeGetInfo"),
 ]
 # fmt: on
 TABLE = [  # the foundation table, minus what differs on a backend with snapshots

@@ -171,6 +171,12 @@ class LocalAgent:
     def deny_host(self, vol_uuid: str, host_nqn: str) -> pb.Volume:
         return volume_msg(self.agent.deny_host(vol_uuid, host_nqn))
 
+    def fence_host(self, vol_uuid: str, host_nqn: str, reason: str, boot_id: str = "") -> pb.Volume:
+        return volume_msg(self.agent.fence_host(vol_uuid, host_nqn, reason, boot_id))
+
+    def unfence_host(self, vol_uuid: str, host_nqn: str) -> pb.Volume:
+        return volume_msg(self.agent.unfence_host(vol_uuid, host_nqn))
+
     def capacity(self) -> list[pb.Pool]:
         total = self.agent.capacity_bytes()
         free = self.free if self.free is not None else total - self.agent.provisioned_bytes()

@@ -17,6 +17,7 @@ from nvmeof_csi.service.contracts import (
     Condition,
     Connector,
     ContentSource,
+    Fence,
     Health,
     Snapshot,
     TargetBackend,
@@ -124,6 +125,15 @@ class FakeBackend:
         if vol:
             self.readonly.pop((ref.uuid, node_id), None)
             self.volumes[ref.uuid] = replace(vol, published_nodes=tuple(n for n in vol.published_nodes if n != node_id))
+
+    def fence(self, ref: VolumeRef, node_id: str, reason: str, boot_id: str) -> None:
+        self.unpublish(ref, node_id)
+        vol = self.volumes[ref.uuid]
+        self.volumes[ref.uuid] = replace(vol, fenced={**vol.fenced, node_id: Fence(reason, 0.0, boot_id)})
+
+    def unfence(self, ref: VolumeRef, node_id: str) -> None:
+        vol = self.volumes[ref.uuid]
+        self.volumes[ref.uuid] = replace(vol, fenced={k: v for k, v in vol.fenced.items() if k != node_id})
 
     def available_capacity(self, segment: Topology | None, parameters: Mapping[str, str] | None = None) -> int:
         if segment and any(TOPO.get(k) != v for k, v in segment.items()):

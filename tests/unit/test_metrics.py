@@ -85,3 +85,6 @@ def test_agent_metrics(tmp_path: Path) -> None:
     assert sample(registry, "nvmeof_csi_agent_subsystems") == 1
     assert sample(registry, "nvmeof_csi_agent_drift_objects") == 3
     assert (sample(registry, "nvmeof_csi_agent_pool_bytes") or 0) > 0
+    agent.fence_host(vol.uuid, HOST, "NODE_OUT_OF_SERVICE")
+    assert sample(registry, "nvmeof_csi_agent_fenced_hosts", reason="NODE_OUT_OF_SERVICE") == 1
+    assert sample(registry, "nvmeof_csi_agent_volume_allowed_hosts", volume_uuid=vol.uuid) == 0

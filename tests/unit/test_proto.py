@@ -1,4 +1,4 @@
-"""The generated module must carry every service and RPC of CSI spec v1.13."""
+"""The generated module must carry every service and RPC of CSI spec v1.14."""
 
 from nvmeof_csi.gen import csi_pb2, csi_pb2_grpc, nvmeof_agent_pb2
 
@@ -22,6 +22,7 @@ EXPECTED = {
         "ControllerModifyVolume",
         "ControllerGetVolumeHealth",
         "ControllerListVolumeHealth",
+        "ControllerGetNodeInfo",
     },
     "GroupController": {
         "GroupControllerGetCapabilities",
@@ -57,3 +58,13 @@ def test_every_service_and_rpc() -> None:
 
 def test_our_agent_api_is_generated() -> None:
     assert "Agent" in nvmeof_agent_pb2.DESCRIPTOR.services_by_name
+
+
+def test_the_unpublish_reason_of_spec_1_14() -> None:
+    reason = csi_pb2.ControllerUnpublishVolumeRequest.Reason
+    assert {reason.Name(v) for v in reason.values()} == {
+        "UNKNOWN",
+        "NODE_CLEANUP_SUCCEEDED",
+        "NODE_CLEANUP_TIMEOUT",
+        "NODE_OUT_OF_SERVICE",
+    }

@@ -14,7 +14,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_lock_parses() -> None:
     lock = protogen.SpecLock.read(ROOT / "proto" / "csi.lock")
     assert lock.module == "github.com/container-storage-interface/spec"
-    assert lock.version == "v1.13.0"
+    assert lock.version == "v1.14.0"
     assert len(lock.sha256) == 64
 
 
