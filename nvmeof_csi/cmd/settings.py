@@ -17,6 +17,7 @@ from nvmeof_csi.cmd.flags import ENV_PREFIX, check_ranges, setting
 from nvmeof_csi.errors import ConfigError
 from nvmeof_csi.rpc.endpoints import Endpoint, parse_listen
 from nvmeof_csi.service.contracts import valid_location
+from nvmeof_csi.service.fencing import FENCE_ON_CHOICES, parse_fence_on
 
 
 def env_var(name: str) -> str:
@@ -135,6 +136,18 @@ class Settings:
         high=300,
     )
     cgroup_root: Path = setting(Path("/sys/fs/cgroup"), "The cgroup v2 mount holding kubelet's pod cgroups.")
+    fence_on: frozenset[str] = setting(
+        ",".join(FENCE_ON_CHOICES),
+        "Controller: when ControllerUnpublishVolume fences the node (ends its live connections and keeps it "
+        "refused until it rebooted): any of `NODE_OUT_OF_SERVICE`, `NODE_CLEANUP_TIMEOUT` (CSI 1.14 reasons), "
+        "`taint` (no reason given and the Node has `node.kubernetes.io/out-of-service`), comma-separated; `none`.",
+        parse=lambda text: parse_fence_on(str(text)),
+    )
+    kubeconfig: str = setting(
+        "",
+        "Controller: where to read Nodes (the out-of-service taint, boot IDs): empty = the in-cluster "
+        "service account when running in a pod, else no cluster; a kubeconfig path; `none`.",
+    )
 
     def __post_init__(self) -> None:
         check_ranges(self)

@@ -8,11 +8,13 @@ root is ``agent_wiring``.
 from __future__ import annotations
 
 import logging
+import os
 
 from nvmeof_csi import DRIVER_NAME, TOPOLOGY_FABRIC, TOPOLOGY_RDMA
 from nvmeof_csi.backends.agent import AgentBackend
 from nvmeof_csi.backends.agent_api import HostNqnNodes
 from nvmeof_csi.backends.agent_limits import AgentLimits
+from nvmeof_csi.backends.kube_nodes import KubeNodes
 from nvmeof_csi.backends.loop import LoopConnector, LoopTargetBackend
 from nvmeof_csi.cmd.settings import Backend, Settings
 from nvmeof_csi.csi.server import CsiServices
@@ -30,6 +32,7 @@ from nvmeof_csi.initiator.uevents import open_block_events
 from nvmeof_csi.nvmeof.nqn import node_id_for
 from nvmeof_csi.rpc.metrics import RpcMetrics
 from nvmeof_csi.service.contracts import Connector, NodeDirectory, StaticNodes, TargetBackend
+from nvmeof_csi.service.fencing import NoCluster, NodeFacts
 from nvmeof_csi.service.provisioning import VolumeService
 from nvmeof_csi.service.qos import LimitOverrides, QosEnforcer
 from nvmeof_csi.service.records import StagingStore
@@ -38,6 +41,15 @@ from nvmeof_csi.topology.fabric_map import load_fabric_map
 from nvmeof_csi.topology.placement import TOPOLOGY_ZONE
 
 log = logging.getLogger(__name__)
+
+
+def node_facts(settings: Settings) -> NodeFacts:
+    """Where the controller reads Nodes for fencing: a kubeconfig, the pod's service account, or nowhere."""
+    if settings.kubeconfig == "none" or not (settings.kubeconfig or os.environ.get("KUBERNETES_SERVICE_HOST")):
+        return NoCluster()
+    facts = KubeNodes.connect(settings.kubeconfig, DRIVER_NAME)
+    log.info("fencing reads Nodes from %s", settings.kubeconfig or "the in-cluster service account")
+    return facts
 
 
 def build_services(settings: Settings, executor: Executor | None = None) -> CsiServices:
@@ -60,7 +72,9 @@ def build_services(settings: Settings, executor: Executor | None = None) -> CsiS
         else:
             backend = LoopTargetBackend(settings.state_dir / "loop", settings.loop_capacity_bytes, topology)
             nodes = StaticNodes(frozenset({settings.node_id}))
-        services.volumes = VolumeService(backend, nodes, settings.max_volumes_per_node)
+        services.volumes = VolumeService(
+            backend, nodes, settings.max_volumes_per_node, node_facts(settings), settings.fence_on
+        )
         services.checks.append(backend.health)
     if settings.mode.node:
         connector: Connector

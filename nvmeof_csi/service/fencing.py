@@ -29,6 +29,8 @@ from __future__ import annotations
 
 from typing import Protocol
 
+from nvmeof_csi.errors import ConfigError
+
 OUT_OF_SERVICE, CLEANUP_TIMEOUT, CLEANUP_SUCCEEDED = (
     "NODE_OUT_OF_SERVICE",
     "NODE_CLEANUP_TIMEOUT",
@@ -91,5 +93,5 @@ def parse_fence_on(text: str) -> frozenset[str]:
     items = {i.strip() for i in text.split(",") if i.strip()} - {"none"}
     unknown = sorted(items - set(FENCE_ON_CHOICES))
     if unknown:
-        raise ValueError(f"--fence-on: unknown {', '.join(unknown)} (choose from {', '.join(FENCE_ON_CHOICES)}, none)")
+        raise ConfigError(f"--fence-on: unknown {', '.join(unknown)} (choose from {', '.join(FENCE_ON_CHOICES)}, none)")
     return frozenset(items)

@@ -1,0 +1,80 @@
+"""KubeNodes over stand-ins of the Kubernetes client's API objects: CSI node ID -> Node through this driver's
+CSINode entries (re-listed on a miss or when stale), the out-of-service taint, the boot ID, a node the API does not
+know, and an API that cannot be asked (UNAVAILABLE, never a guess)."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace as NS
+from typing import Any
+
+import pytest
+
+from nvmeof_csi.backends.kube_nodes import OUT_OF_SERVICE_TAINT, KubeNodes
+from nvmeof_csi.errors import Unavailable
+
+DRIVER = "nvmeof.csi.io"
+
+
+class ApiError(Exception):
+    def __init__(self, status: int) -> None:
+        super().__init__(status)
+        self.status, self.reason = status, "Boom"
+
+
+class Storage:
+    def __init__(self) -> None:
+        self.entries = {"gpu-1": [("other.csi.io", "x"), (DRIVER, "nqn.gpu-1")], "gpu-2": [(DRIVER, "nqn.gpu-2")]}
+        self.lists = 0
+        self.fail = False
+
+    def list_csi_node(self, **_: Any) -> NS:
+        self.lists += 1
+        if self.fail:
+            raise ApiError(503)
+        items = [
+            NS(metadata=NS(name=n), spec=NS(drivers=[NS(name=d, node_id=i) for d, i in e]))
+            for n, e in self.entries.items()
+        ]
+        return NS(items=items)
+
+
+class Core:
+    def __init__(self) -> None:
+        self.nodes = {
+            "gpu-1": NS(
+                spec=NS(taints=[NS(key=OUT_OF_SERVICE_TAINT, effect="NoExecute")]),
+                status=NS(node_info=NS(boot_id="b1")),
+            ),
+            "gpu-2": NS(spec=NS(taints=None), status=NS(node_info=NS(boot_id="b2"))),
+        }
+
+    def read_node(self, name: str, **_: Any) -> NS:
+        if name not in self.nodes:
+            raise ApiError(404)
+        return self.nodes[name]
+
+
+def test_taint_and_boot_id_by_csi_node_id() -> None:
+    core, storage, now = Core(), Storage(), [0.0]
+    nodes = KubeNodes(core, storage, DRIVER, ttl=60, clock=lambda: now[0])
+    assert nodes.out_of_service("nqn.gpu-1") is True and nodes.out_of_service("nqn.gpu-2") is False
+    assert (nodes.boot_id("nqn.gpu-1"), nodes.boot_id("nqn.gpu-2")) == ("b1", "b2")
+    assert storage.lists == 1  # the map is cached
+    assert nodes.out_of_service("x") is False  # another driver's ID: not ours
+    assert storage.lists == 2  # a miss lists again
+    now[0] = 61.0
+    nodes.boot_id("nqn.gpu-1")
+    assert storage.lists == 3  # stale: listed again
+    del core.nodes["gpu-2"]  # the Node is gone, its CSINode not yet
+    assert nodes.out_of_service("nqn.gpu-2") is False and nodes.boot_id("nqn.gpu-2") == ""
+
+
+def test_an_api_that_cannot_be_asked_is_unavailable() -> None:
+    storage = Storage()
+    storage.fail = True
+    with pytest.raises(Unavailable, match="HTTP 503"):
+        KubeNodes(Core(), storage, DRIVER).out_of_service("nqn.gpu-1")
+    core = Core()
+    core.read_node = lambda name, **_: (_ for _ in ()).throw(ApiError(403))  # type: ignore[method-assign]
+    with pytest.raises(Unavailable, match="cannot read Node gpu-1"):
+        KubeNodes(core, Storage(), DRIVER).boot_id("nqn.gpu-1")
