@@ -11,7 +11,7 @@ management address in its names, ``ctrl.crt``/``ctrl.key`` for the drivers, whos
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -84,7 +84,10 @@ def _await_agent(vm: LabVM, timeout: float = 180) -> None:
 
 
 @contextmanager
-def running_cluster_driver(cluster: LabCluster, pki: Mapping[str, Path], identity: str) -> Iterator[ClusterDriver]:
+def running_cluster_driver(
+    cluster: LabCluster, pki: Mapping[str, Path], identity: str, driver_args: Sequence[str] = ()
+) -> Iterator[ClusterDriver]:
+    """``driver_args``: more ``serve`` flags for both drivers."""
     storage = cluster.vm(STORAGE)
     _install(storage, {"ca.crt": pki["ca.crt"], "tls.crt": pki["srv.crt"], "tls.key": pki["srv.key"]})
     storage.write(f"{PKI}/authz.yaml", f"clients:\n  - {{identity: {identity}, role: controller}}\n")
@@ -112,7 +115,7 @@ def running_cluster_driver(cluster: LabCluster, pki: Mapping[str, Path], identit
             )
             vm.write(TARGETS, f"targets:\n  - {{name: {STORAGE}, endpoint: '{listen}', {client_tls}}}\n")
             _await_agent(vm)
-            drivers[name] = GuestDriver(vm, agent)
+            drivers[name] = GuestDriver(vm, agent, extra_args=driver_args)
             drivers[name].release()
             drivers[name].start()
         yield ClusterDriver(cluster, agent, drivers)

@@ -14,7 +14,9 @@ Ops (what the kubelet / external-provisioner / external-attacher would call, in 
                                                              are the CSI secrets of the call (never stored)
   access  mode                                               use this CSI access mode (e.g. MULTI_NODE_READER_ONLY)
   modify  params                                             ControllerModifyVolume (mutable parameters: I/O limits)
-  detach / delete                                            ControllerUnpublishVolume / DeleteVolume
+  detach [node, reason] / delete                             ControllerUnpublishVolume (of this node, or of
+                                                             ``node`` with a CSI 1.14 ``reason`` name) /
+                                                             DeleteVolume
   up / down                                                  create+attach+stage+publish / the reverse (up takes
                                                              ``secrets`` for attach and stage)
   stats                                                      NodeGetVolumeStats (usage)
@@ -201,10 +203,14 @@ class Csi:
         )
         return {}
 
-    def detach(self, name: str) -> Step:
+    def detach(self, name: str, node: str = "", reason: str = "") -> Step:
         vol = self.ledger[name]
         self.controller.ControllerUnpublishVolume(
-            csi_pb2.ControllerUnpublishVolumeRequest(volume_id=vol["volume_id"], node_id=self.info().node_id),
+            csi_pb2.ControllerUnpublishVolumeRequest(
+                volume_id=vol["volume_id"],
+                node_id=node or self.info().node_id,
+                reason=reason or "UNKNOWN",
+            ),
             timeout=TIMEOUT,
         )
         return {}

@@ -10,7 +10,7 @@ and returns their results (raises :class:`lab.vm.GuestError` with the gRPC code 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -30,7 +30,9 @@ DRIVER_METRICS = "127.0.0.1:9810"  # /metrics of the driver (controller + node) 
 
 
 class GuestDriver:
-    def __init__(self, vm: LabVM, agent: GuestTargetAgent, log_level: str = "INFO") -> None:
+    def __init__(
+        self, vm: LabVM, agent: GuestTargetAgent, log_level: str = "INFO", extra_args: Sequence[str] = ()
+    ) -> None:
         self.vm, self.agent = vm, agent
         self.process = GuestProcess(
             vm,
@@ -62,6 +64,7 @@ class GuestDriver:
                 DRIVER_METRICS,
                 "--qos-period",
                 str(QOS_PERIOD),
+                *extra_args,
             ],
             DRIVER_SOCK,
             DRIVER_LOG,

@@ -4,6 +4,7 @@ lab QEMU may remain (``tests.support.lab``)."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -11,10 +12,11 @@ import pytest
 
 from lab import Fabric
 from lab.cluster import NODES, LabCluster, address
+from lab.cluster_driver import ClusterDriver, running_cluster_driver
 from tests.support.lab import pytest_sessionfinish, report, start_lab
 from tests.support.pki import make_pki
 
-__all__ = ["cluster", "cluster_pki", "pytest_sessionfinish", "report"]
+__all__ = ["cluster", "cluster_pki", "pytest_sessionfinish", "report", "stack"]
 
 
 @pytest.fixture(scope="session")
@@ -33,3 +35,14 @@ def cluster(cluster_pki: dict[str, Path]) -> Iterator[LabCluster]:
         yield lab
     finally:
         lab.close()
+
+
+@pytest.fixture(scope="package")
+def stack(cluster: LabCluster, cluster_pki: dict[str, Path]) -> Iterator[ClusterDriver]:
+    """The driver across the cluster (``lab/cluster_driver.py``), started once for every test that drives it.
+    ``LAB_FENCE_ON`` (e.g. ``none``) passes ``--fence-on`` to the drivers: the fencing proofs then show what
+    lands without fencing."""
+    fence_on = os.environ.get("LAB_FENCE_ON", "")
+    extra = ["--fence-on", fence_on] if fence_on else []
+    with running_cluster_driver(cluster, cluster_pki, identity="cl-ctrl", driver_args=extra) as driver:
+        yield driver

@@ -7,53 +7,19 @@ link saying so while the other node reports the same volume healthy."""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 
 from lab import Fabric, GuestError, IoProbe, Portal
-from lab.cluster import LabCluster
-from lab.cluster_driver import ClusterDriver, running_cluster_driver
+from lab.cluster_driver import ClusterDriver
 from lab.fabric import wait_until
+from tests.cluster.driving import OFF, UP, WORK, csi, files_sha256, on, uuid_of
 
 pytestmark = pytest.mark.lab
 Reporter = Callable[[str, str], None]
 MiB = 1 << 20
-
-
-@pytest.fixture(scope="module")
-def stack(cluster: LabCluster, cluster_pki: dict[str, Path]) -> Iterator[ClusterDriver]:
-    with running_cluster_driver(cluster, cluster_pki, identity="cl-ctrl") as driver:
-        yield driver
-
-
-WORK = "/run/nvmeof-csi/lab/volumes"  # lab.csi_ops.WORK: <name>/mount or <name>/device
-
-
-def csi(stack: ClusterDriver, node: str, *steps: dict[str, Any]) -> list[dict[str, Any]]:
-    return stack.drivers[node].csi(*steps)
-
-
-def on(name: str, *ops: str, **first: Any) -> list[dict[str, Any]]:
-    """Steps ``ops`` on volume ``name`` (``first``'s arguments go to the first step)."""
-    return [{"op": op, "name": name, **(first if i == 0 else {})} for i, op in enumerate(ops)]
-
-
-UP = ("create", "attach", "stage", "publish")
-OFF = ("unpublish", "unstage", "detach")
-
-
-def files_sha256(stack: ClusterDriver, node: str, folder: str) -> dict[str, str]:
-    vm = stack.cluster.vm(node)
-    names = sorted(vm.listdir(folder))
-    out = vm.check(["sha256sum", *(f"{folder}/{n}" for n in names)], timeout=120)
-    return {line.split()[1].rsplit("/", 1)[1]: line.split()[0] for line in out.splitlines()}
-
-
-def uuid_of(volume_id: str) -> str:
-    return volume_id.rsplit(".", 1)[1]
 
 
 def test_a_read_only_data_set_is_read_on_two_nodes_at_once_and_written_by_neither(stack: ClusterDriver) -> None:

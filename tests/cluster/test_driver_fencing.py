@@ -1,0 +1,125 @@
+"""Fencing between machines: the node that is dangerous is not the dead one but one that still reaches the storage
+while the control plane has given up on it: cut off from the management network and still writing, or frozen for
+less than its keep-alive timeout with writes in flight and dirty pages. In both, ControllerUnpublishVolume with a
+CSI 1.14 reason fences it (issued by the controller on ``gpu-2``, as a CO's controller would), ``gpu-2`` then
+writes its own tagged pattern over the whole volume, ``gpu-1`` keeps trying (at least twice its keep-alive
+timeout plus its reconnect attempts), and the backing file on ``storage-1`` must hold ``gpu-2``'s blocks only.
+
+Without fencing (``LAB_FENCE_ON=none pytest tests/cluster -m lab -k fenc``) the same tests fail: ``gpu-1``'s
+controllers stay live after a plain unpublish, and its blocks land over ``gpu-2``'s."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from lab.build import LAB_DIR
+from lab.cluster_driver import STORAGE, ClusterDriver
+from lab.vm import LabVM
+from tests.cluster.driving import OFF, WORK, csi, on, uuid_of
+
+pytestmark = pytest.mark.lab
+Reporter = Callable[[str, str], None]
+SCRIBBLE = str(LAB_DIR / "guest" / "scribble.py")
+MARKER = "/tmp/fenced"  # made on gpu-1 once the fence has returned
+MiB = 1 << 20
+RECONNECT, LOSS = 2, 16
+
+
+def scribble(vm: LabVM, *args: str, timeout: float = 300) -> dict[str, int]:
+    out = vm.check([vm.python, SCRIBBLE, *args], timeout=timeout)
+    result: dict[str, int] = json.loads(out.strip().splitlines()[-1])
+    return result
+
+
+def landed(stack: ClusterDriver, volume_id: str) -> dict[str, int]:
+    """How many blocks of the volume's backing file each GPU node wrote last."""
+    path = stack.agent.ctl("volumes", "show", uuid_of(volume_id))[0]["backing_file"]
+    vm = stack.cluster.vm(STORAGE)
+    return {node: scribble(vm, "count", path, node)["tagged"] for node in ("gpu-1", "gpu-2")} | {
+        "blocks": scribble(vm, "count", path, "gpu-2")["blocks"]
+    }
+
+
+def take_over(stack: ClusterDriver, name: str, params: dict[str, str], node1: str, reason: str) -> None:
+    """What the CO does when it gives up on gpu-1: unpublish it with ``reason``, then publish and stage on gpu-2,
+    which writes its pattern over every block."""
+    create = {"size": 32 * MiB, "mode": "block", "params": params}
+    csi(stack, "gpu-2", *on(name, "create", **create), *on(name, "detach", node=node1, reason=reason))
+
+
+def move_to_gpu2(stack: ClusterDriver, name: str) -> dict[str, int]:
+    csi(stack, "gpu-2", *on(name, "attach", "stage", "publish"))
+    return scribble(stack.cluster.vm("gpu-2"), "fill", f"{WORK}/{name}/device", "gpu-2")
+
+
+def start_on_gpu1(stack: ClusterDriver, name: str, params: dict[str, str], seconds: float) -> tuple[str, str, Any]:
+    """The volume on gpu-1 and a writer on it; (volume ID, gpu-1's node ID, the pending writer)."""
+    made = csi(stack, "gpu-1", *on(name, "create", "attach", "stage", "publish", size=32 * MiB, mode="block",
+                                   params=params))  # fmt: skip
+    vm = stack.cluster.vm("gpu-1")
+    vm.run(["rm", "-f", MARKER])
+    writer = vm.submit([vm.python, SCRIBBLE, "write", f"{WORK}/{name}/device", str(seconds), "gpu-1", "--marker",
+                        MARKER], timeout=seconds + 300)  # fmt: skip
+    return made[0]["volume_id"], made[1]["publish_context"]["hostNqn"], writer
+
+
+def clean_up(stack: ClusterDriver, name: str) -> None:
+    csi(stack, "gpu-1", *on(name, "unpublish", "unstage"))
+    csi(stack, "gpu-2", *on(name, *OFF, "delete"))
+
+
+def test_a_node_cut_off_from_the_control_plane_but_still_writing_is_fenced_and_none_of_its_writes_land(
+    stack: ClusterDriver, report: Reporter
+) -> None:
+    kato = 5
+    params = {"keepAliveTmo": str(kato), "ctrlLossTmo": str(LOSS), "reconnectDelay": str(RECONNECT)}
+    volume_id, node1, writer = start_on_gpu1(stack, "partitioned", params, seconds=40 + 2 * kato + LOSS)
+    time.sleep(4)
+    stack.cluster.cut_management("gpu-1")  # the control plane loses gpu-1; its fabric links stay up
+    try:
+        take_over(stack, "partitioned", params, node1, "NODE_CLEANUP_TIMEOUT")
+        stack.cluster.vm("gpu-1").write(MARKER, "")
+        fenced_at = time.monotonic()
+        filled = move_to_gpu2(stack, "partitioned")
+        wrote = json.loads(writer.check().strip().splitlines()[-1])
+        kept_trying = time.monotonic() - fenced_at
+    finally:
+        stack.cluster.restore_management("gpu-1")
+    blocks = landed(stack, volume_id)
+    report("partitioned gpu-1 fenced (NODE_CLEANUP_TIMEOUT): its writer", json.dumps(wrote))
+    report("partitioned gpu-1 fenced: blocks on storage-1 by writer", json.dumps(blocks))
+    assert wrote["fenced_seen"] and kept_trying >= 2 * kato + LOSS, (wrote, kept_trying)
+    assert wrote["direct_after"] == 0 and wrote["fsync_after"] == 0, wrote
+    assert blocks["gpu-1"] == 0 and blocks["gpu-2"] == blocks["blocks"] == filled["blocks"], blocks
+    clean_up(stack, "partitioned")
+
+
+def test_a_node_frozen_for_less_than_its_keep_alive_is_fenced_and_nothing_it_held_lands_when_it_wakes(
+    stack: ClusterDriver, report: Reporter
+) -> None:
+    kato = 60  # longer than the freeze: without a fence the target would still hold gpu-1's controllers
+    params = {"keepAliveTmo": str(kato), "ctrlLossTmo": str(LOSS), "reconnectDelay": str(RECONNECT)}
+    volume_id, node1, writer = start_on_gpu1(stack, "frozen", params, seconds=60 + LOSS)
+    time.sleep(4)
+    stack.cluster.freeze("gpu-1")  # mid-write: requests in flight, dirty pages in its cache
+    frozen_at = time.monotonic()
+    try:
+        take_over(stack, "frozen", params, node1, "NODE_OUT_OF_SERVICE")
+        filled = move_to_gpu2(stack, "frozen")
+        frozen_for = time.monotonic() - frozen_at
+    finally:
+        stack.cluster.resume("gpu-1")
+    stack.cluster.vm("gpu-1").write(MARKER, "")
+    wrote = json.loads(writer.check().strip().splitlines()[-1])
+    blocks = landed(stack, volume_id)
+    report(f"gpu-1 frozen {frozen_for:.0f} s (keep-alive {kato} s), fenced (NODE_OUT_OF_SERVICE)", json.dumps(wrote))
+    report("frozen gpu-1 fenced: blocks on storage-1 by writer", json.dumps(blocks))
+    assert frozen_for < kato, "the freeze outlasted the keep-alive: the target would have ended gpu-1 anyway"
+    assert wrote["direct_after"] == 0 and wrote["fsync_after"] == 0 and wrote["direct_err"] > 0, wrote
+    assert blocks["gpu-1"] == 0 and blocks["gpu-2"] == blocks["blocks"] == filled["blocks"], blocks
+    clean_up(stack, "frozen")
