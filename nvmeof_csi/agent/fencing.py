@@ -31,7 +31,7 @@ from collections.abc import Callable
 from nvmeof_csi.agent.parts import AgentParts, VolumeView
 from nvmeof_csi.agent.state import FenceMark, VolumeRecord
 from nvmeof_csi.errors import InvalidArgument
-from nvmeof_csi.nvmeof.nqn import check_host_nqn, volume_nqn
+from nvmeof_csi.nvmeof.nqn import volume_nqn
 
 log = logging.getLogger(__name__)
 REASON = re.compile(r"[A-Z_]{1,64}")
@@ -61,21 +61,13 @@ class FenceOps:
 
     def fence_host(self, vol_uuid: str, host_nqn: str, reason: str, boot_id: str = "") -> VolumeView:
         p = self._p
-        check_host_nqn(host_nqn)
         check_fence(reason, boot_id)
-        with p.keys.hold(vol_uuid), p.keys.hold(f"host:{host_nqn}"):
-            rec = p.volume(vol_uuid)
+        with p.holding(vol_uuid, host_nqn) as found:
+            rec = found
             mark = rec.fenced.get(host_nqn)
             if mark is None:
                 mark = FenceMark(reason=reason, at=p.clock(), boot_id=boot_id, done=False)
-                rec = p.state.put_volume(
-                    rec.evolve(
-                        hosts={k: v for k, v in rec.hosts.items() if k != host_nqn},
-                        ctrl_keys={k: v for k, v in rec.ctrl_keys.items() if k != host_nqn},
-                        readonly_hosts=tuple(h for h in rec.readonly_hosts if h != host_nqn),
-                        fenced={**rec.fenced, host_nqn: mark},
-                    )
-                )
+                rec = p.state.put_volume(rec.without_host(host_nqn).evolve(fenced={**rec.fenced, host_nqn: mark}))
             if not mark["done"]:
                 rec = self._finish(rec, host_nqn, mark)
             return p.view(rec)
@@ -107,9 +99,8 @@ class FenceOps:
 
     def unfence_host(self, vol_uuid: str, host_nqn: str) -> VolumeView:
         p = self._p
-        check_host_nqn(host_nqn)
-        with p.keys.hold(vol_uuid), p.keys.hold(f"host:{host_nqn}"):
-            rec = p.volume(vol_uuid)
+        with p.holding(vol_uuid, host_nqn) as found:
+            rec = found
             if host_nqn in rec.fenced:
                 rec = p.state.put_volume(rec.evolve(fenced={k: v for k, v in rec.fenced.items() if k != host_nqn}))
                 log.warning("unfenced host %s on volume %s (it may be allowed again)", host_nqn, vol_uuid)

@@ -84,17 +84,10 @@ class HostOps:
 
     def deny_host(self, vol_uuid: str, host_nqn: str) -> VolumeView:
         p = self._p
-        check_host_nqn(host_nqn)
-        with p.keys.hold(vol_uuid), p.keys.hold(f"host:{host_nqn}"):
-            rec = p.volume(vol_uuid)
+        with p.holding(vol_uuid, host_nqn) as found:
+            rec = found
             if host_nqn in rec.hosts:
-                rec = p.state.put_volume(
-                    rec.evolve(
-                        hosts={k: v for k, v in rec.hosts.items() if k != host_nqn},
-                        ctrl_keys={k: v for k, v in rec.ctrl_keys.items() if k != host_nqn},
-                        readonly_hosts=tuple(h for h in rec.readonly_hosts if h != host_nqn),
-                    )
-                )
+                rec = p.state.put_volume(rec.without_host(host_nqn))
             p.nvmet.deny(volume_nqn(vol_uuid), host_nqn)
             p.nvmet.remove_host(host_nqn)
             return p.view(rec)

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from nvmeof_csi.agent.configfs import Nvmet
@@ -20,7 +21,7 @@ from nvmeof_csi.agent.pool import FileStore
 from nvmeof_csi.agent.portals import PortSpec
 from nvmeof_csi.agent.state import DELETING, StateStore, VolumeRecord
 from nvmeof_csi.errors import NotFound
-from nvmeof_csi.nvmeof.nqn import namespace_nguid, volume_nqn
+from nvmeof_csi.nvmeof.nqn import check_host_nqn, namespace_nguid, volume_nqn
 from nvmeof_csi.rpc.locks import KeyedMutex
 
 NSID = 1
@@ -76,6 +77,13 @@ class AgentParts:
         if rec is None or rec.status == DELETING:
             raise NotFound(f"volume {vol_uuid} does not exist on agent {self.name}")
         return rec
+
+    @contextmanager
+    def holding(self, vol_uuid: str, host_nqn: str) -> Iterator[VolumeRecord]:
+        """A host NQN checked, the volume's and the host's keys held, and the volume's live record."""
+        check_host_nqn(host_nqn)
+        with self.keys.hold(vol_uuid), self.keys.hold(f"host:{host_nqn}"):
+            yield self.volume(vol_uuid)
 
     def provisioned_bytes(self) -> int:
         return sum(v.capacity_bytes for v in self.state.current.volumes.values())

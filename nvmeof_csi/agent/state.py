@@ -74,6 +74,15 @@ class VolumeRecord:
     def evolve(self, **changes: Any) -> VolumeRecord:
         return replace(self, **changes)
 
+    def without_host(self, host_nqn: str) -> VolumeRecord:
+        """The record with ``host_nqn``'s grant gone: its keys and its read-only mark too."""
+        return replace(
+            self,
+            hosts={k: v for k, v in self.hosts.items() if k != host_nqn},
+            ctrl_keys={k: v for k, v in self.ctrl_keys.items() if k != host_nqn},
+            readonly_hosts=tuple(h for h in self.readonly_hosts if h != host_nqn),
+        )
+
 
 @dataclass(frozen=True)
 class SnapshotRecord:

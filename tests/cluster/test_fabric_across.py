@@ -20,7 +20,7 @@ from lab.fabric import wait_until
 pytestmark = pytest.mark.lab
 Reporter = Callable[[str, str], None]
 NQN = "nqn.2026-11.io.nvmeof:vol:5c1a2b3d-0000-4000-8000-00000000c001"
-KATO = 5
+KATO = 3
 
 
 @pytest.fixture
@@ -71,7 +71,7 @@ def test_the_failover_suite_between_machines_loses_no_write(
     # 2. Link A black-holed (frames vanish, carrier up): only the keep-alive can tell, so I/O on A stalls for it.
     result = check(
         "link A black-holed",
-        under_probe(vm, head, 22, lambda: cluster.black_hole("gpu-1", "fa"), lambda: path_a()[0] != "live", KATO + 15),
+        under_probe(vm, head, 17, lambda: cluster.black_hole("gpu-1", "fa"), lambda: path_a()[0] != "live", KATO + 12),
     )
     cluster.restore("gpu-1", "fa")
     assert result.max_gap_s >= KATO - 0.5, "I/O on the optimized path never stalled: the black hole was not real"
@@ -80,7 +80,7 @@ def test_the_failover_suite_between_machines_loses_no_write(
     # 3. Cable A pulled (the carrier goes), then plugged in.
     check(
         "cable A pulled",
-        under_probe(vm, head, 22, lambda: cluster.link_down("gpu-1", "fa"), lambda: path_a()[0] != "live", KATO + 15),
+        under_probe(vm, head, 17, lambda: cluster.link_down("gpu-1", "fa"), lambda: path_a()[0] != "live", KATO + 12),
     )
     cluster.link_up("gpu-1", "fa")
     host.wait_paths(NQN, live=2, timeout=90)

@@ -1,7 +1,9 @@
 """NVMe/RDMA through the driver: a ``transport: rdma`` StorageClass end to end in the lab over two soft-RoCE
-portals (each on its own dummy netdev and rxe device inside the VM): csi-sanity's node specs, and the failover
-suite (ANA flip, portal removal, both paths down; a black-holed path cannot be made over soft-RoCE on one host)
-on a published volume with 0 verify errors. A volume uses one transport: its paths are the agent's portals of that transport only."""
+portals (each on its own dummy netdev and rxe device inside the VM): csi-sanity's node specs, and a published
+volume whose paths are the agent's RDMA portals only, moving its I/O when the agent flips the optimized group
+(0 verify errors). The rest of the failover suite over RDMA (a black-holed link, a pulled cable, both cables
+pulled) runs between machines in the cluster tier (``tests/cluster/test_fabric_across.py``), where soft-RoCE
+crosses real links; on one host it loops back inside rxe, below any fault a test can make."""
 
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ import pytest
 from lab import Fabric
 from lab.stack import DRIVER_SOCK, GuestDriver
 from lab.target import TWO_RDMA_PORTALS
-from tests.lab_driver.test_node_lab import assert_all_released, failover_suite
+from tests.lab_driver.test_node_lab import _under_probe, assert_all_released
 from tests.support.env import ROOT
 from tests.support.sanity import run_in_lab
 
@@ -22,7 +24,7 @@ R1, R2 = TWO_RDMA_PORTALS
 Reporter = Callable[[str, str], None]
 
 
-def test_failover_suite_over_rdma(stack: GuestDriver, report: Reporter) -> None:
+def test_a_published_rdma_volume_moves_its_io_on_an_ana_flip(stack: GuestDriver, report: Reporter) -> None:
     fabric = Fabric(stack.vm)
     steps = stack.csi(
         {"op": "up", "name": "rd", "size": 256 * MiB, "mode": "mount", "fs": "ext4", "params": {"transport": "rdma"}},
@@ -32,9 +34,10 @@ def test_failover_suite_over_rdma(stack: GuestDriver, report: Reporter) -> None:
     assert steps[0]["portals"] == f"rdma:{R1.traddr}:{R1.trsvcid},rdma:{R2.traddr}:{R2.trsvcid}"
     paths = fabric.wait_paths(nqn, live=2)
     assert sorted(p.transport for p in paths) == ["rdma", "rdma"], paths
-    # no black-holed path here: soft-RoCE delivers packets between two local addresses inside rxe itself
-    # (RXE_LOOPBACK_MASK: the destination MAC is the device's own), so no qdisc or netfilter rule ever sees them
-    failover_suite(stack, nqn, steps[1]["path"], (R1, R2), None, report, "rdma volume", "rd")
+    result = _under_probe(stack, steps[1]["path"], 9, lambda: stack.agent.ctl("ana", "set", "a", "inaccessible"))
+    stack.agent.ctl("ana", "set", "a", "optimized")
+    report("rdma volume: ANA group a optimized->inaccessible", result.line())
+    assert result.errors == 0 and result.ios_after_last_stall > 0, result.errlog
     stack.csi({"op": "down", "name": "rd"})
     assert_all_released(stack, nqn)
 
