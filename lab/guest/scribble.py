@@ -1,11 +1,12 @@
 """Tagged block writes for the fencing proofs (runs in the guest; standard library only).
 
-usage: python3 scribble.py write DEVICE SECONDS TAG [--marker PATH] [--blocks N]
+usage: python3 scribble.py write DEVICE SECONDS TAG [--marker PATH] [--blocks N] [--first N]
        python3 scribble.py fill DEVICE TAG
        python3 scribble.py count FILE TAG
 
 Every 4 KiB block written holds ``TAG`` and its block number, so the blocks of a backing file can be told apart
-by writer afterwards (``count``). ``write`` keeps writing for SECONDS over the first N blocks of DEVICE, in turn
+by writer afterwards (``count``). ``write`` keeps writing for SECONDS over N blocks of DEVICE from block
+``--first`` (0), in turn
 with O_DIRECT and through the page cache (an fsync after every 16 buffered writes): both ways a fenced node could
 still reach the volume. Once ``--marker`` exists (made by the test when the fence has returned) it counts what
 still succeeded: ``direct_after`` (O_DIRECT writes issued after the marker that returned success) and
@@ -36,16 +37,16 @@ def size_of(path: str) -> int:
         os.close(fd)
 
 
-def write(device: str, seconds: float, tag: str, marker: str, blocks: int) -> dict[str, int]:
-    blocks = min(blocks, size_of(device) // BS)
+def write(device: str, seconds: float, tag: str, marker: str, blocks: int, first: int = 0) -> dict[str, int]:
+    blocks = min(blocks, size_of(device) // BS - first)
     direct = os.open(device, os.O_WRONLY | os.O_DIRECT)
     cached = os.open(device, os.O_WRONLY)
     buf = mmap.mmap(-1, BS)
     out = {"direct_ok": 0, "direct_err": 0, "fsync_ok": 0, "fsync_err": 0, "direct_after": 0, "fsync_after": 0}
-    end, number, fenced = time.monotonic() + seconds, 0, False
+    end, number, fenced = time.monotonic() + seconds, first, False
     while time.monotonic() < end:
         fenced = fenced or bool(marker and os.path.exists(marker))
-        number = (number + 1) % blocks
+        number = first + (number - first + 1) % blocks
         try:
             if number % 2 == 0:
                 buf[:] = block(tag, number)
@@ -95,6 +96,7 @@ def main() -> None:
     w.add_argument("tag")
     w.add_argument("--marker", default="")
     w.add_argument("--blocks", type=int, default=4096)
+    w.add_argument("--first", type=int, default=0)
     f = sub.add_parser("fill")
     f.add_argument("device")
     f.add_argument("tag")
@@ -103,7 +105,7 @@ def main() -> None:
     c.add_argument("tag")
     args = ap.parse_args()
     if args.cmd == "write":
-        result = write(args.device, args.seconds, args.tag, args.marker, args.blocks)
+        result = write(args.device, args.seconds, args.tag, args.marker, args.blocks, args.first)
     elif args.cmd == "fill":
         result = fill(args.device, args.tag)
     else:
