@@ -20,6 +20,7 @@ from nvmeof_csi.cmd.settings import Backend, Settings
 from nvmeof_csi.csi.server import CsiServices
 from nvmeof_csi.datasets.client import AlluxioRest
 from nvmeof_csi.datasets.locality import CacheLocality
+from nvmeof_csi.errors import ConfigError
 from nvmeof_csi.host.cgroups import PodCgroups
 from nvmeof_csi.host.executor import Executor, SubprocessExecutor
 from nvmeof_csi.host.filesystems import Filesystems
@@ -47,7 +48,17 @@ def node_facts(settings: Settings) -> NodeFacts:
     """Where the controller reads Nodes for fencing: a kubeconfig, the pod's service account, or nowhere."""
     if settings.kubeconfig == "none" or not (settings.kubeconfig or os.environ.get("KUBERNETES_SERVICE_HOST")):
         return NoCluster()
-    facts = KubeNodes.connect(settings.kubeconfig, DRIVER_NAME)
+    try:
+        facts = KubeNodes.connect(settings.kubeconfig, DRIVER_NAME)
+    except Exception as exc:  # the client raises its own types for a missing token, a bad file, a bad URL
+        if settings.kubeconfig:
+            raise ConfigError(f"--kubeconfig {settings.kubeconfig}: {type(exc).__name__}: {exc}"[:300]) from exc
+        log.error(  # noqa: TRY400 (the cause is named; a traceback would only repeat it)
+            "fencing on the out-of-service taint is OFF: this pod's service account cannot be read (%s); "
+            "mount its token or pass --kubeconfig (CSI unpublish reasons still fence)",
+            type(exc).__name__,
+        )
+        return NoCluster()
     log.info("fencing reads Nodes from %s", settings.kubeconfig or "the in-cluster service account")
     return facts
 

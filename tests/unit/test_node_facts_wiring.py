@@ -1,0 +1,37 @@
+"""Where the controller reads Nodes for fencing: nowhere outside a cluster or with ``--kubeconfig none``; a
+kubeconfig that cannot be read stops the start with a ConfigError naming it; a pod whose service account cannot
+be read keeps serving with the taint rule off and says so (unpublish reasons still fence)."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import pytest
+
+from nvmeof_csi.cmd.settings import Settings
+from nvmeof_csi.cmd.wiring import node_facts
+from nvmeof_csi.errors import ConfigError
+from nvmeof_csi.service.fencing import NoCluster
+
+
+def test_no_cluster_no_reads(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    assert isinstance(node_facts(Settings()), NoCluster)
+    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.0.0.1")
+    assert isinstance(node_facts(Settings(kubeconfig="none")), NoCluster)
+
+
+def test_a_kubeconfig_that_cannot_be_read_is_a_config_error(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="--kubeconfig"):
+        node_facts(Settings(kubeconfig=str(tmp_path / "missing")))
+
+
+def test_a_pod_without_its_token_serves_with_the_taint_rule_off(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.0.0.1")
+    monkeypatch.setenv("KUBERNETES_SERVICE_PORT", "443")
+    with caplog.at_level(logging.ERROR):
+        assert isinstance(node_facts(Settings()), NoCluster)
+    assert "out-of-service taint is OFF" in caplog.text
