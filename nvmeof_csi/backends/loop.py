@@ -322,6 +322,9 @@ class LoopConnector:
         self._exec.run(["losetup", "-c", device], timeout=LOSETUP_TIMEOUT)
         return device_size(device, self._sys)
 
+    def check_context(self, ref: VolumeRef, context: Mapping[str, str]) -> None:
+        self._path(ref, context)
+
     def reconcile(self, claimed: Sequence[tuple[VolumeRef, Mapping[str, str]]], timeout: float) -> list[str]:
         """Re-attach staged volumes whose loop device is gone (e.g. after a reboot); orphans are not tracked."""
         actions = []

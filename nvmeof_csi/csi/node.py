@@ -151,6 +151,10 @@ class NodeServicer(csi_pb2_grpc.NodeServicer):
             if health.ready
             else [Backend(status=csi_pb2.STORAGE_UNREACHABLE, reason="InitiatorNotReady", message=health.message)]
         )
+        aside = await blocking(self._staging.quarantined_records)
+        if aside:
+            message = f"{len(aside)} staging record(s) set aside, their volumes not reconciled: {', '.join(aside[:5])}"
+            entries.append(Backend(status=csi_pb2.STORAGE_DEGRADED, reason="StagingRecordQuarantined", message=message))
         return csi_pb2.NodeGetStorageHealthResponse(backend_health=entries)
 
     async def NodeExpandVolume(

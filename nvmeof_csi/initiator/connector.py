@@ -261,6 +261,9 @@ class NvmeofConnector:
             self._sleep(0.1)
         return sizes[-1]
 
+    def check_context(self, ref: VolumeRef, context: Mapping[str, str]) -> None:
+        _context(ref, context)
+
     def reconcile(self, claimed: Sequence[tuple[VolumeRef, Mapping[str, str]]], timeout: float) -> list[str]:
         actions = []
         claimed_nqns = set()

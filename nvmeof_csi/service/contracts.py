@@ -264,6 +264,10 @@ class Connector(Protocol):
         """Path health of a connected volume (all paths live = normal)."""
         ...
 
+    def check_context(self, ref: VolumeRef, context: Mapping[str, str]) -> None:
+        """Raise ``DriverError`` when this connector could not use ``context`` for ``ref`` (no I/O)."""
+        ...
+
     def reconcile(self, claimed: Sequence[tuple[VolumeRef, Mapping[str, str]]], timeout: float) -> list[str]:
         """At start: reconnect missing paths of the ``claimed`` (staged) volumes, release what this driver
         connected that nothing claims, never touch anything else. Returns the actions taken."""

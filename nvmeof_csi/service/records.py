@@ -5,7 +5,9 @@ Contract: :meth:`StagingStore.save` is durable when it returns; :meth:`StagingSt
 an absent record. A record that cannot be parsed is quarantined: renamed to ``<name>.corrupt-<unix time>``
 and logged as an error naming it (never silently ignored), then treated as absent, so one bad file can
 neither stop the node plugin from starting nor fail every later unstage. (Start-up reconciliation then keeps
-the volume's device if it is still mounted or open.)
+the volume's device if it is still mounted or open.) A record that parses but that the connector cannot use is
+set aside the same way by :meth:`StagingStore.quarantine`; :meth:`StagingStore.quarantined` lists what was set
+aside (NodeGetStorageHealth reports it) until an operator removes the files.
 """
 
 from __future__ import annotations
@@ -19,7 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from nvmeof_csi.host.atomic import fsync_dir, read_json, remove_durably, write_json_atomic
-from nvmeof_csi.service.contracts import VolumeRef
+from nvmeof_csi.host.filesystems import Usage
+from nvmeof_csi.service.contracts import Condition, VolumeRef
 
 log = logging.getLogger(__name__)
 SUPPORTED_FS = ("ext4", "xfs")
@@ -36,6 +39,29 @@ class AccessSpec:
     mount_flags: tuple[str, ...] = ()
     readonly: bool = False  # a *_READER_ONLY access mode or a read-only attachment: never written on this node
     single_target: bool = False  # SINGLE_NODE_SINGLE_WRITER: published at one target path at most
+
+
+@dataclass(frozen=True)
+class VolumeStats:
+    """Usage of a published or staged volume; ``usage`` is ``None`` for block volumes."""
+
+    block: bool
+    capacity_bytes: int
+    usage: Usage | None
+    condition: Condition
+
+
+#: mounted read-only without replaying the journal: a read-only mount must not write either (ext4 and XFS replay
+#: their journal on a plain ``ro`` mount, which corrupts a volume other nodes have mounted too)
+NO_REPLAY = {"ext4": "noload", "xfs": "norecovery"}
+
+
+def mount_options(access: AccessSpec, fs_type: str) -> tuple[str, ...]:
+    """The staging mount's options: the capability's flags, and for a read-only volume ``ro`` + no journal replay."""
+    flags = tuple(f for f in access.mount_flags if not access.readonly or f != "rw")
+    if not access.readonly:
+        return flags
+    return (*flags, "ro", NO_REPLAY.get(fs_type, "ro"))
 
 
 @dataclass(frozen=True)
@@ -106,6 +132,14 @@ class StagingStore:
         except (ValueError, KeyError, TypeError, AttributeError, UnicodeDecodeError) as exc:
             self._quarantine(path, exc)
             return None
+
+    def quarantine(self, ref: VolumeRef, exc: Exception) -> None:
+        """Set ``ref``'s record aside (renamed, logged): it parses but cannot be used (e.g. its context)."""
+        self._quarantine(self._path(ref), exc)
+
+    def quarantined(self) -> list[str]:
+        """The file names of records set aside, until an operator removes them."""
+        return sorted(p.name for p in self._root.glob("*.json.corrupt-*")) if self._root.is_dir() else []
 
     def _quarantine(self, path: Path, exc: Exception) -> None:
         aside = path.with_name(f"{path.name}.corrupt-{int(self._clock())}")

@@ -16,46 +16,22 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 
-from nvmeof_csi.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound
+from nvmeof_csi.errors import AlreadyExists, DriverError, FailedPrecondition, InvalidArgument, NotFound
 from nvmeof_csi.host.cgroups import check_pod_uid
-from nvmeof_csi.host.filesystems import Filesystems, Usage, device_size, usage
+from nvmeof_csi.host.filesystems import Filesystems, device_size, usage
 from nvmeof_csi.host.mounter import Mounter
 from nvmeof_csi.host.paths import confined
 from nvmeof_csi.rpc.locks import KeyedMutex
 from nvmeof_csi.service.contracts import NO_SECRETS, Condition, Connector, Health, Problem, VolumeRef
 from nvmeof_csi.service.qos import LimitsSource, QosEnforcer
-from nvmeof_csi.service.records import AccessSpec, StagingRecord, StagingStore
+from nvmeof_csi.service.records import AccessSpec, StagingRecord, StagingStore, VolumeStats, mount_options
 
 log = logging.getLogger(__name__)
 DEFAULT_FS = "ext4"
 #: where kubelet puts staging and target paths; the node touches nothing outside it
 DEFAULT_ROOT = Path("/var/lib/kubelet")
-
-
-@dataclass(frozen=True)
-class VolumeStats:
-    """Usage of a published or staged volume; ``usage`` is ``None`` for block volumes."""
-
-    block: bool
-    capacity_bytes: int
-    usage: Usage | None
-    condition: Condition
-
-
-#: mounted read-only without replaying the journal: a read-only mount must not write either (ext4 and XFS replay
-#: their journal on a plain ``ro`` mount, which corrupts a volume other nodes have mounted too)
-NO_REPLAY = {"ext4": "noload", "xfs": "norecovery"}
-
-
-def mount_options(access: AccessSpec, fs_type: str) -> tuple[str, ...]:
-    """The staging mount's options: the capability's flags, and for a read-only volume ``ro`` + no journal replay."""
-    flags = tuple(f for f in access.mount_flags if not access.readonly or f != "rw")
-    if not access.readonly:
-        return flags
-    return (*flags, "ro", NO_REPLAY.get(fs_type, "ro"))
 
 
 def _key(ref: VolumeRef) -> str:
@@ -265,8 +241,18 @@ class StagingService:
 
     # -- start-up ------------------------------------------------------------------------------------------
     def reconcile(self, timeout: float) -> list[str]:
-        """Compare the staging records with the kernel (see ``Connector.reconcile``); returns the actions."""
-        return self._connector.reconcile([(r.ref, r.context) for r in self._store.all()], timeout)
+        """Compare the staging records with the kernel (see ``Connector.reconcile``); returns the actions. A record
+        the connector cannot use is quarantined first, so that one bad record never stops the start."""
+        usable, actions = [], []
+        for record in self._store.all():
+            try:
+                self._connector.check_context(record.ref, record.context)
+            except DriverError as exc:
+                self._store.quarantine(record.ref, exc)
+                actions.append(f"volume {record.ref.uuid}: staging record quarantined ({exc})")
+                continue
+            usable.append((record.ref, record.context))
+        return actions + self._connector.reconcile(usable, timeout)
 
     # -- stats / expand ------------------------------------------------------------------------------
     def _record_for_path(self, ref: VolumeRef, volume_path: str) -> StagingRecord:
@@ -318,14 +304,22 @@ class StagingService:
                 record = self._store.load(listed.ref)  # as it is now, not as it was listed (see unpublish)
                 if record is None:
                     continue
-                if self._limits_source is not None and record.pods:
-                    actions += self._qos.refresh(record, self._limits_source)
-                actions += self._qos.reconcile([record])
+                try:
+                    if self._limits_source is not None and record.pods:
+                        actions += self._qos.refresh(record, self._limits_source)
+                    actions += self._qos.reconcile([record])
+                except (DriverError, OSError, ValueError) as exc:  # one volume's trouble never stops the pass
+                    log.warning("QoS pass: volume %s skipped: %s", record.volume_id, exc)
+                    actions.append(f"{record.volume_id}: skipped ({exc})")
         return actions
 
     def storage_health(self) -> Health:
         """The node's initiator: fabrics modules, native multipath."""
         return self._connector.health()
+
+    def quarantined_records(self) -> list[str]:
+        """Staging records set aside (unreadable, or a context the connector cannot use)."""
+        return self._store.quarantined()
 
     def stats(self, ref: VolumeRef, volume_path: str) -> VolumeStats:
         record = self._record_for_path(ref, volume_path)

@@ -259,3 +259,15 @@ async def test_xfs_volume_is_raised_to_the_filesystem_minimum(stack: Stack) -> N
         csi_pb2.CreateVolumeRequest(name="b", capacity_range=small, volume_capabilities=[block_cap()])
     )
     assert ext4.volume.capacity_bytes == raw.volume.capacity_bytes == 64 << 20
+
+
+async def test_node_storage_health_names_the_staging_records_set_aside(stack: Stack) -> None:
+    health = await stack.node.NodeGetStorageHealth(csi_pb2.NodeGetStorageHealthRequest())
+    assert list(health.backend_health) == []
+    (stack.tmp / "rec").mkdir(exist_ok=True)
+    (stack.tmp / "rec" / "fake.0b6d5bd6-4c1e-4f55-9d7a-3e0f6f1a7c01.json.corrupt-1700000000").write_text("{")
+    health = await stack.node.NodeGetStorageHealth(csi_pb2.NodeGetStorageHealthRequest())
+    assert [(h.status, h.reason) for h in health.backend_health] == [
+        (csi_pb2.STORAGE_DEGRADED, "StagingRecordQuarantined")
+    ]
+    assert "0b6d5bd6" in health.backend_health[0].message

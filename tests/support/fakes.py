@@ -10,7 +10,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from nvmeof_csi.errors import CommandError, FailedPrecondition, NotFound, ResourceExhausted, Unimplemented
+from nvmeof_csi.errors import (
+    CommandError,
+    FailedPrecondition,
+    InvalidArgument,
+    NotFound,
+    ResourceExhausted,
+    Unimplemented,
+)
 from nvmeof_csi.host.executor import Executor, Result
 from nvmeof_csi.service.contracts import (
     NO_SECRETS,
@@ -199,6 +206,10 @@ class FakeConnector:
 
     def condition(self, ref: VolumeRef, context: Mapping[str, str]) -> Condition:
         return Condition(ref.uuid not in self.connected, "fake paths")
+
+    def check_context(self, ref: VolumeRef, context: Mapping[str, str]) -> None:
+        if context.get("broken"):
+            raise InvalidArgument(f"volume context of {ref.uuid} is broken")
 
     def reconcile(self, claimed: Sequence[tuple[VolumeRef, Mapping[str, str]]], timeout: float) -> list[str]:
         self.calls.append(("reconcile", ",".join(r.uuid for r, _ in claimed)))
