@@ -10,6 +10,7 @@ import grpc
 import typer
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from nvmeof_csi.errors import ConfigError
 from nvmeof_csi.gen import csi_pb2, csi_pb2_grpc
@@ -80,9 +81,9 @@ def info(
     if output is Output.JSON:
         typer.echo(json.dumps(facts, indent=1, sort_keys=True))
         return
-    table = Table(title=f"{facts['name']} {facts['version']} at {endpoint}")
+    table = Table(title=Text(f"{facts['name']} {facts['version']} at {endpoint}"))
     table.add_column("fact")
     table.add_column("value")
-    for key, value in facts.items():
-        table.add_row(key, ", ".join(value) if isinstance(value, list) else str(value))
+    for key, value in facts.items():  # Text: what the driver answered is shown as it is, never read as markup
+        table.add_row(Text(key), Text(", ".join(value) if isinstance(value, list) else str(value)))
     Console().print(table)

@@ -12,6 +12,7 @@ from google.protobuf.json_format import MessageToDict
 from google.protobuf.message import Message
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from nvmeof_csi.cli.context import Output
 
@@ -44,9 +45,9 @@ def render(rows: Sequence[Mapping[str, Any]], columns: Sequence[str], output: Ou
     if output is Output.YAML:
         typer.echo(yaml.safe_dump(list(rows), sort_keys=True).rstrip())
         return
-    table = Table(title=title or None)
+    table = Table(title=Text(title) if title else None)
     for column in columns:
-        table.add_column(column)
-    for row in rows:
-        table.add_row(*(_cell(row.get(c, "")) for c in columns))
+        table.add_column(Text(column))
+    for row in rows:  # Text: a server string is shown as it is, never read as rich markup
+        table.add_row(*(Text(_cell(row.get(c, ""))) for c in columns))
     Console().print(table)

@@ -16,6 +16,7 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.tree import Tree
 
 from nvmeof_csi.cli.context import Output, state
@@ -113,46 +114,51 @@ def _read(path: Path) -> str:
         return ""
 
 
+def e(value: Any) -> str:
+    """A server string as rich shows it literally (an NQN a node chose may hold ``[`` and ``]``)."""
+    return escape(str(value))
+
+
 def _tree(doc: dict[str, Any]) -> Tree:
     tree = Tree(
-        f"[bold]{doc.get('name') or doc['uuid']}[/] ({human_bytes(doc.get('capacity_bytes', 0))}, "
-        f"{doc.get('status', '')}) on agent [bold]{doc['agent']}[/]"
+        f"[bold]{e(doc.get('name') or doc['uuid'])}[/] ({e(human_bytes(doc.get('capacity_bytes', 0)))}, "
+        f"{e(doc.get('status', ''))}) on agent [bold]{e(doc['agent'])}[/]"
     )
     health = doc.get("health") or []
-    tree.add("health: " + ("; ".join(f"{h['status']} {h['reason']}: {h['message']}" for h in health) or "ok"))
-    sub = tree.add(f"subsystem {doc['nqn']}")
-    sub.add(f"namespace {doc['namespace_uuid']} <- {doc.get('backing_file', '')}")
+    tree.add("health: " + ("; ".join(f"{e(h['status'])} {e(h['reason'])}: {e(h['message'])}" for h in health) or "ok"))
+    sub = tree.add(f"subsystem {e(doc['nqn'])}")
+    sub.add(f"namespace {e(doc['namespace_uuid'])} <- {e(doc.get('backing_file', ''))}")
     ports = sub.add("portals")
     for p in doc.get("portals", []):
-        ports.add(f"{p['trtype']}:{p['traddr']}:{p['trsvcid']} group {p['group']}: {p['ana_state']}")
+        ports.add(f"{e(p['trtype'])}:{e(p['traddr'])}:{e(p['trsvcid'])} group {e(p['group'])}: {e(p['ana_state'])}")
     hosts = sub.add("allowed hosts")
     for host in doc.get("allowed_hosts", []):
-        hosts.add(host + (" (read-only)" if host in doc.get("readonly_hosts", []) else ""))
+        hosts.add(e(host) + (" (read-only)" if host in doc.get("readonly_hosts", []) else ""))
     node = doc.get("node")
     if node is not None:
-        branch = tree.add(f"this node {node.get('hostnqn', '')}")
+        branch = tree.add(f"this node {e(node.get('hostnqn', ''))}")
         if node.get("connected") is False:
             branch.add("[red]not connected to the subsystem[/]")
         for c in node.get("controllers", []):
-            branch.add(f"controller {c['name']} {c['portal']}: {c['state']}")
+            branch.add(f"controller {e(c['name'])} {e(c['portal'])}: {e(c['state'])}")
         device = node.get("device")
         if device:
-            disk = branch.add(f"device {device['path']} ({device['size']})")
+            disk = branch.add(f"device {e(device['path'])} ({e(device['size'])})")
             for p in device["paths"]:
-                disk.add(f"path {p['controller']} {p['portal']}: ANA {p['ana_state']}")
+                disk.add(f"path {e(p['controller'])} {e(p['portal'])}: ANA {e(p['ana_state'])}")
             for m in device["mounts"]:
-                disk.add(f"mounted at {m}")
+                disk.add(f"mounted at {e(m)}")
         staging = node.get("staging")
         if staging:
-            rec = branch.add(f"staged at {staging['path']}")
+            rec = branch.add(f"staged at {e(staging['path'])}")
             for target, ro in staging["targets"].items():
                 pod = staging["pods"].get(target, "")
-                rec.add(f"published at {target}{' (ro)' if ro else ''}{' for pod ' + pod if pod else ''}")
+                rec.add(f"published at {e(target)}{' (ro)' if ro else ''}{' for pod ' + e(pod) if pod else ''}")
             if staging["limits"]:
-                lim = rec.add("limits " + ", ".join(f"{k}={v}" for k, v in staging["limits"].items()))
+                lim = rec.add("limits " + ", ".join(f"{e(k)}={e(v)}" for k, v in staging["limits"].items()))
                 for p in staging["limits_in_force"]:
-                    verdict = "in force" if p["enforced"] else f"[red]NOT in force[/]: {p['reason']}"
-                    lim.add(f"pod {p['pod']}: {verdict}")
+                    verdict = "in force" if p["enforced"] else f"[red]NOT in force[/]: {e(p['reason'])}"
+                    lim.add(f"pod {e(p['pod'])}: {verdict}")
     return tree
 
 
