@@ -27,7 +27,7 @@ from nvmeof_csi.agent.snapshots import SnapshotOps
 from nvmeof_csi.agent.state import CREATING, DELETING, AgentState, VolumeRecord
 from nvmeof_csi.agent.volumes import VolumeOps
 from nvmeof_csi.errors import DriverError
-from nvmeof_csi.nvmeof.nqn import namespace_nguid, volume_nqn
+from nvmeof_csi.nvmeof.nqn import is_driver_nqn, namespace_nguid, volume_nqn
 
 log = logging.getLogger(__name__)
 
@@ -145,9 +145,16 @@ def _plan_unknown(state: AgentState, layout: Layout, observed: Observed, prune: 
     kept_snaps = [s.uuid for s in state.snapshots.values() if s.status != CREATING or s.source_volume in state.volumes]
     known_files = {layout.volume_path(u) for u in state.volumes} | {layout.snapshot_path(u) for u in kept_snaps}
     tree = observed.tree
+
+    def ours(nqn: str) -> str:  # --prune never removes another user's subsystem, nor a port that exports one
+        return kind if is_driver_nqn(nqn) else UNKNOWN
+
+    def port_kind(port: str) -> str:
+        return kind if all(is_driver_nqn(n) for n in tree["ports"][port].get("subsystems", [])) else UNKNOWN
+
     return [
-        *(Action(kind, f"subsystem:{n}", f"subsystem {n}") for n in tree["subsystems"] if n not in known_nqns),
-        *(Action(kind, f"port:{p}", f"port {p}") for p in tree["ports"] if p not in known_ports),
+        *(Action(ours(n), f"subsystem:{n}", f"subsystem {n}") for n in tree["subsystems"] if n not in known_nqns),
+        *(Action(port_kind(p), f"port:{p}", f"port {p}") for p in tree["ports"] if p not in known_ports),
         *(Action(kind, f"host:{h}", f"host {h}") for h in tree["hosts"] if h not in known_hosts),
         *(Action(kind, f"file:{f}", f"file {f}") for f in sorted(observed.files) if f not in known_files),
     ]

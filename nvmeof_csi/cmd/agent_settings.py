@@ -78,7 +78,12 @@ class AgentSettings:
     allow_plaintext_loopback: bool = setting(
         False, "Allow TCP without TLS, on a loopback address only (tests).", env=False
     )
-    prune: bool = setting(False, "Remove configfs objects and pool files the state does not know.", env=False)
+    prune: bool = setting(
+        False,
+        "Remove this driver's configfs objects and pool files the state does not know "
+        "(never another user's subsystem, nor a port exporting one).",
+        env=False,
+    )
     capacity_limit_bytes: int = setting(
         "0",
         "Thin-provisioning limit, e.g. `10T` (`0`: the pool filesystem's size).",

@@ -143,3 +143,14 @@ def test_unknown_objects_are_reported_or_pruned(prune: bool) -> None:
         (kind, f"host:{HOST}"),
         (kind, "file:/pool/volumes/orphan.img"),
     ]
+
+
+def test_prune_never_removes_another_users_subsystem_or_the_port_that_exports_it() -> None:
+    """Before, --prune removed every subsystem the agent's state did not know, also another user's."""
+    vol = ready()
+    tree = tree_for(vol)
+    foreign = "nqn.2014-08.org.example:someone-elses"
+    tree["subsystems"][foreign] = {"allow_any_host": "0", "hosts": [], "namespaces": {}}
+    tree["ports"]["7"] = {"addr": ["tcp", "10.0.0.7", "4420"], "subsystems": [foreign], "ana": "optimized"}
+    got = kinds(c.plan(state_of(vol), LAYOUT, c.Observed(tree, files_for(vol)), prune=True))
+    assert got == [(c.UNKNOWN, f"subsystem:{foreign}"), (c.UNKNOWN, "port:7")]
