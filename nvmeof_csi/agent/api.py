@@ -224,9 +224,13 @@ class AgentServicer(pb_grpc.AgentServicer):
         key = request.WhichOneof("key")
         require(key, "uuid or name")
         uuid, name = _uuid(request.uuid, "uuid"), _name(request.name, "name") if request.name else ""
-        view = self._agent.get_volume(uuid, name)
+        hidden = NotFound(f"volume {uuid or name!r} does not exist on agent {self._agent.name}")
+        try:
+            view = self._agent.get_volume(uuid, name)
+        except NotFound as exc:  # a node learns nothing from the message: absent and not its own read the same
+            raise (hidden if caller().role == NODE else exc) from None
         if not self._visible(view):
-            raise NotFound(f"volume {uuid or name!r} does not exist on agent {self._agent.name}")
+            raise hidden
         return volume_with_health(self._agent, view)
 
     def ListVolumes(self, request: pb.ListVolumesRequest, context: Ctx) -> pb.ListVolumesResponse:

@@ -303,6 +303,12 @@ def test_roles_from_client_certificates(tmp_path: Path) -> None:
             assert c.get_volume(mine.uuid).uuid == mine.uuid
             with pytest.raises(NotFound):
                 c.get_volume(other.uuid)
+            # a name that exists and one that does not read the same to a node (before: "no volume named ...")
+            with pytest.raises(NotFound) as exists:
+                c.get_volume(name="not-for-node")
+            with pytest.raises(NotFound) as absent:
+                c.get_volume(name="never-made")
+            assert str(exists.value).replace("not-for-node", "X") == str(absent.value).replace("never-made", "X")
             with pytest.raises(PermissionDenied, match="ListSnapshots needs role reader"):
                 c.list_snapshots()
         with as_("stranger") as c, pytest.raises(PermissionDenied, match="not in this agent's authz policy"):
