@@ -30,7 +30,15 @@ def allow(
     """Allow HOST_NQN to connect to VOLUME (optionally with a DH-HMAC-CHAP secret)."""
     cli = state(ctx)
     secret = secret_file.read_text().strip() if secret_file else ""
-    with cli.client(cli.one(target)) as client:
+    chosen = cli.one(target)
+    if secret and chosen.endpoint.scheme == "tcp" and chosen.tls is None:
+        typer.echo(
+            f"nvmeofctl: a DH-HMAC-CHAP key is never sent in plaintext ({chosen.endpoint}): use the agent's unix "
+            "socket, or a --targets entry with tls",
+            err=True,
+        )
+        raise typer.Exit(2)
+    with cli.client(chosen) as client:
         vol = client.allow_host(volume, host_nqn, secret)
     render([as_dict(vol)], ("uuid", "name", "allowed_hosts"), cli.output)
 
