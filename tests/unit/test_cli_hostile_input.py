@@ -1,6 +1,7 @@
-"""nvmeofctl against hostile or careless input. Server strings reach the terminal as they are: an NQN or a message that holds ``[`` and ``]`` (a node chooses its
-own NQN) is printed literally by ``nvmeofctl`` tables and ``trace``, never read as rich markup. Before, ``[/]``
-raised a MarkupError and ``[bold red]`` restyled (or hid) the rest of the line."""
+"""nvmeofctl against hostile or careless input. Server strings reach the terminal as they are: an NQN or a
+message holding ``[`` and ``]`` (a node chooses its own NQN) is printed literally by tables and ``trace``, never
+read as rich markup (before, ``[/]`` raised a MarkupError and ``[bold red]`` restyled the rest of the line); a host
+key is never sent over plaintext TCP."""
 
 from __future__ import annotations
 
