@@ -22,6 +22,7 @@ import shutil
 import threading
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
+from urllib.parse import unquote
 
 from nvmeof_csi.datasets.holders import DatasetHolders
 from nvmeof_csi.datasets.hydrate import Hydrator, Progress
@@ -34,10 +35,16 @@ log = logging.getLogger(__name__)
 
 
 def ufs_allowed(uri: str, prefixes: Sequence[str]) -> bool:
-    """True when ``uri`` is one of ``prefixes`` or below one of them (whole path segments; no ``..``)."""
-    if ".." in uri.split("/") or "\x00" in uri:
+    """True when ``uri`` is one of ``prefixes`` or below one of them (whole path segments; no ``..``), also once
+    every percent-encoding is decoded (an under-store decodes ``%2e%2e`` to ``..`` after this check)."""
+    forms = [uri]
+    while len(forms) < 4 and unquote(forms[-1]) != forms[-1]:
+        forms.append(unquote(forms[-1]))
+    if len(forms) == 4 or any(".." in f.replace("\\", "/").split("/") or "\x00" in f for f in forms):
         return False
-    return any(uri == p.rstrip("/") or uri.startswith(p.rstrip("/") + "/") for p in prefixes if p.strip("/"))
+    return all(
+        any(f == p.rstrip("/") or f.startswith(p.rstrip("/") + "/") for p in prefixes if p.strip("/")) for f in forms
+    )
 
 
 #: volumes hydrating at once on one agent (the agent serves many more calls at once: ``rpc.server``)

@@ -205,6 +205,11 @@ def test_a_data_set_is_released_only_when_no_agent_holds_it(tmp_path: Path) -> N
         ("/etc/shadow", False),
         ("s3://bucket/trainer", False),
         ("s3://other/train", False),
+        ("/srv/datasets/%2e%2e/%2e%2e/etc", False),  # before: allowed, and the under-store decodes it to ../..
+        ("/srv/datasets/%252e%252e/etc", False),
+        ("s3://bucket/train%2F..%2Fsecrets", False),
+        ("/srv/datasets/a%5C..%5C..%5Cetc", False),
+        ("/srv/datasets/100%25%20done", True),
     ],
 )
 def test_under_store_allow_list_matches_whole_segments(uri: str, allowed: bool) -> None:
