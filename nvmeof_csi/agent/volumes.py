@@ -166,7 +166,13 @@ class VolumeOps:
                 log.warning("volume %s (%s): fill failed; removing the volume", rec.uuid, rec.name)
                 self.teardown(self._p.state.put_volume(rec.evolve(status=DELETING)))
                 self._discard_work(rec)
+                self._release_dataset(rec)  # the hold taken before the fill: never a data set pinned forever
             raise
+
+    def _release_dataset(self, rec: VolumeRecord) -> None:
+        p = self._p
+        if needs_fill(rec.parameters) and p.filler is not None:
+            p.filler.release(rec.parameters, [v.parameters for v in p.live_volumes() if v.uuid != rec.uuid])
 
     def _discard_work(self, rec: VolumeRecord) -> None:
         if self._p.filler is not None:
@@ -217,8 +223,7 @@ class VolumeOps:
                 rec = p.state.put_volume(rec.evolve(status=DELETING))  # save before acting
             self.teardown(rec)
             self._discard_work(rec)
-            if needs_fill(rec.parameters) and p.filler is not None:
-                p.filler.release(rec.parameters, [v.parameters for v in p.live_volumes() if v.uuid != rec.uuid])
+            self._release_dataset(rec)
         log.info("volume %s (%s) deleted", vol_uuid, rec.name)
 
     def teardown(self, rec: VolumeRecord) -> None:

@@ -227,6 +227,7 @@ class BrokenFiller:
 
     def __init__(self) -> None:
         self.discarded: list[str] = []
+        self.released: list[str] = []
 
     def fill(self, vol_uuid: str, parameters: Any, backing: Path, capacity: int) -> dict[str, str]:
         backing.write_bytes(b"half")
@@ -239,7 +240,7 @@ class BrokenFiller:
         self.discarded.append(vol_uuid)
 
     def release(self, parameters: Any, others: Any) -> None:
-        return None
+        self.released.append(parameters["dataset.path"])
 
 
 class QuickFiller(BrokenFiller):
@@ -281,6 +282,7 @@ def test_any_fill_failure_removes_the_half_made_volume(tmp_path: Path) -> None:
         agent.create_volume("ds", MiB, {"dataset.path": "/datasets/x"}, {})
     assert agent.state.current.volumes == {} and agent.store.files() == [] and agent.nvmet.subsystems() == []
     assert len(filler.discarded) == 1
+    assert filler.released == ["/datasets/x"]  # before: the data set stayed held (pinned) forever
 
 
 RESERVED = "5d0c9a1e-8f53-4b39-a3a2-0d9f7e0b1c01"
