@@ -1,6 +1,8 @@
 """A plain HTTP health endpoint (``GET /healthz``) for kubelet's liveness probe where the livenessprobe
 sidecar cannot be had: 200 ``ok`` when every check is ready, 503 with the failing checks' messages otherwise,
-404 for any other path. Checks run in a worker thread (they may touch the kernel or an agent).
+404 for any other path. Checks run in a worker thread (they may touch the kernel or an agent), one evaluation at
+a time: requests that arrive while one runs share its answer, so a flood of probes takes one thread, never the
+pool the CSI calls run on.
 
 Contract: :func:`serve_health` listens on ``HOST:PORT`` until ``stop`` is set; requests larger than 8 KiB or
 slower than 5 s are dropped. It reads nothing from a request but its first line.
@@ -25,15 +27,37 @@ def _status(checks: Sequence[Callable[[], Health]]) -> tuple[int, str]:
     return (503, "; ".join(failing)) if failing else (200, "ok")
 
 
-async def serve_health(listen: str, checks: Sequence[Callable[[], Health]], stop: asyncio.Event) -> None:
+class SharedStatus:
+    """The checks' status: one evaluation at a time, shared by every request that arrives while it runs."""
+
+    def __init__(self, checks: Sequence[Callable[[], Health]]) -> None:
+        self._checks = checks
+        self._running: asyncio.Future[tuple[int, str]] | None = None
+        self.evaluations = 0
+
+    def _done(self, _: object) -> None:
+        self._running = None
+
+    async def get(self) -> tuple[int, str]:
+        if self._running is None:
+            self.evaluations += 1
+            self._running = asyncio.ensure_future(asyncio.to_thread(_status, self._checks))
+            self._running.add_done_callback(self._done)
+        return await asyncio.shield(self._running)
+
+
+async def serve_health(
+    listen: str, checks: Sequence[Callable[[], Health]], stop: asyncio.Event, shared: SharedStatus | None = None
+) -> None:
     host, port = parse_listen(listen)
+    status = shared or SharedStatus(checks)
 
     async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             line = await asyncio.wait_for(reader.readline(), READ_TIMEOUT)
             parts = line.decode("latin-1").split()
             if len(parts) >= 2 and parts[0] in ("GET", "HEAD") and parts[1] == "/healthz":
-                code, body = await asyncio.to_thread(_status, checks)
+                code, body = await status.get()
             else:
                 code, body = 404, "not found"
             reason = {200: "OK", 404: "Not Found", 503: "Service Unavailable"}[code]
