@@ -302,10 +302,12 @@ class AgentServicer(pb_grpc.AgentServicer):
         usage = self._agent.store.usage()
         total = self._agent.capacity_bytes()
         provisioned = self._agent.provisioned_bytes()
+        room = usage.used_bytes + usage.free_bytes
+        reserve = int(room * (100.0 - self._agent.high_water) / 100.0)  # kept for the volumes that exist
         pool = pb.Pool(
             name=str(self._agent.store.pool),
             total_bytes=total,
-            free_bytes=max(0, min(total - provisioned, usage.free_bytes)),
+            free_bytes=max(0, min(total - provisioned, usage.free_bytes - reserve)),
             provisioned_bytes=provisioned,
         )
         return pb.GetCapacityResponse(pools=[pool])

@@ -51,6 +51,7 @@ class AgentParts:
     buffered_io: bool = False
     clock: Callable[[], float] = time.time
     filler: Filler | None = None
+    high_water: float = 90.0  # percent of the pool's filesystem past which nothing new is made
     keys: KeyedMutex = field(default_factory=KeyedMutex)
     ports_lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -86,7 +87,16 @@ class AgentParts:
             yield self.volume(vol_uuid)
 
     def provisioned_bytes(self) -> int:
-        return sum(v.capacity_bytes for v in self.state.current.volumes.values())
+        """Every volume's size and every snapshot's: a snapshot shares its source's blocks until the source is
+        rewritten, and then may come to hold all of them."""
+        current = self.state.current
+        return sum(v.capacity_bytes for v in current.volumes.values()) + sum(
+            s.size_bytes for s in current.snapshots.values()
+        )
+
+    def check_room(self, wanted: int) -> None:
+        """Room for a new volume, clone or snapshot of ``wanted`` bytes (``ResourceExhausted`` otherwise)."""
+        self.store.check_space(wanted, self.provisioned_bytes(), self.capacity_bytes(), self.high_water)
 
     def capacity_bytes(self) -> int:
         return self.capacity_limit or self.store.usage().total_bytes

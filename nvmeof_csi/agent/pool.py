@@ -27,7 +27,14 @@ COPY_CHUNK = 8 << 20
 @dataclass(frozen=True)
 class PoolUsage:
     total_bytes: int
-    free_bytes: int
+    free_bytes: int  # what the agent may still write (available to it)
+    used_bytes: int = 0
+
+    @property
+    def used_percent(self) -> float:
+        """How full the pool is, as ``df`` reports it: used / (used + available)."""
+        room = self.used_bytes + self.free_bytes
+        return 100.0 * self.used_bytes / room if room else 0.0
 
 
 class FileStore:
@@ -52,7 +59,7 @@ class FileStore:
 
     def usage(self) -> PoolUsage:
         du = shutil.disk_usage(self.pool)
-        return PoolUsage(du.total, du.free)
+        return PoolUsage(du.total, du.free, du.used)
 
     def create(self, path: Path, size: int) -> None:
         """A sparse file of ``size`` bytes (an existing file is grown to ``size``, never shrunk)."""
@@ -141,9 +148,16 @@ class FileStore:
             path.unlink(missing_ok=True)
         return gone
 
-    def check_space(self, wanted: int, provisioned: int, limit: int) -> None:
-        """Thin provisioning: at most ``limit`` bytes may be provisioned in all."""
+    def check_space(self, wanted: int, provisioned: int, limit: int, high_water: float = 100.0) -> None:
+        """Thin provisioning: at most ``limit`` bytes may be provisioned in all; and nothing new once the pool's
+        filesystem is ``high_water`` percent full, so that the volumes already there can still be written."""
         if provisioned + wanted > limit:
             raise ResourceExhausted(
                 f"pool {self.pool}: {limit - provisioned} of {limit} bytes left to provision, {wanted} requested"
+            )
+        used = self.usage().used_percent
+        if used >= high_water:
+            raise ResourceExhausted(
+                f"pool {self.pool} is {used:.0f}% full (high-water mark {high_water:g}%): no new volume, snapshot or "
+                "clone until space is freed; the volumes already there keep working"
             )

@@ -34,6 +34,7 @@ class SnapshotOps:
                         return self.take_snapshot(found)
             with p.keys.hold(source_volume):
                 vol = p.volume(source_volume)
+                p.check_room(vol.capacity_bytes)
                 snap = SnapshotRecord(
                     uuid=str(uuidlib.uuid4()),
                     name=name,

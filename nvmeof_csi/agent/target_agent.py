@@ -47,11 +47,14 @@ class TargetAgent:
         clock: Callable[[], float] = time.time,
         filler: Filler | None = None,
         sleep: Callable[[float], None] = time.sleep,
+        high_water: float = 90.0,
     ) -> None:
         ids = [p.port_id for p in portals]
         if len(set(ids)) != len(ids):
             raise InvalidArgument(f"portal IDs must be unique: {ids}")
-        self._parts = AgentParts(name, nvmet, store, state, list(portals), capacity_limit, buffered_io, clock, filler)
+        self._parts = AgentParts(
+            name, nvmet, store, state, list(portals), capacity_limit, buffered_io, clock, filler, high_water
+        )
         self._volumes = VolumeOps(self._parts)
         self._snapshots = SnapshotOps(self._parts)
         self._hosts = HostOps(self._parts)
@@ -100,6 +103,11 @@ class TargetAgent:
 
     def list_volumes(self) -> list[VolumeView]:
         return [self._parts.view(v) for v in sorted(self._parts.live_volumes(), key=lambda v: v.uuid)]
+
+    @property
+    def high_water(self) -> float:
+        """Percent of the pool's filesystem past which no volume, snapshot or clone is made."""
+        return self._parts.high_water
 
     def provisioned_bytes(self) -> int:
         return self._parts.provisioned_bytes()

@@ -75,7 +75,7 @@ class VolumeOps:
             source_size = self._source_size(source_volume, source_snapshot)
             if capacity_bytes < source_size:
                 raise OutOfRange(f"capacity {capacity_bytes} is smaller than the source's {source_size} bytes")
-            p.store.check_space(capacity_bytes, p.provisioned_bytes(), p.capacity_bytes())
+            p.check_room(capacity_bytes)
             rec = VolumeRecord(
                 uuid=self._fresh_uuid(vol_uuid, name),
                 name=name,

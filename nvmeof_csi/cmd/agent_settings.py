@@ -84,6 +84,13 @@ class AgentSettings:
         "(never another user's subsystem, nor a port exporting one).",
         env=False,
     )
+    pool_high_water: float = setting(
+        90.0,
+        "Percent of the pool's filesystem past which creates, snapshots and clones get RESOURCE_EXHAUSTED, so that "
+        "the volumes already there can still be written (100: no mark).",
+        low=50,
+        high=100,
+    )
     capacity_limit_bytes: int = setting(
         "0",
         "Thin-provisioning limit, e.g. `10T` (`0`: the pool filesystem's size).",

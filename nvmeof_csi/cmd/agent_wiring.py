@@ -62,6 +62,7 @@ def build_agent(
         state=StateStore(settings.state_dir),
         portals=settings.portals,
         capacity_limit=settings.capacity_limit_bytes,
+        high_water=settings.pool_high_water,
         buffered_io=settings.buffered_io,
         filler=build_datasets(settings, registry or CollectorRegistry()),
     )

@@ -5,16 +5,19 @@ teardown finishes it when it starts, and a fenced host cannot be allowed again u
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import grpc
 import pytest
+from typer.testing import CliRunner
 
 from nvmeof_csi.agent.client import AgentClient, AgentTarget
 from nvmeof_csi.agent.configfs import Nvmet
 from nvmeof_csi.agent.pool import FileStore
 from nvmeof_csi.agent.state import StateStore
 from nvmeof_csi.agent.target_agent import TargetAgent
+from nvmeof_csi.cli.main import app as nvmeofctl
 from nvmeof_csi.errors import FailedPrecondition, InvalidArgument
 from nvmeof_csi.nvmeof.nqn import volume_nqn
 from nvmeof_csi.rpc.endpoints import Endpoint
@@ -152,3 +155,30 @@ def test_only_a_controller_or_an_admin_may_fence() -> None:
     for rpc in ("FenceHost", "UnfenceHost"):
         assert rpc in ALLOWED[CONTROLLER] and rpc not in ALLOWED[NODE] and rpc not in ALLOWED[READER]
     assert grpc.StatusCode.PERMISSION_DENIED  # the authorizer's refusal code (tests/component/test_agent.py)
+
+
+def test_nvmeofctl_lists_fences_and_lifts_them(tmp_path: Path) -> None:
+    running = start_agent(tmp_path)
+    runner = CliRunner()
+
+    def ctl(*args: str) -> str:
+        result = runner.invoke(nvmeofctl, ["--agent", running.unix, "-o", "json", *args])
+        assert result.exit_code == 0, result.output
+        return result.output
+
+    try:
+        with AgentClient(AgentTarget("store-a", Endpoint.parse(running.unix)), 10) as c:
+            vol = c.create_volume("pvc-9", 4 * MiB)
+        ctl("hosts", "allow", vol.uuid, GPU1)
+        assert [r["access"] for r in json.loads(ctl("hosts", "list", vol.uuid))] == ["read-write"]
+        ctl("hosts", "fence", vol.uuid, GPU1)
+        fenced = json.loads(ctl("hosts", "list", vol.uuid))
+        assert [(r["host_nqn"], r["access"], r["reason"]) for r in fenced] == [(GPU1, "fenced", "OPERATOR")]
+        assert fenced[0]["since"].endswith("Z")
+        assert runner.invoke(nvmeofctl, ["--agent", running.unix, "hosts", "allow", vol.uuid, GPU1]).exit_code != 0
+        ctl("hosts", "unfence", vol.uuid, GPU1)
+        assert json.loads(ctl("hosts", "list", vol.uuid)) == []
+        ctl("hosts", "allow", vol.uuid, GPU1)
+    finally:
+        running.proc.terminate()
+        assert running.proc.wait(30) == 0
