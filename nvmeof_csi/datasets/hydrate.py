@@ -34,7 +34,7 @@ from pathlib import Path
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from nvmeof_csi.datasets.client import AlluxioRest, CacheNotFound, DatasetLoader, FileStatus
-from nvmeof_csi.errors import OutOfRange, ResourceExhausted
+from nvmeof_csi.errors import FailedPrecondition, OutOfRange, ResourceExhausted
 from nvmeof_csi.host.atomic import write_atomic
 from nvmeof_csi.host.executor import Executor
 from nvmeof_csi.host.paths import inside
@@ -280,7 +280,7 @@ class Hydrator:
         try:
             while True:
                 for status, rel in queue if failure is None else ():
-                    running[pool.submit(self._fetch, status.path, tree / rel)] = (status, rel)
+                    running[pool.submit(self._fetch, status.path, tree / rel, status.length)] = (status, rel)
                     if len(running) >= 2 * FETCH_WORKERS:
                         break
                 if not running:
@@ -298,13 +298,22 @@ class Hydrator:
         if failure is not None:
             raise failure
 
-    def _fetch(self, path: str, dest: Path) -> str:
-        """One file of the data set into ``dest`` (through ``dest.part``, fsynced); returns its sha256."""
+    def _fetch(self, path: str, dest: Path, length: int) -> str:
+        """One file of the data set into ``dest`` (through ``dest.part``, fsynced); returns its sha256. At most
+        its listed ``length`` is written: a stream that runs past it (a file that grew, or a hostile cache) is
+        refused before it can fill the agent's disk."""
         dest.parent.mkdir(parents=True, exist_ok=True)
         tmp = dest.with_name(dest.name + ".part")
-        sha = hashlib.sha256()
+        sha, written = hashlib.sha256(), 0
         with tmp.open("wb") as fh:
             for chunk in self.rest.read(path):
+                written += len(chunk)
+                if written > length:
+                    fh.close()
+                    tmp.unlink(missing_ok=True)
+                    raise FailedPrecondition(
+                        f"data set file {path} streamed more than its listed {length} bytes (it changed?); refused"
+                    )
                 fh.write(chunk)
                 sha.update(chunk)
             fh.flush()

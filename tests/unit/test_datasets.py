@@ -8,6 +8,7 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator, Sequence
+from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -17,7 +18,7 @@ from prometheus_client import CollectorRegistry
 from nvmeof_csi.datasets.client import CacheUnavailable, FileStatus, JobStatus
 from nvmeof_csi.datasets.fill import DatasetVolumes, ufs_allowed
 from nvmeof_csi.datasets.hydrate import DatasetMetrics, HydrationResult, Hydrator, Progress
-from nvmeof_csi.errors import InvalidArgument, OutOfRange, PermissionDenied
+from nvmeof_csi.errors import FailedPrecondition, InvalidArgument, OutOfRange, PermissionDenied
 from nvmeof_csi.host.executor import Result
 from nvmeof_csi.service.datasets import DatasetSpec
 
@@ -140,6 +141,17 @@ def test_a_data_set_larger_than_the_volume_is_out_of_range(tmp_path: Path) -> No
     cache = FakeCache({"big.bin": b"x" * (1 << 20)})
     with pytest.raises(OutOfRange, match="the volume needs at least"):
         hydrator(cache, FakeMkfs()).hydrate(DatasetSpec("/ds"), tmp_path / "v", 1 << 20, tmp_path / "w", print)
+
+
+def test_a_file_that_streams_more_than_its_listed_length_is_refused(tmp_path: Path) -> None:
+    """Before, hydration wrote whatever the cache streamed: a file listed as 10 bytes could fill the agent's disk."""
+    cache = FakeCache({"small.bin": b"x" * 10})
+    listed = cache.files_
+    cache.files["small.bin"] = b"x" * (1 << 20)  # listed at 10 bytes, streams 1 MiB
+    cache.files_ = lambda: [replace(f, length=10) for f in listed()]  # type: ignore[method-assign]
+    with pytest.raises(FailedPrecondition, match="more than its listed 10 bytes"):
+        hydrator(cache, FakeMkfs()).hydrate(DatasetSpec("/ds"), tmp_path / "v", 1 << 30, tmp_path / "w", print)
+    assert not list((tmp_path / "w").rglob("*.part"))
 
 
 def test_release_only_after_the_last_volume(tmp_path: Path) -> None:
