@@ -136,6 +136,9 @@ class Settings:
         high=300,
     )
     cgroup_root: Path = setting(Path("/sys/fs/cgroup"), "The cgroup v2 mount holding kubelet's pod cgroups.")
+    metrics_pod_uid: bool = setting(
+        False, "Label the node's `nvmeof_csi_volume_qos_enforced` by pod UID (off: one series per volume).", env=False
+    )
     fence_on: frozenset[str] = setting(
         ",".join(FENCE_ON_CHOICES),
         "Controller: when ControllerUnpublishVolume fences the node (ends its live connections and keeps it "

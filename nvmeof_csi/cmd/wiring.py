@@ -123,6 +123,6 @@ def build_services(settings: Settings, executor: Executor | None = None) -> CsiS
         )
         services.qos_period = settings.qos_period
         if settings.backend is Backend.NVMEOF:
-            services.registry.register(NodeVolumeCollector(store.all, NvmeSysfs(), qos))
+            services.registry.register(NodeVolumeCollector(store.all, NvmeSysfs(), qos, settings.metrics_pod_uid))
         services.checks.append(connector.health)
     return services

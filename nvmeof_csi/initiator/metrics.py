@@ -9,7 +9,7 @@
 | ``nvmeof_csi_volume_{read,written}_bytes_total`` | volume_id | bytes moved |
 | ``nvmeof_csi_volume_{read,write}_seconds_total`` | volume_id | time spent on them (latency = seconds / I/Os) |
 | ``nvmeof_csi_volume_qos_limit`` | volume_id, kind | per-pod limit (read_iops, write_iops, read_bps, write_bps) |
-| ``nvmeof_csi_volume_qos_enforced`` | volume_id, pod_uid | 1 when the pod's io.max holds the limits, else 0 |
+| ``nvmeof_csi_volume_qos_enforced`` | volume_id (+ pod_uid: ``--metrics-pod-uid``) | 1 when the limits hold |
 
 ``nvmeof_csi_volume_paths{state="live"}`` is always present (0 when no path is live). Label sets are bounded by
 the volumes staged here times their paths (or published pods). Contract: collecting never raises (a
@@ -49,10 +49,14 @@ class NodeVolumeCollector(Collector):
         records: Callable[[], Sequence[StagingRecord]],
         sysfs: NvmeSysfs,
         qos: QosEnforcer | None = None,
+        pod_uid: bool = False,
     ) -> None:
+        """``pod_uid``: label ``nvmeof_csi_volume_qos_enforced`` by pod (which pods run where is not every
+        scraper's business, so it is off unless asked for)."""
         self._records = records
         self._sysfs = sysfs
         self._enforcer = qos
+        self._pod_uid = pod_uid
 
     def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
         paths = GaugeMetricFamily(
@@ -82,20 +86,23 @@ class NodeVolumeCollector(Collector):
         )
         enforced = GaugeMetricFamily(
             "nvmeof_csi_volume_qos_enforced",
-            "1 when the pod's io.max holds the volume's limits.",
-            labels=["volume_id", "pod_uid"],
+            "1 when the published pods' io.max holds the volume's limits.",
+            labels=["volume_id", "pod_uid"] if self._pod_uid else ["volume_id"],
         )
         try:
             records = list(self._records())
         except Exception:
             log.exception("metrics: cannot read staging records")
             records = []
-        for record in records:
+        for record in records:  # paths and limits apart: a volume whose paths cannot be read still reports limits
             try:
                 self._one(record, paths, expected, ana, counters)
+            except Exception:
+                log.debug("metrics: paths of volume %s skipped", record.volume_id, exc_info=True)
+            try:
                 self._qos(record, limit, enforced)
             except Exception:
-                log.debug("metrics: volume %s skipped", record.volume_id, exc_info=True)
+                log.debug("metrics: limits of volume %s skipped", record.volume_id, exc_info=True)
         yield limit
         yield enforced
         yield paths
@@ -152,5 +159,9 @@ class NodeVolumeCollector(Collector):
             if value is not None:
                 limit.add_metric([record.volume_id, key.kind], value)
         if wanted.limited:
-            for pod in self._enforcer.status(record):
-                enforced.add_metric([record.volume_id, pod.pod_uid], 1 if pod.enforced else 0)
+            pods = self._enforcer.status(record)
+            if self._pod_uid:
+                for pod in pods:
+                    enforced.add_metric([record.volume_id, pod.pod_uid], 1 if pod.enforced else 0)
+            elif pods:
+                enforced.add_metric([record.volume_id], 1 if all(p.enforced for p in pods) else 0)

@@ -234,3 +234,21 @@ def test_no_io_controller_publish_works_and_health_says_so(tmp_path: Path) -> No
     node.publish()
     problems = node.svc.health(node.ref).problems
     assert [p.reason for p in problems] == ["LimitNotEnforced"] and "io controller" in problems[0].message
+
+
+def test_the_enforced_metric_names_no_pod_unless_asked(tmp_path: Path) -> None:
+    """Which pods run on which node is not every scraper's business: one series per volume by default."""
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from nvmeof_csi.initiator.metrics import NodeVolumeCollector
+    from nvmeof_csi.initiator.sysfs import NvmeSysfs
+
+    node = Node(tmp_path)
+    node.tree.make_pod(f"kubepods/burstable/pod{POD}")
+    node.publish("t1")
+    for pod_uid, wanted in ((False, f'{{volume_id="{node.vid}"}} 1.0'), (True, f'pod_uid="{POD}"')):
+        registry = CollectorRegistry()
+        registry.register(NodeVolumeCollector(node.store.all, NvmeSysfs(tmp_path), node.qos, pod_uid))
+        lines = [line for line in generate_latest(registry).decode().splitlines() if "qos_enforced{" in line]
+        assert len(lines) == 1 and wanted in lines[0], lines
+        assert (POD in lines[0]) is pod_uid
