@@ -119,6 +119,8 @@ def run(stack: GuestDriver, args: argparse.Namespace) -> None:
         "wall_seconds": round(time.monotonic() - started, 1),
     }
     save("pathloss", result)
+    if result["errors"]:
+        raise AssertionError(f"bench pathloss: {result['errors']} I/O errors through a black-holed path")
     print(
         f"bench pathloss: stall = {slope:.2f} x keep-alive + {offset:.2f}s; at the default {DEFAULT_KATO}s: "
         f"{result['default_stall_s']}s (goal {DEFAULT_KATO + 1}s), {result['errors']} errors"

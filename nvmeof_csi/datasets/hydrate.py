@@ -2,19 +2,18 @@
 
 Steps, each resumable: (1) make sure the data set is in Alluxio's namespace (mount ``dataset.uri`` read-only
 at ``dataset.path`` if needed); (2) list its files and check they fit; (3) warm the cache with load jobs for
-files not fully cached yet; (4) stream every file through the REST proxy into a staging tree next to the pool,
-fsync it and append it to a journal (fsynced at least once a second: an entry lost in a crash only means
-a copy made again; a restart skips journaled files); (5) build an ext4 filesystem holding the
-tree directly in the backing file (``mkfs.ext4 -d``: no loop device, no mount); (6) pin the data set (and set
-its TTL) and write a ``complete`` marker; the staging tree is removed.
+files not fully cached yet; (4) stream every file (at most its listed length) through the REST proxy into a
+staging tree next to the pool, fsync it and journal it (the journal fsynced at least once a second: a lost entry
+only means a copy made again; a restart skips journaled files); (5) build ext4 holding the tree directly in the
+backing file (``mkfs.ext4 -d``: no loop device, no mount); (6) pin the data set (and set its TTL) and write a
+``complete`` marker; the staging tree is removed.
 
 Contract: :meth:`Hydrator.hydrate` is idempotent (a complete work folder is a no-op) and reports progress
 through the callback; Alluxio being unreachable raises :class:`CacheUnavailable` (UNAVAILABLE), a data set
 larger than the volume raises :class:`OutOfRange`. :meth:`Hydrator.release` unpins and frees a data set no
 volume references any more. Bytes read from the cache vs. the under-store are counted per data set
 (``inAlluxioPercentage`` of each file as listed before this hydration warmed the cache) in :class:`DatasetMetrics`.
-Step (4) copies ``FETCH_WORKERS`` files at a time (each an HTTP round trip or three through the proxy); a file
-enters the journal only once it is complete and fsynced, whatever order the copies finish in.
+Step (4) copies ``FETCH_WORKERS`` files at a time; a file enters the journal only once complete and fsynced.
 """
 
 from __future__ import annotations
@@ -309,11 +308,8 @@ class Hydrator:
             for chunk in self.rest.read(path):
                 written += len(chunk)
                 if written > length:
-                    fh.close()
                     tmp.unlink(missing_ok=True)
-                    raise FailedPrecondition(
-                        f"data set file {path} streamed more than its listed {length} bytes (it changed?); refused"
-                    )
+                    raise FailedPrecondition(f"data set file {path} streamed more than its listed {length} bytes")
                 fh.write(chunk)
                 sha.update(chunk)
             fh.flush()
@@ -346,10 +342,5 @@ def _read_journal(path: Path) -> dict[str, dict[str, object]]:
 def _result_from(doc: dict[str, object]) -> HydrationResult:
     workers = doc.get("workers")
     workers = workers if isinstance(workers, list) else []
-    return HydrationResult(
-        int(str(doc["files"])),
-        int(str(doc["bytes"])),
-        int(str(doc["cache_bytes"])),
-        int(str(doc["ufs_bytes"])),
-        tuple(str(w) for w in workers),
-    )
+    files, size, cached, ufs = (_int(doc[k]) for k in ("files", "bytes", "cache_bytes", "ufs_bytes"))
+    return HydrationResult(files, size, cached, ufs, tuple(str(w) for w in workers))

@@ -118,7 +118,7 @@ def test_storage_losing_power_under_io_from_both_nodes_loses_nothing_once_it_is_
         devices[node] = f"{WORK}/{name}/device"
     # O_DSYNC: the target advertises a volatile write cache, so only a write made durable (FUA) must survive the
     # cut; without it the last acknowledged writes may be lost, as on any device with such a cache
-    probes = {node: IoProbe(stack.cluster.vm(node), dev, seconds=100, sync=True) for node, dev in devices.items()}
+    probes = {node: IoProbe(stack.cluster.vm(node), dev, seconds=85, sync=True) for node, dev in devices.items()}
     time.sleep(5)
     stack.cluster.power_cut("storage-1")
     time.sleep(5)
