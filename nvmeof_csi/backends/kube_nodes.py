@@ -14,6 +14,7 @@ than the driver guessing.
 from __future__ import annotations
 
 import importlib
+import re
 import threading
 import time
 from collections.abc import Callable
@@ -22,6 +23,7 @@ from typing import Any
 from nvmeof_csi.errors import Unavailable
 
 OUT_OF_SERVICE_TAINT = "node.kubernetes.io/out-of-service"
+BOOT_ID = re.compile(r"[0-9a-fA-F-]{1,64}")
 
 
 class KubeNodes:
@@ -84,7 +86,8 @@ class KubeNodes:
         node = self._node(node_id)
         if node is None or node.status is None or node.status.node_info is None:
             return ""
-        return str(node.status.node_info.boot_id or "")
+        boot = str(node.status.node_info.boot_id or "")
+        return boot if BOOT_ID.fullmatch(boot) else ""  # a node writes its own status: never let it fail a fence
 
 
 def _why(exc: Exception) -> str:

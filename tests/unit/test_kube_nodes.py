@@ -78,3 +78,9 @@ def test_an_api_that_cannot_be_asked_is_unavailable() -> None:
     core.read_node = lambda name, **_: (_ for _ in ()).throw(ApiError(403))  # type: ignore[method-assign]
     with pytest.raises(Unavailable, match="cannot read Node gpu-1"):
         KubeNodes(core, Storage(), DRIVER).boot_id("nqn.gpu-1")
+
+
+def test_a_boot_id_a_node_wrote_to_fail_its_own_fence_reads_as_unknown() -> None:
+    core = Core()
+    core.nodes["gpu-1"].status.node_info.boot_id = "../../x\nFENCE"
+    assert KubeNodes(core, Storage(), DRIVER).boot_id("nqn.gpu-1") == ""
