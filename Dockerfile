@@ -18,6 +18,7 @@ RUN apt-get update \
 COPY --from=wheel /dist /tmp/dist
 RUN python3 -m venv /opt/nvmeof-csi \
  && /opt/nvmeof-csi/bin/pip install --no-cache-dir /tmp/dist/*.whl \
+ && awk '$1 == "pip" {print $2}' /tmp/unused.txt | xargs /opt/nvmeof-csi/bin/python -m pip uninstall -q -y \
  && /opt/nvmeof-csi/bin/python -m pip uninstall -q -y setuptools pip \
  && awk '$1 == "package" {print $2}' /tmp/unused.txt | xargs dpkg --purge --force-depends \
  && awk '$1 == "path" {print "/" $2}' /tmp/unused.txt | xargs rm -rf \

@@ -1,75 +1,51 @@
-"""Build the nvmeof-csi container image from Debian packages and PyPI alone (no image registry): debootstrap a
-bookworm root with ``image/packages.txt``, install our wheel into ``/opt/nvmeof-csi``, and pack it as an OCI
-image with umoci. The Dockerfile is the same image for users with a registry at hand (same package list).
+"""Build the nvmeof-csi container image from Debian packages and PyPI alone (no image registry): the base layer
+of :mod:`image.base` (bookworm with ``image/packages.txt``, a venv with the driver's dependencies) and one layer
+with our wheel, packed as an OCI image with umoci. The Dockerfile is the same image for users with a registry
+at hand (same package list, same unused list).
 
 Contract: :func:`build` is idempotent and cached in the machine-wide cache (``$NVMEOF_CSI_CACHE/image``): the
-debootstrapped root is keyed by the package list, the image by the package list and every source file that
-goes into the wheel, so a fresh clone on the same machine reuses both and only a changed input rebuilds. The
-result is ``<cache>/image/<key>/oci`` (an OCI layout, tag = the package version) and ``nvmeof-csi.oci.tar`` (the
-same layout as a tar, for ``ctr images import``), described by ``image.json``. Needs root (debootstrap,
-chroot). Usage: ``python -m image.build [--force]``.
+base is keyed by its own inputs, the image by the base's key and every source file that goes into the wheel,
+so a fresh clone on the same machine reuses both and only a changed input rebuilds (a changed driver: its own
+layer only, seconds). The result is ``<cache>/image/<key>/oci`` (an OCI layout, tag = the package version)
+and ``nvmeof-csi.oci.tar`` (the same layout as a tar, for ``ctr images import``), described by ``image.json``,
+which also names the base (``base_ref``, ``base_tar``): a node that holds the base unpacks only our layer.
+Needs root (debootstrap, chroot). Usage: ``python -m image.build [--force]``.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
+import configparser
 import hashlib
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+import tomllib
+import zipfile
 from pathlib import Path
 
-from lab.machine_cache import machine_cache
+from image.base import CACHE, CHROOT_ENV, PREFIX, REPO, ImageError, run, say
+from image.base import base as build_base
+from image.base import key as base_key
 
-REPO = Path(__file__).resolve().parent.parent
-CACHE = machine_cache() / "image"
-PACKAGES = REPO / "image" / "packages.txt"
-MIRROR = "http://deb.debian.org/debian"
-PREFIX = "/opt/nvmeof-csi"
-#: pip settings of the build host that the install inside the root honours too
-PIP_PASSED = ("PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL", "PIP_DEFAULT_TIMEOUT")
+PYTHON = "3.11"  # bookworm's python3, which the base's venv runs
 #: what goes into the wheel (and so into the image)
 SOURCES = ("pyproject.toml", "setup.py", "nvmeof_csi", "proto")
+__all__ = ["ImageError", "build", "current", "unpacked"]
 
-
-class ImageError(RuntimeError):
-    """A build step failed; the message names it."""
-
-
-def say(msg: str) -> None:
-    print(f"image: {msg}", flush=True)
-
-
-def run(argv: Sequence[str], timeout: float = 1800, **kwargs: object) -> str:
-    try:
-        proc = subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout, check=False, **kwargs)  # type: ignore[call-overload]
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise ImageError(f"{' '.join(argv)}: {exc}") from exc
-    if proc.returncode:
-        raise ImageError(f"{' '.join(argv)} exited {proc.returncode}: {(proc.stderr or proc.stdout)[-2000:]}")
-    return str(proc.stdout)
-
-
-def packages() -> list[str]:
-    return [ln.strip() for ln in PACKAGES.read_text().splitlines() if ln.strip() and not ln.startswith("#")]
-
-
-def version() -> str:
-    for line in (REPO / "pyproject.toml").read_text().splitlines():
-        if line.startswith("version"):
-            return line.split("=", 1)[1].strip().strip('"')
-    raise ImageError("pyproject.toml has no version")
+SCRIPT = """#!{prefix}/bin/python
+import sys
+from {module} import {attr}
+if __name__ == "__main__":
+    sys.exit({attr}())
+"""
 
 
 def source_digest() -> str:
-    digest = hashlib.sha256(PACKAGES.read_bytes())
-    digest.update(UNUSED.read_bytes())
+    digest = hashlib.sha256(base_key().encode())
     digest.update(Path(__file__).read_bytes())
     for name in SOURCES:
         root = REPO / name
@@ -82,124 +58,49 @@ def source_digest() -> str:
     return digest.hexdigest()[:16]
 
 
-def base_root(work: Path) -> Path:
-    """The debootstrapped root for the package list, from the cache (a tar) or made now."""
-    key = hashlib.sha256(PACKAGES.read_bytes()).hexdigest()[:16]
-    tarball = CACHE / f"rootfs-bookworm-{key}.tar"
-    root = work / "rootfs"
-    if not tarball.exists():
-        say(f"debootstrap bookworm with {len(packages())} packages (cached as {tarball.name})")
-        staging = work / "debootstrap"
-        run(["debootstrap", "--variant=minbase", f"--include={','.join(packages())}", "bookworm", str(staging), MIRROR])
-        for junk in (
-            "var/cache/apt/archives",
-            "var/lib/apt/lists",
-            "usr/share/doc",
-            "usr/share/man",
-            "usr/share/locale",
-            "usr/share/info",
-        ):
-            shutil.rmtree(staging / junk, ignore_errors=True)
-        (staging / "var/lib/apt/lists").mkdir(parents=True, exist_ok=True)
-        CACHE.mkdir(parents=True, exist_ok=True)
-        tmp = tarball.with_suffix(".tmp")
-        run(["tar", "-C", str(staging), "--numeric-owner", "-cf", str(tmp), "."])
-        os.replace(tmp, tarball)
-        shutil.rmtree(staging)
-    root.mkdir()
-    run(["tar", "-C", str(root), "--numeric-owner", "-xf", str(tarball)])
-    return root
-
-
-@contextlib.contextmanager
-def proc_mounted(root: Path) -> Iterator[None]:
-    run(["mount", "-t", "proc", "proc", str(root / "proc")])
-    try:
-        yield
-    finally:
-        run(["umount", "-l", str(root / "proc")])
+def version() -> str:
+    return str(tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"])
 
 
 def install_driver(root: Path, work: Path) -> None:
-    """Our wheel (built here, stubs generated from the pinned protos) and its dependencies into a venv."""
+    """Our wheel (built here, stubs generated from the pinned protos) into the base's venv: its files unzipped
+    into site-packages, compiled by the image's own Python, and its console scripts written (pip is not in the
+    image; our wheel is pure Python and its dependencies are the base's)."""
     wheels = work / "wheel"
     run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(wheels), str(REPO)])
     wheel = next(wheels.glob("nvmeof_csi-*.whl"))
-    shutil.copy2(wheel, root / "tmp" / wheel.name)
-    shutil.copy2("/etc/resolv.conf", root / "etc" / "resolv.conf")
-    # the build host's trust store (it may sit behind a TLS-inspecting proxy); used for this install only
-    host_ca = root / "tmp" / "build-host-ca.crt"
-    shutil.copy2(os.environ.get("PIP_CERT") or "/etc/ssl/certs/ca-certificates.crt", host_ca)
-    env = {
-        "PATH": "/usr/sbin:/usr/bin:/sbin:/bin",
-        "HOME": "/root",
-        "LANG": "C.UTF-8",
-        "PIP_DISABLE_PIP_VERSION_CHECK": "1",
-        "PIP_NO_CACHE_DIR": "1",
-        "PIP_CERT": "/tmp/build-host-ca.crt",
-        **{k: v for k, v in os.environ.items() if k in PIP_PASSED},
-    }
-    try:
-        with proc_mounted(root):
-            run(["chroot", str(root), "python3", "-m", "venv", PREFIX], env=env)
-            run(["chroot", str(root), f"{PREFIX}/bin/pip", "install", "-q", f"/tmp/{wheel.name}"], env=env)
-    finally:
-        host_ca.unlink(missing_ok=True)
-        (root / "tmp" / wheel.name).unlink(missing_ok=True)
-        (root / "etc" / "resolv.conf").write_text("")
-    for tool in ("nvmeof-csi", "nvmeofctl"):
-        link = root / "usr" / "local" / "bin" / tool
+    site = root / PREFIX.lstrip("/") / "lib" / f"python{PYTHON}" / "site-packages"
+    if not site.is_dir():
+        raise ImageError(f"the base has no {site.relative_to(root)}: is its Python {PYTHON}?")
+    with zipfile.ZipFile(wheel) as zf:
+        zf.extractall(site)  # extractall keeps every member under ``site`` (absolute and .. parts dropped)
+        scripts = next(n for n in zf.namelist() if n.endswith(".dist-info/entry_points.txt"))
+        entry_points = zf.read(scripts).decode()
+    package = f"/{site.relative_to(root)}/nvmeof_csi"
+    run(["chroot", str(root), f"{PREFIX}/bin/python", "-m", "compileall", "-q", package], env=CHROOT_ENV)
+    points = configparser.ConfigParser()
+    points.optionxform = str  # type: ignore[assignment,method-assign]
+    points.read_string(entry_points)
+    for name, target in points["console_scripts"].items():
+        module, _, attr = target.strip().partition(":")
+        script = root / PREFIX.lstrip("/") / "bin" / name
+        script.write_text(SCRIPT.format(prefix=PREFIX, module=module, attr=attr))
+        script.chmod(0o755)
+        link = root / "usr" / "local" / "bin" / name
         link.unlink(missing_ok=True)
-        link.symlink_to(f"{PREFIX}/bin/{tool}")
+        link.symlink_to(f"{PREFIX}/bin/{name}")
 
 
-UNUSED = REPO / "image" / "unused.txt"
-
-
-def unused(kind: str) -> list[str]:
-    """The ``kind`` ("package" or "path") entries of ``image/unused.txt``."""
-    found = []
-    for line in UNUSED.read_text().splitlines():
-        if not line.strip() or line.startswith("#"):
-            continue
-        what, _, entry = line.strip().partition(" ")
-        if what not in ("package", "path") or not entry or " " in entry:
-            raise ImageError(f"image/unused.txt: {line!r} is not 'package NAME' or 'path PATH'")
-        if what == kind:
-            found.append(entry)
-    return found
-
-
-def slim(root: Path) -> None:
-    """Drop what the driver never runs (``image/unused.txt``), so every node unpacks less, and pip and
-    setuptools from the driver's venv (nothing installs at run time). A listed path must stay inside ``root``."""
-    env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "HOME": "/root", "LANG": "C.UTF-8"}
-    run(["chroot", str(root), "dpkg", "--purge", "--force-depends", *unused("package")], env=env)
-    for rel in unused("path"):
-        path = root / rel
-        if ".." in Path(rel).parts or Path(rel).is_absolute():
-            raise ImageError(f"image/unused.txt: {rel!r} is not a path inside the image")
-        if path.is_dir() and not path.is_symlink():
-            shutil.rmtree(path)
-        else:
-            path.unlink(missing_ok=True)
-    run(
-        ["chroot", str(root), f"{PREFIX}/bin/python", "-m", "pip", "uninstall", "-q", "-y", "setuptools", "pip"],
-        env=env,
-    )
-    for tool in ("pip", "pip3", "pip3.11"):
-        (root / PREFIX.lstrip("/") / "bin" / tool).unlink(missing_ok=True)
-
-
-def pack(root: Path, out: Path, tag: str) -> None:
-    """``root`` as a one-layer OCI image ``out:tag`` with the driver as entrypoint."""
+def add_layer(base_dir: Path, out: Path, tag: str, work: Path) -> None:
+    """The base image with one more layer (our package, from :func:`install_driver`) as ``out/oci:tag``, the
+    driver as entrypoint, and ``out/nvmeof-csi.oci.tar``."""
     layout = out / "oci"
-    run(["umoci", "init", "--layout", str(layout)])
-    run(["umoci", "new", "--image", f"{layout}:{tag}"])
-    bundle = out / "bundle"
+    shutil.copytree(base_dir / "oci", layout, symlinks=True)
+    run(["umoci", "tag", "--image", f"{layout}:{base_key()}", tag])
+    run(["umoci", "rm", "--image", f"{layout}:{base_key()}"])
+    bundle = work / "bundle"
     run(["umoci", "unpack", "--image", f"{layout}:{tag}", str(bundle)])
-    shutil.rmtree(bundle / "rootfs")
-    os.rename(root, bundle / "rootfs")
+    install_driver(bundle / "rootfs", work)
     run(["umoci", "repack", "--image", f"{layout}:{tag}", str(bundle)])
     run(
         [
@@ -235,26 +136,25 @@ def build(force: bool = False) -> dict[str, object]:
         info: dict[str, object] = json.loads(described.read_text())
         say(f"up to date ({info['layout']}:{info['tag']}, {info['size_mib']} MiB)")
         return info
+    base_dir = build_base()
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
     with tempfile.TemporaryDirectory(prefix="nvmeof-image-", dir=CACHE) as tmp:
-        work = Path(tmp)
-        root = base_root(work)
-        install_driver(root, work)
-        slim(root)
-        pack(root, out, version())
+        add_layer(base_dir, out, version(), Path(tmp))
     size = sum(p.stat().st_size for p in (out / "oci" / "blobs").rglob("*") if p.is_file())
     info = {
         "layout": str(out / "oci"),
         "tag": version(),
         "tar": str(out / "nvmeof-csi.oci.tar"),
         "size_mib": round(size / 2**20, 1),
+        "base_ref": f"localhost/nvmeof-csi-base:{base_key()}",
+        "base_tar": str(base_dir / "base.oci.tar"),
         "inputs": key,
         "seconds": round(time.monotonic() - start, 1),
     }
     described.write_text(json.dumps(info, indent=1) + "\n")
-    for stale in CACHE.iterdir():  # keep the base roots and this image only
-        if stale.is_dir() and stale != out and not stale.name.startswith("nvmeof-image-"):
+    for stale in CACHE.iterdir():  # keep the debootstrapped roots, this image and its base only
+        if stale.is_dir() and stale not in (out, base_dir) and not stale.name.startswith("nvmeof-image-"):
             shutil.rmtree(stale, ignore_errors=True)
     say(f"built {info['layout']}:{info['tag']}: {info['size_mib']} MiB compressed in {info['seconds']} s")
     return info

@@ -177,7 +177,11 @@ def running_cluster(mem_mb: int = 6144, attempts: int = 2) -> Iterator[KubeClust
     """The cluster, up; a lab VM that exits while it is being brought up (before the caller has it) is
     replaced by a fresh one, up to ``attempts`` boots in all, each exit's console printed to stderr."""
     image = current_image()
-    images: Mapping[str, Path] = timed("local images", build_images)
+    # the driver's base layer is one of the saved disk's images: a changed driver imports its own layer only
+    images: Mapping[str, Path] = {
+        **timed("local images", build_images),
+        str(image["base_ref"]): Path(str(image["base_tar"])),
+    }
     tag = f"localhost/nvmeof-csi:{image['tag']}"
     all_images = {**images, tag: Path(str(image["tar"]))}
     rundir = Path(tempfile.mkdtemp(prefix="kube-lab-"))

@@ -1,0 +1,204 @@
+"""The image's base layer: everything but our own package, which changes with every commit while this does not.
+
+A debootstrapped bookworm root with ``image/packages.txt``, a venv at ``/opt/nvmeof-csi`` holding the driver's
+dependencies (``[project].dependencies`` of ``pyproject.toml``), ``image/unused.txt`` applied. Packed as a
+one-layer OCI image (tag = its key) whose layer is the first layer of every driver image built on it, so a node
+that holds it (the Kubernetes tier's saved node disk does) unpacks only the small layer of our package when
+the driver changes.
+
+Contract: :func:`base` is idempotent and cached in ``$NVMEOF_CSI_CACHE/image/base-<key>/`` (``oci`` layout and
+``base.oci.tar``); ``key`` hashes the package list, the unused list, the dependency list and :data:`RECIPE`, so
+only a change of one of those rebuilds it. Built in a temporary folder and renamed into place: a crash leaves
+no half base that a later build would trust. Needs root (debootstrap, chroot).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import shutil
+import subprocess
+import tempfile
+import tomllib
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+from lab.machine_cache import machine_cache
+
+REPO = Path(__file__).resolve().parent.parent
+CACHE = machine_cache() / "image"
+PACKAGES = REPO / "image" / "packages.txt"
+UNUSED = REPO / "image" / "unused.txt"
+MIRROR = "http://deb.debian.org/debian"
+PREFIX = "/opt/nvmeof-csi"
+#: bump when how the base is made changes (its inputs' files are hashed as well)
+RECIPE = "base 1: debootstrap minbase, venv with the dependencies, unused.txt applied, pip removed"
+#: pip settings of the build host that the install inside the root honours too
+PIP_PASSED = ("PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL", "PIP_DEFAULT_TIMEOUT")
+CHROOT_ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "HOME": "/root", "LANG": "C.UTF-8"}
+
+
+class ImageError(RuntimeError):
+    """A build step failed; the message names it."""
+
+
+def say(msg: str) -> None:
+    print(f"image: {msg}", flush=True)
+
+
+def run(argv: Sequence[str], timeout: float = 1800, **kwargs: object) -> str:
+    try:
+        proc = subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout, check=False, **kwargs)  # type: ignore[call-overload]
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise ImageError(f"{' '.join(argv)}: {exc}") from exc
+    if proc.returncode:
+        raise ImageError(f"{' '.join(argv)} exited {proc.returncode}: {(proc.stderr or proc.stdout)[-2000:]}")
+    return str(proc.stdout)
+
+
+def packages() -> list[str]:
+    return [ln.strip() for ln in PACKAGES.read_text().splitlines() if ln.strip() and not ln.startswith("#")]
+
+
+def dependencies() -> list[str]:
+    """The driver's run-time requirements, as ``pyproject.toml`` lists them."""
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    return [str(d) for d in project["dependencies"]]
+
+
+def unused(kind: str) -> list[str]:
+    """The ``kind`` ("package", "pip" or "path") entries of ``image/unused.txt``."""
+    found = []
+    for line in UNUSED.read_text().splitlines():
+        if not line.strip() or line.startswith("#"):
+            continue
+        what, _, entry = line.strip().partition(" ")
+        if what not in ("package", "pip", "path") or not entry or " " in entry:
+            raise ImageError(f"image/unused.txt: {line!r} is not 'package NAME', 'pip NAME' or 'path PATH'")
+        if what == kind:
+            found.append(entry)
+    return found
+
+
+def key() -> str:
+    digest = hashlib.sha256(f"{RECIPE}\n{dependencies()}\n".encode())
+    digest.update(PACKAGES.read_bytes())
+    digest.update(UNUSED.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def debootstrapped(work: Path) -> Path:
+    """The debootstrapped root for the package list, from the cache (a tar) or made now."""
+    tar_key = hashlib.sha256(PACKAGES.read_bytes()).hexdigest()[:16]
+    tarball = CACHE / f"rootfs-bookworm-{tar_key}.tar"
+    root = work / "rootfs"
+    if not tarball.exists():
+        say(f"debootstrap bookworm with {len(packages())} packages (cached as {tarball.name})")
+        staging = work / "debootstrap"
+        run(["debootstrap", "--variant=minbase", f"--include={','.join(packages())}", "bookworm", str(staging), MIRROR])
+        for junk in (
+            "var/cache/apt/archives",
+            "var/lib/apt/lists",
+            "usr/share/doc",
+            "usr/share/man",
+            "usr/share/locale",
+            "usr/share/info",
+        ):
+            shutil.rmtree(staging / junk, ignore_errors=True)
+        (staging / "var/lib/apt/lists").mkdir(parents=True, exist_ok=True)
+        CACHE.mkdir(parents=True, exist_ok=True)
+        tmp = tarball.with_suffix(".tmp")
+        run(["tar", "-C", str(staging), "--numeric-owner", "-cf", str(tmp), "."])
+        os.replace(tmp, tarball)
+        shutil.rmtree(staging)
+    root.mkdir()
+    run(["tar", "-C", str(root), "--numeric-owner", "-xf", str(tarball)])
+    return root
+
+
+@contextlib.contextmanager
+def proc_mounted(root: Path) -> Iterator[None]:
+    run(["mount", "-t", "proc", "proc", str(root / "proc")])
+    try:
+        yield
+    finally:
+        run(["umount", "-l", str(root / "proc")])
+
+
+def install_dependencies(root: Path) -> None:
+    """A venv at :data:`PREFIX` with the driver's dependencies (not the driver: that is the top layer)."""
+    shutil.copy2("/etc/resolv.conf", root / "etc" / "resolv.conf")
+    # the build host's trust store (it may sit behind a TLS-inspecting proxy); used for this install only
+    host_ca = root / "tmp" / "build-host-ca.crt"
+    shutil.copy2(os.environ.get("PIP_CERT") or "/etc/ssl/certs/ca-certificates.crt", host_ca)
+    env = {
+        **CHROOT_ENV,
+        "PIP_DISABLE_PIP_VERSION_CHECK": "1",
+        "PIP_NO_CACHE_DIR": "1",
+        "PIP_CERT": "/tmp/build-host-ca.crt",
+        **{k: v for k, v in os.environ.items() if k in PIP_PASSED},
+    }
+    try:
+        with proc_mounted(root):
+            run(["chroot", str(root), "python3", "-m", "venv", PREFIX], env=env)
+            run(["chroot", str(root), f"{PREFIX}/bin/pip", "install", "-q", *dependencies()], env=env)
+    finally:
+        host_ca.unlink(missing_ok=True)
+        (root / "etc" / "resolv.conf").write_text("")
+
+
+def slim(root: Path) -> None:
+    """Drop what the driver never runs (``image/unused.txt``), so every node unpacks less, and pip and
+    setuptools from the venv (nothing installs at run time). A listed path must stay inside ``root``."""
+    run(["chroot", str(root), "dpkg", "--purge", "--force-depends", *unused("package")], env=CHROOT_ENV)
+    venv_python = f"{PREFIX}/bin/python"
+    pip_unused = unused("pip")
+    if pip_unused:
+        run(["chroot", str(root), venv_python, "-m", "pip", "uninstall", "-q", "-y", *pip_unused], env=CHROOT_ENV)
+    for rel in unused("path"):
+        path = root / rel
+        if ".." in Path(rel).parts or Path(rel).is_absolute():
+            raise ImageError(f"image/unused.txt: {rel!r} is not a path inside the image")
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path)
+        else:
+            path.unlink(missing_ok=True)
+    run(["chroot", str(root), venv_python, "-m", "pip", "uninstall", "-q", "-y", "setuptools", "pip"], env=CHROOT_ENV)
+    for tool in ("pip", "pip3", "pip3.11"):
+        (root / PREFIX.lstrip("/") / "bin" / tool).unlink(missing_ok=True)
+
+
+def pack(root: Path, out: Path, tag: str) -> None:
+    """``root`` as a one-layer OCI image ``out/oci:tag`` (and ``out/base.oci.tar``)."""
+    layout = out / "oci"
+    run(["umoci", "init", "--layout", str(layout)])
+    run(["umoci", "new", "--image", f"{layout}:{tag}"])
+    bundle = out / "bundle"
+    run(["umoci", "unpack", "--image", f"{layout}:{tag}", str(bundle)])
+    shutil.rmtree(bundle / "rootfs")
+    os.rename(root, bundle / "rootfs")
+    run(["umoci", "repack", "--image", f"{layout}:{tag}", str(bundle)])
+    run(["umoci", "gc", "--layout", str(layout)])
+    shutil.rmtree(bundle)
+    run(["tar", "-C", str(layout), "-cf", str(out / "base.oci.tar"), "."])
+
+
+def base() -> Path:
+    """The folder of the base for this checkout's inputs (``oci`` layout, tag = :func:`key`), built if missing."""
+    out = CACHE / f"base-{key()}"
+    if (out / "base.oci.tar").exists():
+        return out
+    CACHE.mkdir(parents=True, exist_ok=True)
+    say(f"building the base layer {out.name}: {len(packages())} packages, {len(dependencies())} dependencies")
+    with tempfile.TemporaryDirectory(prefix="nvmeof-image-", dir=CACHE) as tmp:
+        work = Path(tmp)
+        root = debootstrapped(work)
+        install_dependencies(root)
+        slim(root)
+        staged = work / "out"
+        staged.mkdir()
+        pack(root, staged, key())
+        shutil.rmtree(out, ignore_errors=True)
+        os.rename(staged, out)
+    return out
