@@ -33,7 +33,7 @@ class KubeNodes:
         """``core`` and ``storage``: ``kubernetes.client.CoreV1Api`` and ``StorageV1Api`` (or stand-ins)."""
         self._core, self._storage, self._driver = core, storage, driver
         self._ttl, self._clock = ttl, clock
-        self._names: dict[str, str] = {}
+        self._names: dict[str, list[str]] = {}
         self._read_at = float("-inf")
         self._lock = threading.Lock()
 
@@ -49,22 +49,26 @@ class KubeNodes:
             api = client.ApiClient()
         return cls(client.CoreV1Api(api), client.StorageV1Api(api), driver)
 
-    def _node_name(self, node_id: str) -> str:
+    def claimed_by(self, node_id: str) -> list[str]:
         with self._lock:
             if node_id in self._names and self._clock() - self._read_at < self._ttl:
-                return self._names[node_id]
+                return list(self._names[node_id])
             try:
                 listed = self._storage.list_csi_node(_request_timeout=10)
             except Exception as exc:  # the client's errors are many types: each is one answer, "cannot ask"
                 raise Unavailable(f"cannot list CSINodes to find node {node_id!r}: {_why(exc)}") from exc
-            self._names = {
-                d.node_id: item.metadata.name
-                for item in listed.items
-                for d in (item.spec.drivers or [])
-                if d.name == self._driver and d.node_id
-            }
-            self._read_at = self._clock()
-            return self._names.get(node_id, "")
+            names: dict[str, list[str]] = {}
+            for item in listed.items:
+                for d in item.spec.drivers or []:
+                    if d.name == self._driver and d.node_id:
+                        names.setdefault(d.node_id, []).append(str(item.metadata.name))
+            self._names, self._read_at = {k: sorted(v) for k, v in names.items()}, self._clock()
+            return list(self._names.get(node_id, []))
+
+    def _node_name(self, node_id: str) -> str:
+        """The Node of ``node_id`` (``""`` when none, or when several claim it: no fence or unfence by a guess)."""
+        claimants = self.claimed_by(node_id)
+        return claimants[0] if len(claimants) == 1 else ""
 
     def _node(self, node_id: str) -> Any:
         name = self._node_name(node_id)

@@ -51,6 +51,12 @@ class NodeFacts(Protocol):
         """The node's current boot ID as it reports it; ``""`` when unknown."""
         ...
 
+    def claimed_by(self, node_id: str) -> list[str]:
+        """The names of the Nodes whose CSINode lists ``node_id`` for this driver (two or more: one host identity
+        on several machines, a cloned ``/etc/nvme/hostnqn``); ``[]`` when there is no cluster to ask. Raises
+        ``Unavailable`` when the cluster cannot be asked."""
+        ...
+
 
 class NoCluster:
     """Outside Kubernetes (csi-sanity, ``serve --mode all``): no taint, no boot ID."""
@@ -60,6 +66,9 @@ class NoCluster:
 
     def boot_id(self, node_id: str) -> str:
         return ""
+
+    def claimed_by(self, node_id: str) -> list[str]:
+        return []
 
 
 def fence_reason(reason: str, fence_on: frozenset[str], tainted: bool | None) -> str:

@@ -181,10 +181,19 @@ class VolumeService:
         one_node: bool = False,
     ) -> Mapping[str, str]:
         """Allow ``node_id`` on the volume. ``one_node`` (a SINGLE_NODE_* access mode): FAILED_PRECONDITION while
-        another node has it published, as the CSI spec asks (the other node must be unpublished first)."""
+        another node has it published, as the CSI spec asks (the other node must be unpublished first).
+        FAILED_PRECONDITION too while several Nodes claim ``node_id`` (one host identity on several machines)."""
         volume = self.get(ref)
         if not self._nodes.knows(node_id):
             raise NotFound(f"node {node_id!r} is not known to this controller")
+        claimants = self._facts.claimed_by(node_id)
+        if len(claimants) > 1:  # the target tells hosts apart by NQN alone: it would open the volume to all
+            raise FailedPrecondition(
+                f"node ID {node_id!r} is claimed by {len(claimants)} Nodes ({', '.join(claimants[:4])}): one NVMe "
+                "host identity on several machines (a cloned /etc/nvme/hostnqn or node state folder); give each "
+                "its own (on all but one: delete /etc/nvme/hostnqn, /etc/nvme/hostid and the node's "
+                "host-identity.json, then restart its node plugin)"
+            )
         fence = volume.fenced.get(node_id)
         if fence is not None:
             if not may_unfence(fence.boot_id, self._facts.boot_id(node_id)):

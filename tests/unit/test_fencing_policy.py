@@ -69,6 +69,7 @@ class Facts:
     tainted: set[str] = field(default_factory=set)
     boots: dict[str, str] = field(default_factory=dict)
     taint_reads: list[str] = field(default_factory=list)
+    claims: dict[str, list[str]] = field(default_factory=dict)
 
     def out_of_service(self, node_id: str) -> bool | None:
         self.taint_reads.append(node_id)
@@ -76,6 +77,9 @@ class Facts:
 
     def boot_id(self, node_id: str) -> str:
         return self.boots.get(node_id, "")
+
+    def claimed_by(self, node_id: str) -> list[str]:
+        return self.claims.get(node_id, [])
 
 
 def service(facts: Facts, fence_on: frozenset[str] = frozenset(FENCE_ON_CHOICES)) -> tuple[VolumeService, FakeBackend]:
@@ -118,3 +122,16 @@ def test_fencing_turned_off_only_revokes_the_grant() -> None:
     svc.publish(vol.ref, "n1", readonly=False)
     assert svc.unpublish(vol.ref, "n1", OUT_OF_SERVICE) == ""
     assert backend.volumes[vol.ref.uuid].fenced == {} and backend.volumes[vol.ref.uuid].published_nodes == ()
+
+
+def test_a_host_identity_several_nodes_claim_is_refused_until_only_one_does() -> None:
+    """A cloned /etc/nvme/hostnqn: two machines, one node ID; the target could not tell them apart."""
+    facts = Facts(claims={"n1": ["gpu-a", "gpu-b"]})
+    svc, backend = service(facts)
+    vol = svc.create("pvc", CapacityRange(GiB), {})
+    with pytest.raises(FailedPrecondition, match=r"claimed by 2 Nodes \(gpu-a, gpu-b\)"):
+        svc.publish(vol.ref, "n1", readonly=False)
+    assert backend.volumes[vol.ref.uuid].published_nodes == ()
+    facts.claims["n1"] = ["gpu-a"]  # the clone got its own identity
+    svc.publish(vol.ref, "n1", readonly=False)
+    assert backend.volumes[vol.ref.uuid].published_nodes == ("n1",)

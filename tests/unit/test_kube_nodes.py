@@ -84,3 +84,12 @@ def test_a_boot_id_a_node_wrote_to_fail_its_own_fence_reads_as_unknown() -> None
     core = Core()
     core.nodes["gpu-1"].status.node_info.boot_id = "../../x\nFENCE"
     assert KubeNodes(core, Storage(), DRIVER).boot_id("nqn.gpu-1") == ""
+
+
+def test_a_node_id_two_csinodes_list_is_claimed_by_both_and_names_no_node() -> None:
+    core, storage = Core(), Storage()
+    storage.entries["gpu-3"] = [(DRIVER, "nqn.gpu-2")]  # gpu-3 booted from a disk cloned from gpu-2
+    nodes = KubeNodes(core, storage, DRIVER)
+    assert nodes.claimed_by("nqn.gpu-2") == ["gpu-2", "gpu-3"]
+    assert nodes.claimed_by("nqn.gpu-1") == ["gpu-1"] and nodes.claimed_by("nqn.none") == []
+    assert nodes.boot_id("nqn.gpu-2") == "" and nodes.out_of_service("nqn.gpu-2") is False  # no guess between two
