@@ -6,6 +6,7 @@ from __future__ import annotations
 import ctypes
 import os
 import signal
+import subprocess
 from pathlib import Path
 
 VM_NAME = "nvmeof-csi-lab"
@@ -39,3 +40,15 @@ def lab_qemu_pids(parent: int | None = None) -> list[int]:
         if ours and (parent is None or ppid == parent):
             pids.append(int(proc.name))
     return pids
+
+
+def copy_disk(source: Path, target: Path) -> subprocess.CompletedProcess[str]:
+    """``cp`` of a disk image that keeps it sparse (a reflink where the filesystem offers one); the finished
+    process, stderr captured, not checked."""
+    return subprocess.run(
+        ["cp", "--sparse=always", "--reflink=auto", str(source), str(target)],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+    )

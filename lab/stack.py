@@ -3,18 +3,18 @@
 
 Contract: :func:`running_stack` yields a :class:`GuestDriver` whose agent and driver answer on their sockets;
 on exit both are stopped, every controller disconnected, every mount under the lab work folder released and
-configfs and the agent's state wiped. :meth:`GuestDriver.csi` runs a batch of CSI steps in one guest process
-and returns their results (raises :class:`lab.vm.GuestError` with the gRPC code on a failed RPC).
+configfs and the agent's state wiped. :meth:`GuestDriver.csi` runs a batch of CSI steps through the VM's
+resident CSI client (:mod:`lab.csi_client`) and returns their results (raises :class:`lab.vm.GuestError` with
+the gRPC code on a failed RPC).
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from lab.build import REPO
+from lab.csi_client import CsiClient
 from lab.fabric import Fabric
 from lab.target import FABRIC_MAP, GuestProcess, GuestTargetAgent, running_agent
 from lab.vm import LabVM
@@ -34,6 +34,7 @@ class GuestDriver:
         self, vm: LabVM, agent: GuestTargetAgent, log_level: str = "INFO", extra_args: Sequence[str] = ()
     ) -> None:
         self.vm, self.agent = vm, agent
+        self.client = CsiClient(vm, DRIVER_SOCK)
         self.process = GuestProcess(
             vm,
             "driver",
@@ -82,11 +83,7 @@ class GuestDriver:
         return self.process.start()
 
     def csi(self, *steps: dict[str, Any], timeout: float = 900) -> list[dict[str, Any]]:
-        out = self.vm.check(
-            [self.vm.python, "-m", "lab.csi_ops", DRIVER_SOCK, json.dumps(list(steps))], timeout=timeout, cwd=str(REPO)
-        )
-        result: list[dict[str, Any]] = json.loads(out.strip().splitlines()[-1])
-        return result
+        return self.client.batch(list(steps), timeout)
 
     def one(self, op: str, name: str, **args: Any) -> dict[str, Any]:
         return self.csi({"op": op, "name": name, **args})[0]

@@ -30,7 +30,7 @@ from typing import Any
 
 from lab.build import LAB_DIR, BuildInfo
 from lab.guest_calls import BootCrash, GuestError, GuestTimeout, LabError, Pending, Result, VMExited
-from lab.host import VM_NAME, die_with_parent, kvm_usable
+from lab.host import VM_NAME, copy_disk, die_with_parent, kvm_usable
 
 # fmt: off
 __all__ = ["TCG_SAFE_BOOT", "BootCrash", "GuestError", "GuestTimeout", "LabError", "LabVM", "Pending", "Result",
@@ -47,18 +47,6 @@ AGENT = LAB_DIR / "guest" / "agent.py"
 #: skew and get the TSC marked unstable at run time, which flips the ``sched_clock`` static key: TCG's
 #: cross-CPU code patching has oopsed the kernel on that key (``int3`` in ``sched_clock_cpu``).
 TCG_SAFE_BOOT = ("no_timer_check", "tsc=reliable")
-
-
-def copy_disk(source: Path, target: Path) -> subprocess.CompletedProcess[str]:
-    """``cp`` of a disk image that keeps it sparse (a reflink where the filesystem offers one); the finished
-    process, stderr captured, not checked."""
-    return subprocess.run(
-        ["cp", "--sparse=always", "--reflink=auto", str(source), str(target)],
-        capture_output=True,
-        text=True,
-        timeout=900,
-        check=False,
-    )
 
 
 class LabVM:
@@ -289,10 +277,11 @@ class LabVM:
         return pending
 
     def submit(
-        self, argv: Sequence[str], timeout: float, env: Mapping[str, str] | None = None, cwd: str = "/"
+        self, argv: Sequence[str], timeout: float, env: Mapping[str, str] | None = None, cwd: str = "/", stdin: str = ""
     ) -> Pending:
-        """Start ``argv`` in the guest (no shell) and return at once."""
-        return self._request(" ".join(argv), timeout, op="exec", argv=list(argv), env=dict(env or {}), cwd=cwd)
+        """Start ``argv`` in the guest (no shell; ``stdin`` is its whole input) and return at once."""
+        what = " ".join(argv)
+        return self._request(what, timeout, op="exec", argv=list(argv), env=dict(env or {}), cwd=cwd, input=stdin)
 
     def run(
         self, argv: Sequence[str], timeout: float = 60, env: Mapping[str, str] | None = None, cwd: str = "/"

@@ -24,8 +24,9 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from lab.build import BuildInfo
+from lab.host import copy_disk
 from lab.kube.build import binary, cache_root
-from lab.vm import LabVM, copy_disk
+from lab.vm import LabVM
 
 HERE = Path(__file__).resolve().parent
 

@@ -4,7 +4,7 @@ less than its keep-alive timeout with writes in flight and dirty pages. In both,
 CSI 1.14 reason fences it (issued by the controller on ``gpu-2``, as a CO's controller would), ``gpu-2`` then
 writes its own tagged pattern over the whole volume, ``gpu-1`` keeps trying (at least twice its keep-alive
 timeout plus its reconnect attempts), and the backing file on ``storage-1`` must hold ``gpu-2``'s blocks only.
-A third test fences one node of a volume both nodes share: the other keeps writing through the fence.
+The partitioned node shares its volume with the other node, which keeps writing through the fence.
 
 Without fencing (``LAB_FENCE_ON=none pytest tests/cluster -m lab -k fenc``) the same tests fail: ``gpu-1``'s
 controllers stay live after a plain unpublish, and its blocks land over ``gpu-2``'s."""
@@ -78,27 +78,47 @@ def clean_up(stack: ClusterDriver, name: str) -> None:
 def test_a_node_cut_off_from_the_control_plane_but_still_writing_is_fenced_and_none_of_its_writes_land(
     stack: ClusterDriver, report: Reporter
 ) -> None:
+    """A MULTI_NODE_MULTI_WRITER volume on both GPU nodes (the live-migration pattern). gpu-1 loses the control
+    plane but keeps its fabric links and keeps writing; ControllerUnpublishVolume of gpu-1 with
+    NODE_CLEANUP_TIMEOUT fences it, which cycles the subsystem's port links one at a time and so resets gpu-2's
+    paths too: gpu-2's verified I/O goes on with 0 errors (its stall reported), then gpu-2 writes its pattern
+    over every block, while gpu-1 keeps trying for longer than its keep-alive and reconnects; none of gpu-1's
+    blocks land."""
     kato = 5
     params = {"keepAliveTmo": str(kato), "ctrlLossTmo": str(LOSS), "reconnectDelay": str(RECONNECT)}
-    volume_id, node1, writer = start_on_gpu1(stack, "partitioned", params, seconds=40 + 2 * kato + LOSS)
+    create = on("partitioned", "create", size=64 * MiB, mode="block", params=params)
+    shared = [*on("partitioned", "access", mode="MULTI_NODE_MULTI_WRITER"),
+              *on("partitioned", "attach", "stage", "publish")]  # fmt: skip
+    made = csi(stack, "gpu-1", *create, *shared)
+    node1, volume_id = made[2]["publish_context"]["hostNqn"], made[0]["volume_id"]
+    csi(stack, "gpu-2", *create, *shared)
+    device, gpu1, gpu2 = f"{WORK}/partitioned/device", stack.cluster.vm("gpu-1"), stack.cluster.vm("gpu-2")
+    gpu1.run(["rm", "-f", MARKER])
+    writer = gpu1.submit([gpu1.python, SCRIBBLE, "write", device, str(40 + 2 * kato + LOSS), "gpu-1", "--marker",
+                          MARKER, "--first", "8192"], timeout=360 + LOSS)  # fmt: skip
+    probe = IoProbe(gpu2, device, seconds=30)  # blocks 0..4095: gpu-1 writes from block 8192 on
     time.sleep(4)
     stack.cluster.cut_management("gpu-1")  # the control plane loses gpu-1; its fabric links stay up
     try:
-        take_over(stack, "partitioned", params, node1, "NODE_CLEANUP_TIMEOUT")
-        stack.cluster.vm("gpu-1").write(MARKER, "")
+        csi(stack, "gpu-2", *on("partitioned", "detach", node=node1, reason="NODE_CLEANUP_TIMEOUT"))
+        gpu1.write(MARKER, "")
         fenced_at = time.monotonic()
-        filled = move_to_gpu2(stack, "partitioned")
+        result = probe.result()
+        filled = scribble(gpu2, "fill", device, "gpu-2")
         wrote = json.loads(writer.check().strip().splitlines()[-1])
         kept_trying = time.monotonic() - fenced_at
     finally:
         stack.cluster.restore_management("gpu-1")
     blocks = landed(stack, volume_id)
-    report("partitioned gpu-1 fenced (NODE_CLEANUP_TIMEOUT): its writer", json.dumps(wrote))
+    report("partitioned gpu-1 fenced (NODE_CLEANUP_TIMEOUT): gpu-2's verified I/O on the shared volume", result.line())
+    report("partitioned gpu-1 fenced: its writer", json.dumps(wrote))
     report("partitioned gpu-1 fenced: blocks on storage-1 by writer", json.dumps(blocks))
+    assert result.errors == 0 and result.ios_after_last_stall > 0, result.errlog
     assert wrote["fenced_seen"] and kept_trying >= 2 * kato + LOSS, (wrote, kept_trying)
     assert wrote["direct_after"] == 0 and wrote["fsync_after"] == 0, wrote
     assert blocks["gpu-1"] == 0 and blocks["gpu-2"] == blocks["blocks"] == filled["blocks"], blocks
-    clean_up(stack, "partitioned")
+    csi(stack, "gpu-1", *on("partitioned", "unpublish", "unstage"))
+    csi(stack, "gpu-2", *on("partitioned", *OFF, "delete"))
 
 
 def test_a_node_frozen_for_less_than_its_keep_alive_is_fenced_and_nothing_it_held_lands_when_it_wakes(
@@ -125,36 +145,3 @@ def test_a_node_frozen_for_less_than_its_keep_alive_is_fenced_and_nothing_it_hel
     assert wrote["direct_after"] == 0 and wrote["fsync_after"] == 0 and wrote["direct_err"] > 0, wrote
     assert blocks["gpu-1"] == 0 and blocks["gpu-2"] == blocks["blocks"] == filled["blocks"], blocks
     clean_up(stack, "frozen")
-
-
-def test_fencing_one_node_of_a_shared_volume_leaves_the_other_node_writing(
-    stack: ClusterDriver, report: Reporter
-) -> None:
-    """MULTI_NODE_MULTI_WRITER on both GPU nodes (the live-migration pattern): the fence of gpu-1 cycles the
-    subsystem's port links one at a time, which resets gpu-2's paths too; gpu-2's verified I/O goes on with 0
-    errors (its stall reported) while gpu-1's writes stop landing."""
-    params = {"keepAliveTmo": "5", "ctrlLossTmo": str(LOSS), "reconnectDelay": str(RECONNECT)}
-    create = on("shared-f", "create", size=64 * MiB, mode="block", params=params)
-    shared = [*on("shared-f", "access", mode="MULTI_NODE_MULTI_WRITER"), *on("shared-f", "attach", "stage", "publish")]
-    made = csi(stack, "gpu-1", *create, *shared)
-    node1, volume_id = made[2]["publish_context"]["hostNqn"], made[0]["volume_id"]
-    csi(stack, "gpu-2", *create, *shared)
-    device, gpu1, gpu2 = f"{WORK}/shared-f/device", stack.cluster.vm("gpu-1"), stack.cluster.vm("gpu-2")
-    gpu1.run(["rm", "-f", MARKER])
-    writer = gpu1.submit([gpu1.python, SCRIBBLE, "write", device, str(30 + LOSS), "gpu-1", "--marker", MARKER,
-                          "--first", "8192"], timeout=300 + LOSS)  # fmt: skip
-    probe = IoProbe(gpu2, device, seconds=22)  # blocks 0..4095: gpu-1 writes from block 8192 on
-    time.sleep(4)
-    csi(stack, "gpu-2", *on("shared-f", "detach", node=node1, reason="NODE_OUT_OF_SERVICE"))
-    gpu1.write(MARKER, "")
-    result = probe.result()
-    filled = scribble(gpu2, "fill", device, "gpu-2")
-    wrote = json.loads(writer.check().strip().splitlines()[-1])
-    blocks = landed(stack, volume_id)
-    report("fence of gpu-1 on a shared volume: gpu-2's verified I/O", result.line())
-    report("fence of gpu-1 on a shared volume: gpu-1's writer, blocks by writer", f"{wrote} {blocks}")
-    assert result.errors == 0 and result.ios_after_last_stall > 0, result.errlog
-    assert wrote["direct_after"] == 0 and wrote["fsync_after"] == 0, wrote
-    assert blocks["gpu-1"] == 0 and blocks["gpu-2"] == filled["blocks"], blocks
-    csi(stack, "gpu-1", *on("shared-f", "unpublish", "unstage"))
-    csi(stack, "gpu-2", *on("shared-f", *OFF, "delete"))

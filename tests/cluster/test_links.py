@@ -9,6 +9,7 @@ from collections.abc import Callable
 import pytest
 
 from lab.cluster import LINKS, LabCluster
+from lab.fabric import wait_until
 
 pytestmark = pytest.mark.lab
 Reporter = Callable[[str, str], None]
@@ -51,7 +52,8 @@ def test_a_pulled_cable_takes_the_carrier_and_plugging_it_in_brings_the_path_bac
         assert cluster.reach("storage-1", "gpu-2", "fb")[0] != "refused"
     finally:
         cluster.link_up("gpu-2", "fb")
-    assert vm.read("/sys/class/net/fb/carrier").strip() == "1"
+    # the guest's link watch reports a carrier coming up with a delay (up to a second; more under TCG)
+    assert wait_until(lambda: vm.read("/sys/class/net/fb/carrier").strip() == "1", 15, 0.5)
     assert cluster.reach("gpu-2", "storage-1", "fb")[0] in WORKS
 
 
