@@ -1,14 +1,15 @@
 """A real Prometheus inside the lab VM, scraping the driver and the agent there, evaluating our alert rules.
 
 Host side: :class:`GuestPrometheus` writes its configuration, starts the binary (built from its Go module by
-``./dev setup``, reached through the 9p root share) and answers queries by running this module in the guest
-(the VM has no network card, so the HTTP API is reachable only from inside). :class:`HostPrometheus` is the
+``./dev setup``, reached through the 9p root share) and answers queries through ``socat`` in the guest (the VM
+has no network card, so the HTTP API is reachable only from inside): a batch of queries is one connection of
+pipelined GETs (:func:`pipelined`), its answers parsed here (:func:`responses`). :class:`HostPrometheus` is the
 same on this host, on loopback, for the host tiers (the alluxio tier's dataset panels).
 
-Guest side: ``python -m lab.prometheus URL REQUEST_JSON`` runs a batch of queries and prints one JSON line:
-``{"ready": true, "instant": {expr: result}, "range": {expr: result}, "alerts": [...]}`` (only ``{"ready": false}``
-while ``/-/ready`` does not answer 200: nothing else is asked then) where a request is
-``{"instant": [expr...], "range": [expr...], "start": unix, "end": unix, "step": seconds}``.
+A batch answers ``{"ready": true, "instant": {expr: result}, "range": {expr: result}, "alerts": [...]}`` (only
+``{"ready": false}`` while ``/-/ready`` does not answer 200: nothing else is asked then, or when the API answers
+503 because it became busy) where a request is ``{"instant": [expr...], "range": [expr...], "start": unix,
+"end": unix, "step": seconds}``.
 
 Contract: :meth:`Prometheus.start` returns once ``/-/ready`` answers and every scrape target is up (or
 raises :class:`LabError` with the log); :meth:`Prometheus.stop` ends the process.
@@ -16,15 +17,17 @@ raises :class:`LabError` with the log); :meth:`Prometheus.stop` ends the process
 
 from __future__ import annotations
 
+import http.client
+import io
 import json
 import socket
 import subprocess
-import sys
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlencode
 
 import requests
 import yaml
@@ -168,12 +171,15 @@ class GuestPrometheus(Prometheus):
     def log_tail(self) -> str:
         return self.vm.run(["tail", "-n", "30", f"{WORK}/log"], 10).out
 
+    def _fetch(self, paths: list[str]) -> list[tuple[int, bytes]]:
+        """``paths`` pipelined on one connection by ``socat`` in the guest (no Python start under TCG);
+        ``shut-none``: the server sees no half-close, which Go's HTTP server takes for a client gone."""
+        argv = ["socat", "-t", "60", "STDIO", f"TCP:127.0.0.1:{PORT},shut-none"]
+        res = self.vm.submit(argv, 90, stdin=pipelined(paths)).wait()
+        return responses(res.out.encode(), len(paths))
+
     def _query(self, request: dict[str, Any]) -> dict[str, Any]:
-        out = self.vm.check(
-            [self.vm.python, "-m", "lab.prometheus", self.url, json.dumps(request)], timeout=300, cwd=str(REPO)
-        )
-        result: dict[str, Any] = json.loads(out.strip().splitlines()[-1])
-        return result
+        return _ask(self._fetch, request)
 
     def now(self) -> float:
         return float(self.vm.check(["date", "+%s.%N"], timeout=30).strip())
@@ -226,36 +232,80 @@ class HostPrometheus(Prometheus):
             self._process = None
 
 
-def _run(url: str, request: dict[str, Any]) -> dict[str, Any]:
-    def get(path: str, **params: Any) -> Any:
-        reply = requests.get(f"{url}{path}", params=params, timeout=60)
-        reply.raise_for_status()
-        return reply.json()["data"]
+#: ``paths -> [(HTTP status, body)]``, one per path, in order; ``[]`` when Prometheus cannot be reached
+Fetch = Callable[[list[str]], list[tuple[int, bytes]]]
 
-    try:
-        ready = requests.get(f"{url}/-/ready", timeout=10).status_code == 200
-    except requests.RequestException:
-        ready = False
-    if not ready:  # starting, or busy: its API answers 503 until it is ready again; the caller asks again
-        return {"ready": False}
-    out: dict[str, Any] = {"ready": True, "instant": {}, "range": {}}
-    for expr in request.get("instant", []):
-        out["instant"][expr] = get("/api/v1/query", query=expr)["result"]
-    for expr in request.get("range", []):
-        out["range"][expr] = get(
-            "/api/v1/query_range", query=expr, start=request["start"], end=request["end"], step=request["step"]
-        )["result"]
-    out["alerts"] = get("/api/v1/alerts")["alerts"]
+
+def http_fetch(url: str) -> Fetch:
+    """Fetch over HTTP from this process (the host tiers, and the tests)."""
+
+    def fetch(paths: list[str]) -> list[tuple[int, bytes]]:
+        try:
+            return [(r.status_code, r.content) for r in (requests.get(f"{url}{p}", timeout=60) for p in paths)]
+        except requests.RequestException:
+            return []
+
+    return fetch
+
+
+def pipelined(paths: list[str]) -> str:
+    """HTTP/1.1 GETs of ``paths`` on one connection, the last one closing it."""
+    last = len(paths) - 1
+    return "".join(
+        f"GET {p} HTTP/1.1\r\nHost: prometheus\r\nConnection: {'close' if i == last else 'keep-alive'}\r\n\r\n"
+        for i, p in enumerate(paths)
+    )
+
+
+def responses(raw: bytes, count: int) -> list[tuple[int, bytes]]:
+    """The first ``count`` HTTP responses in ``raw`` (what :func:`pipelined` was answered), fewer when cut short."""
+
+    class Stream(io.BytesIO):
+        def close(self) -> None:  # a response closes its file when read: the next one is in the same bytes
+            return
+
+    stream = Stream(raw)
+
+    class Wire:
+        def makefile(self, *_: object, **__: object) -> io.BytesIO:
+            return stream
+
+    out = []
+    for _ in range(count):
+        reply = http.client.HTTPResponse(Wire())  # type: ignore[arg-type]
+        try:
+            reply.begin()
+            out.append((reply.status, reply.read()))
+        except (http.client.HTTPException, OSError):
+            break
     return out
 
 
-def main(argv: Sequence[str]) -> int:
-    if len(argv) != 2:
-        print(__doc__, file=sys.stderr)
-        return 2
-    print(json.dumps(_run(argv[0], json.loads(argv[1]))))
-    return 0
+def _ask(fetch: Fetch, request: dict[str, Any]) -> dict[str, Any]:
+    ready = fetch(["/-/ready"])
+    if not ready or ready[0][0] != 200:  # starting, or busy: its API answers 503 until it is ready again
+        return {"ready": False}
+    keys: list[tuple[str, str]] = []
+    paths = []
+    for expr in request.get("instant", []):
+        keys.append(("instant", expr))
+        paths.append("/api/v1/query?" + urlencode({"query": expr}))
+    for expr in request.get("range", []):
+        keys.append(("range", expr))
+        window = {"start": request["start"], "end": request["end"], "step": request["step"]}
+        paths.append("/api/v1/query_range?" + urlencode({"query": expr, **window}))
+    replies = fetch([*paths, "/api/v1/alerts"])
+    if len(replies) != len(paths) + 1 or any(status == 503 for status, _ in replies):
+        return {"ready": False}  # became busy meanwhile: the caller asks again
+    for (status, body), path in zip(replies, [*paths, "/api/v1/alerts"], strict=True):
+        if status != 200:
+            raise LabError(f"Prometheus answered {status} to {path}: {body[:300]!r}")
+    out: dict[str, Any] = {"ready": True, "instant": {}, "range": {}}
+    for (kind, expr), (_, body) in zip(keys, replies, strict=False):
+        out[kind][expr] = json.loads(body)["data"]["result"]
+    out["alerts"] = json.loads(replies[-1][1])["data"]["alerts"]
+    return out
 
 
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+def _run(url: str, request: dict[str, Any]) -> dict[str, Any]:
+    return _ask(http_fetch(url), request)

@@ -4,6 +4,7 @@ query waits for it to be ready again instead of failing on the first 503."""
 from __future__ import annotations
 
 import json
+import socket
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -120,3 +121,44 @@ def test_the_test_copy_of_the_rules_changes_only_their_hold() -> None:
     assert all(
         {k: v for k, v in a.items() if k != "for"} == {k: v for k, v in b.items() if k != "for"} for a, b in rules
     )
+
+
+class KeepAlive(BaseHTTPRequestHandler):
+    """Answers every GET with its own path, keeping the connection open as Prometheus (Go) does."""
+
+    protocol_version = "HTTP/1.1"
+
+    def do_GET(self) -> None:
+        body = json.dumps({"path": self.path}).encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: object) -> None:
+        return
+
+
+def test_pipelined_gets_on_one_connection_come_back_in_order() -> None:
+    """What the guest's socat sends and gets back: one connection, every answer in the order asked."""
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), KeepAlive)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    paths = ["/-/ready", "/api/v1/query?query=up", "/api/v1/alerts"]
+    try:
+        with socket.create_connection(("127.0.0.1", httpd.server_address[1]), timeout=10) as conn:
+            conn.sendall(prometheus.pipelined(paths).encode())
+            raw = b"".join(iter(lambda: conn.recv(65536), b""))  # the last request closes the connection
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+    assert [(status, json.loads(body)["path"]) for status, body in prometheus.responses(raw, 3)] == [
+        (200, p) for p in paths
+    ]
+
+
+def test_responses_reads_chunked_and_sized_bodies_and_stops_where_the_answer_was_cut() -> None:
+    chunked = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n"
+    sized = b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 4\r\n\r\nbusy"
+    assert prometheus.responses(chunked + sized, 2) == [(200, b"hello world"), (503, b"busy")]
+    assert prometheus.responses(chunked + sized[:-2], 2) == [(200, b"hello world")]  # its body cut short
+    assert prometheus.responses(b"", 1) == []
