@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -30,6 +31,7 @@ REPO = Path(__file__).resolve().parent.parent
 CACHE = machine_cache() / "image"
 PACKAGES = REPO / "image" / "packages.txt"
 UNUSED = REPO / "image" / "unused.txt"
+CONSTRAINTS = REPO / "image" / "constraints.txt"
 MIRROR = "http://deb.debian.org/debian"
 PREFIX = "/opt/nvmeof-csi"
 #: bump when how the base is made changes (its inputs' files are hashed as well)
@@ -85,6 +87,7 @@ def key() -> str:
     digest = hashlib.sha256(f"{RECIPE}\n{dependencies()}\n".encode())
     digest.update(PACKAGES.read_bytes())
     digest.update(UNUSED.read_bytes())
+    digest.update(CONSTRAINTS.read_bytes())
     return digest.hexdigest()[:16]
 
 
@@ -139,13 +142,49 @@ def install_dependencies(root: Path) -> None:
         "PIP_CERT": "/tmp/build-host-ca.crt",
         **{k: v for k, v in os.environ.items() if k in PIP_PASSED},
     }
+    shutil.copy2(CONSTRAINTS, root / "tmp" / "constraints.txt")
     try:
         with proc_mounted(root):
             run(["chroot", str(root), "python3", "-m", "venv", PREFIX], env=env)
-            run(["chroot", str(root), f"{PREFIX}/bin/pip", "install", "-q", *dependencies()], env=env)
+            pip = [f"{PREFIX}/bin/pip", "install", "-q", "-c", "/tmp/constraints.txt"]
+            run(["chroot", str(root), *pip, *dependencies()], env=env)
     finally:
         host_ca.unlink(missing_ok=True)
+        (root / "tmp" / "constraints.txt").unlink(missing_ok=True)
         (root / "etc" / "resolv.conf").write_text("")
+    unpinned(installed(root), pinned())
+
+
+def pinned() -> dict[str, str]:
+    """``image/constraints.txt``: normalized name -> version."""
+    pins = {}
+    for line in CONSTRAINTS.read_text().splitlines():
+        if not line.strip() or line.startswith("#"):
+            continue
+        name, sep, version = line.strip().partition("==")
+        if not sep or not name or not version:
+            raise ImageError(f"image/constraints.txt: {line!r} is not NAME==VERSION")
+        pins[normalized(name)] = version
+    return pins
+
+
+def normalized(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def installed(root: Path) -> dict[str, str]:
+    """The distributions in the image's venv (pip and setuptools, the venv's seeds, aside)."""
+    probe = "import importlib.metadata as m\nfor d in m.distributions(): print(d.metadata['Name'], d.version)"
+    listed = run(["chroot", str(root), f"{PREFIX}/bin/python", "-c", probe], env=CHROOT_ENV)
+    found = {normalized(name): version for name, version in (line.split() for line in listed.splitlines())}
+    return {name: version for name, version in found.items() if name not in ("pip", "setuptools")}
+
+
+def unpinned(found: dict[str, str], pins: dict[str, str]) -> None:
+    """``ImageError`` naming every installed distribution that ``pins`` does not hold at its version."""
+    wrong = sorted(f"{name}=={version}" for name, version in found.items() if pins.get(name) != version)
+    if wrong:
+        raise ImageError(f"installed but not pinned in image/constraints.txt: {', '.join(wrong)}")
 
 
 def slim(root: Path) -> None:
