@@ -151,7 +151,11 @@ def test_the_cluster_replaces_a_vm_that_exits_during_bring_up_once(
             raise outcome
         return sentinel
 
-    monkeypatch.setattr(cluster, "current_image", lambda: {"tag": "t", "tar": "/x.tar"})
+    monkeypatch.setattr(
+        cluster,
+        "current_image",
+        lambda: {"tag": "t", "tar": "/x.tar", "base_ref": "localhost/nvmeof-csi-base:b", "base_tar": "/b.tar"},
+    )
     monkeypatch.setattr(cluster, "build_images", lambda: {})
     monkeypatch.setattr(cluster, "ControlPlane", FakeCP)
     monkeypatch.setattr(cluster, "LabVM", FakeVM)
