@@ -40,7 +40,7 @@ INIT_SCRIPT = LAB_DIR / "guest" / "init.sh"
 # fmt: off
 PACKAGES = (
     "qemu-system-x86", "qemu-utils", "nvme-cli", "rdma-core", "ibverbs-utils", "fio", "busybox-static", "cpio",
-    "kmod", "iproute2", "xfsprogs", "e2fsprogs", "udev", "util-linux", "socat",
+    "kmod", "iproute2", "xfsprogs", "e2fsprogs", "udev", "util-linux", "socat", "dmsetup",
 )
 
 #: Modules in the initramfs (with their dependencies). Everything the guest may load must be here.
@@ -50,6 +50,7 @@ MODULES = (
     "rdma_rxe", "rdma_ucm", "ib_uverbs", "ib_umad", "dummy",
     "crc32c_generic", "crc32_generic", "crc32-pclmul", "crc32c-intel",
     "xfs", "ext4", "loop", "null_blk",
+    "dm-mod", "dm-flakey",  # the agent's read-only subsystems: a device that refuses writes (agent/readonly.py)
     "sch_prio", "sch_netem", "cls_u32", "act_gact",
     "inet_diag", "tcp_diag",  # socket diagnostics: ss shows the ToS of the NVMe/TCP queues' sockets
     "virtio_net", "veth", "bridge",  # the Kubernetes tier: the API server's forward, the pods' CNI bridge

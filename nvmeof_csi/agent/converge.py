@@ -23,11 +23,12 @@ from typing import Any
 from nvmeof_csi.agent.filler import needs_fill
 from nvmeof_csi.agent.parts import NSID, AgentParts
 from nvmeof_csi.agent.portals import PortSpec
+from nvmeof_csi.agent.readonly import ReadOnlyExports
 from nvmeof_csi.agent.snapshots import SnapshotOps
 from nvmeof_csi.agent.state import CREATING, DELETING, AgentState, VolumeRecord
 from nvmeof_csi.agent.volumes import VolumeOps
 from nvmeof_csi.errors import DriverError
-from nvmeof_csi.nvmeof.nqn import is_driver_nqn, namespace_nguid, volume_nqn
+from nvmeof_csi.nvmeof.nqn import is_driver_nqn, namespace_nguid, readonly_nqn, volume_nqn
 
 log = logging.getLogger(__name__)
 
@@ -114,11 +115,13 @@ def volume_drift(rec: VolumeRecord, layout: Layout, observed: Observed) -> str:
     want = {"device_path": str(path), "device_uuid": rec.uuid, "device_nguid": namespace_nguid(rec.uuid), "enable": "1"}
     if any(ns.get(k) != v for k, v in want.items()) or sub["allow_any_host"] != "0":
         return "namespace or subsystem attributes differ"
-    if sorted(sub["hosts"]) != sorted(rec.hosts) or not set(rec.hosts) <= set(observed.tree["hosts"]):
+    writers = [h for h in rec.hosts if h not in rec.readonly_hosts]
+    if sorted(sub["hosts"]) != sorted(writers) or not set(rec.hosts) <= set(observed.tree["hosts"]):
         return "allowed hosts differ"
-    if any(nqn not in observed.tree["ports"].get(str(p.port_id), {}).get("subsystems", []) for p in layout.portals):
+    port_ids = [str(p.port_id) for p in layout.portals]
+    if any(nqn not in observed.tree["ports"].get(port, {}).get("subsystems", []) for port in port_ids):
         return "not linked to every portal"
-    return ""
+    return ReadOnlyExports.drift(rec, observed.tree, port_ids)
 
 
 def _plan_volumes(state: AgentState, layout: Layout, observed: Observed) -> list[Action]:
@@ -139,7 +142,7 @@ def _plan_volumes(state: AgentState, layout: Layout, observed: Observed) -> list
 
 def _plan_unknown(state: AgentState, layout: Layout, observed: Observed, prune: bool) -> list[Action]:
     kind = PRUNE if prune else UNKNOWN
-    known_nqns = {volume_nqn(u) for u in state.volumes}
+    known_nqns = {volume_nqn(u) for u in state.volumes} | {readonly_nqn(u) for u in state.volumes}
     known_ports = {str(p.port_id) for p in layout.portals}
     known_hosts = {h for v in state.volumes.values() for h in v.hosts}
     kept_snaps = [s.uuid for s in state.snapshots.values() if s.status != CREATING or s.source_volume in state.volumes]

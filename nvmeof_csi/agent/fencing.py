@@ -29,9 +29,10 @@ import time
 from collections.abc import Callable
 
 from nvmeof_csi.agent.parts import AgentParts, VolumeView
+from nvmeof_csi.agent.readonly import ReadOnlyExports
 from nvmeof_csi.agent.state import FenceMark, VolumeRecord
 from nvmeof_csi.errors import InvalidArgument
-from nvmeof_csi.nvmeof.nqn import volume_nqn
+from nvmeof_csi.nvmeof.nqn import readonly_nqn, volume_nqn
 
 log = logging.getLogger(__name__)
 REASON = re.compile(r"[A-Z_]{1,64}")
@@ -74,13 +75,26 @@ class FenceOps:
 
     def _finish(self, rec: VolumeRecord, host_nqn: str, mark: FenceMark) -> VolumeRecord:
         """Steps 2 to 4 for a recorded fence (the caller holds the volume's and the host's keys)."""
-        p, nqn = self._p, volume_nqn(rec.uuid)
-        p.nvmet.deny(nqn, host_nqn)
+        p = self._p
+        present = [n for n in (volume_nqn(rec.uuid), readonly_nqn(rec.uuid)) if p.nvmet.has_subsystem(n)]
+        # the subsystem(s) the host is allowed on (read-write or read-only); all of them when a crash came after
+        # the grant went, so that nothing it may still hold is missed
+        nqns = [n for n in present if host_nqn in p.nvmet.allowed_hosts(n)] or present
+        for nqn in nqns:
+            p.nvmet.deny(nqn, host_nqn)
+        if readonly_nqn(rec.uuid) in nqns and not rec.readonly_hosts:
+            ReadOnlyExports(p).remove(rec)  # the read-only subsystem goes with its last host
         p.nvmet.remove_host(host_nqn)
         ended = []
         with p.ports_lock:
-            ports = [portal.port_id for portal in p.portals if nqn in p.nvmet.linked(portal.port_id)]
-            for index, port in enumerate(ports):
+            links = [
+                (portal.port_id, nqn)
+                for nqn in nqns
+                if p.nvmet.has_subsystem(nqn)
+                for portal in p.portals
+                if nqn in p.nvmet.linked(portal.port_id)
+            ]
+            for index, (port, nqn) in enumerate(links):
                 if index and rec.hosts:
                     self._sleep(pause(rec))  # the other hosts reconnect on the port just cycled
                 p.nvmet.unlink(port, nqn)

@@ -4,7 +4,9 @@ Contract: :meth:`HostOps.allow_host` / :meth:`HostOps.deny_host` are idempotent,
 touching configfs and serialise per volume and per host; allowing a host again
 with another ``readonly`` raises ``AlreadyExists``; a host secret the kernel cannot honour raises
 ``FailedPrecondition`` before anything is saved; a host fenced from the volume (``agent/fencing.py``) raises
-``FailedPrecondition``. DH-HMAC-CHAP: a volume created with ``auth`` (its parameters) is granted only with the
+``FailedPrecondition``. A read-only host is allowed only on the volume's read-only subsystem, whose namespace refuses
+writes (``agent/readonly.py``); a node that cannot make such a device refuses it (``FailedPrecondition``, before
+anything is saved). DH-HMAC-CHAP: a volume created with ``auth`` (its parameters) is granted only with the
 keys its mode needs (``FailedPrecondition`` otherwise, naming no key); keys are malformed -> ``InvalidArgument``.
 nvmet keys are per host, so a host that already reaches another volume of this agent with other keys (or none) is
 refused with ``FailedPrecondition``: one secret per node, never a silent overwrite that would lock the other
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 from nvmeof_csi.agent.parts import AgentParts, VolumeView
 from nvmeof_csi.agent.portals import ANA_STATES, PortSpec
+from nvmeof_csi.agent.readonly import ReadOnlyExports
 from nvmeof_csi.agent.state import VolumeRecord
 from nvmeof_csi.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound
 from nvmeof_csi.nvmeof.context import check_auth
@@ -49,6 +52,8 @@ class HostOps:
                 )
             self._check_keys(rec, host_nqn, secret, ctrl_secret)
             p.nvmet.ensure_host(host_nqn, secret, ctrl_secret)  # fails early if a secret cannot be honoured
+            if readonly:  # fails early if this node cannot make a device that refuses writes
+                ReadOnlyExports(p).attach(rec)
             if (rec.hosts.get(host_nqn), rec.ctrl_keys.get(host_nqn, "")) != (secret, ctrl_secret):
                 ro = tuple(sorted({*rec.readonly_hosts, host_nqn})) if readonly else rec.readonly_hosts
                 ctrl_keys = {h: k for h, k in rec.ctrl_keys.items() if h != host_nqn}
@@ -61,7 +66,10 @@ class HostOps:
                         readonly_hosts=ro,
                     )
                 )
-            p.nvmet.allow(volume_nqn(vol_uuid), host_nqn)
+            if readonly:
+                ReadOnlyExports(p).ensure(rec)
+            else:
+                p.nvmet.allow(volume_nqn(vol_uuid), host_nqn)
             return p.view(rec)
 
     def _check_keys(self, rec: VolumeRecord, host_nqn: str, secret: str, ctrl_secret: str) -> None:
@@ -89,6 +97,7 @@ class HostOps:
             if host_nqn in rec.hosts:
                 rec = p.state.put_volume(rec.without_host(host_nqn))
             p.nvmet.deny(volume_nqn(vol_uuid), host_nqn)
+            ReadOnlyExports(p).ensure(rec)  # off the read-only subsystem too (gone with its last host)
             p.nvmet.remove_host(host_nqn)
             return p.view(rec)
 

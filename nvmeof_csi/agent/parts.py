@@ -19,6 +19,7 @@ from nvmeof_csi.agent.configfs import Nvmet
 from nvmeof_csi.agent.filler import Filler
 from nvmeof_csi.agent.pool import FileStore
 from nvmeof_csi.agent.portals import PortSpec
+from nvmeof_csi.agent.readonly import ReadOnlyDevices
 from nvmeof_csi.agent.state import DELETING, StateStore, VolumeRecord
 from nvmeof_csi.errors import NotFound
 from nvmeof_csi.nvmeof.nqn import check_host_nqn, namespace_nguid, volume_nqn
@@ -52,6 +53,7 @@ class AgentParts:
     clock: Callable[[], float] = time.time
     filler: Filler | None = None
     high_water: float = 90.0  # percent of the pool's filesystem past which nothing new is made
+    readonly_devices: ReadOnlyDevices | None = None  # None: read-only grants are refused (``agent/readonly.py``)
     keys: KeyedMutex = field(default_factory=KeyedMutex)
     ports_lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -65,6 +67,10 @@ class AgentParts:
             [(p, ana.get(p.group, "optimized")) for p in self.portals],
             self.filler.progress(rec.uuid) if self.filler else "",
         )
+
+    def writers(self, rec: VolumeRecord) -> list[str]:
+        """The hosts allowed on the volume's own (writable) subsystem: every grant that is not read-only."""
+        return [h for h in rec.hosts if h not in rec.readonly_hosts]
 
     def live_volumes(self) -> list[VolumeRecord]:
         return [v for v in self.state.current.volumes.values() if v.status != DELETING]

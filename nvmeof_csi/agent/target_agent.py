@@ -28,6 +28,7 @@ from nvmeof_csi.agent.names import NameBook, Reservation
 from nvmeof_csi.agent.parts import AgentParts, VolumeView
 from nvmeof_csi.agent.pool import FileStore
 from nvmeof_csi.agent.portals import PortSpec
+from nvmeof_csi.agent.readonly import ReadOnlyDevices
 from nvmeof_csi.agent.snapshots import SnapshotOps
 from nvmeof_csi.agent.state import SnapshotRecord, StateStore
 from nvmeof_csi.agent.volumes import VolumeOps
@@ -48,12 +49,23 @@ class TargetAgent:
         filler: Filler | None = None,
         sleep: Callable[[float], None] = time.sleep,
         high_water: float = 90.0,
+        readonly_devices: ReadOnlyDevices | None = None,
     ) -> None:
         ids = [p.port_id for p in portals]
         if len(set(ids)) != len(ids):
             raise InvalidArgument(f"portal IDs must be unique: {ids}")
         self._parts = AgentParts(
-            name, nvmet, store, state, list(portals), capacity_limit, buffered_io, clock, filler, high_water
+            name,
+            nvmet,
+            store,
+            state,
+            list(portals),
+            capacity_limit,
+            buffered_io,
+            clock,
+            filler,
+            high_water,
+            readonly_devices=readonly_devices,
         )
         self._volumes = VolumeOps(self._parts)
         self._snapshots = SnapshotOps(self._parts)

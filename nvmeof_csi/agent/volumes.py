@@ -21,6 +21,7 @@ from collections.abc import Mapping
 from nvmeof_csi.agent.configfs import NO_TARGET_AUTH
 from nvmeof_csi.agent.filler import Filler, needs_fill
 from nvmeof_csi.agent.parts import MODEL, NSID, AgentParts, VolumeView
+from nvmeof_csi.agent.readonly import ReadOnlyExports
 from nvmeof_csi.agent.state import CREATING, DELETING, READY, VolumeRecord
 from nvmeof_csi.errors import (
     Aborted,
@@ -33,7 +34,7 @@ from nvmeof_csi.errors import (
     Unavailable,
 )
 from nvmeof_csi.nvmeof.context import check_auth
-from nvmeof_csi.nvmeof.nqn import namespace_nguid, volume_nqn
+from nvmeof_csi.nvmeof.nqn import namespace_nguid, readonly_nqn, volume_nqn
 
 log = logging.getLogger(__name__)
 
@@ -200,13 +201,14 @@ class VolumeOps:
         nqn = volume_nqn(rec.uuid)
         p.nvmet.ensure_subsystem(nqn, serial=rec.uuid.replace("-", "")[:20], model=MODEL)
         p.nvmet.ensure_namespace(nqn, NSID, str(path), rec.uuid, namespace_nguid(rec.uuid), p.buffered_io)
-        for host_nqn, secret in rec.hosts.items():
-            p.nvmet.ensure_host(host_nqn, secret, rec.ctrl_keys.get(host_nqn, ""))
+        for host_nqn in p.writers(rec):  # read-only hosts reach only the read-only subsystem
+            p.nvmet.ensure_host(host_nqn, rec.hosts[host_nqn], rec.ctrl_keys.get(host_nqn, ""))
             p.nvmet.allow(nqn, host_nqn)
-        for host_nqn in set(p.nvmet.allowed_hosts(nqn)) - set(rec.hosts):
+        for host_nqn in set(p.nvmet.allowed_hosts(nqn)) - set(p.writers(rec)):
             p.nvmet.deny(nqn, host_nqn)
         for portal in p.portals:
             p.nvmet.link(portal.port_id, nqn)
+        ReadOnlyExports(p).ensure(rec)
         if rec.status != READY:  # not flushed unless a fill would have to run again (see agent.state)
             rec = p.state.put_volume(rec.evolve(status=READY), flush_renames=filler is not None)
             self._discard_work(rec)
@@ -232,6 +234,8 @@ class VolumeOps:
         nqn = volume_nqn(rec.uuid)
         if p.nvmet.has_subsystem(nqn):
             p.nvmet.remove_subsystem(nqn)
+        if rec.readonly_hosts or p.nvmet.has_subsystem(readonly_nqn(rec.uuid)):
+            ReadOnlyExports(p).remove(rec)
         for host_nqn in rec.hosts:
             p.nvmet.remove_host(host_nqn)
         p.store.delete(p.store.volume_path(rec.uuid))
@@ -246,6 +250,7 @@ class VolumeOps:
                 rec = p.state.put_volume(rec.evolve(capacity_bytes=capacity_bytes))
                 p.store.grow(p.store.volume_path(vol_uuid), capacity_bytes)
                 p.nvmet.revalidate(volume_nqn(vol_uuid), NSID)
+                ReadOnlyExports(p).refresh(rec)
             return p.view(rec)
 
     def modify_volume(self, vol_uuid: str, changes: Mapping[str, str]) -> VolumeView:

@@ -31,7 +31,7 @@ from nvmeof_csi.backends.agent_names import Held, NameDirectory
 from nvmeof_csi.errors import Aborted, DeadlineExceeded, DriverError, NotFound, ResourceExhausted, Unavailable
 from nvmeof_csi.nvmeof.context import check_auth
 from nvmeof_csi.nvmeof.dhchap import HostKeys, host_keys
-from nvmeof_csi.nvmeof.nqn import host_nqn_of
+from nvmeof_csi.nvmeof.nqn import host_nqn_of, readonly_namespace_uuid, readonly_nqn
 from nvmeof_csi.service.contracts import (
     NO_SECRETS,
     Condition,
@@ -258,7 +258,14 @@ class AgentBackend(AgentFleet):
         if secrets or self._auth_of(client, ref) != "none":
             keys = host_keys(self._auth_of(client, ref), secrets, host, "controller-publish secret")
         client.allow_host(ref.uuid, host, keys.key, readonly=readonly, ctrl_secret=keys.ctrl_key)
-        return {"hostNqn": host, "readonly": "true" if readonly else "false"}
+        if readonly:  # the agent allows a read-only host only on the subsystem that refuses writes
+            return {
+                "hostNqn": host,
+                "readonly": "true",
+                "nqn": readonly_nqn(ref.uuid),
+                "namespaceUUID": readonly_namespace_uuid(ref.uuid),
+            }
+        return {"hostNqn": host, "readonly": "false"}
 
     @staticmethod
     def _auth_of(client: AgentApi, ref: VolumeRef) -> str:

@@ -20,6 +20,7 @@ from nvmeof_csi.agent.authz import Authorizer, load_policy
 from nvmeof_csi.agent.configfs import Nvmet
 from nvmeof_csi.agent.metrics import AgentCollector
 from nvmeof_csi.agent.pool import FileStore
+from nvmeof_csi.agent.readonly import KernelReadOnlyDevices, PlainReadOnlyDevices
 from nvmeof_csi.agent.state import StateStore
 from nvmeof_csi.agent.target_agent import TargetAgent
 from nvmeof_csi.cmd.agent_settings import AgentSettings
@@ -65,6 +66,7 @@ def build_agent(
         high_water=settings.pool_high_water,
         buffered_io=settings.buffered_io,
         filler=build_datasets(settings, registry or CollectorRegistry()),
+        readonly_devices=PlainReadOnlyDevices() if plain_tree else KernelReadOnlyDevices(SubprocessExecutor()),
     )
 
 

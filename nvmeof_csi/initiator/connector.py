@@ -49,7 +49,7 @@ from nvmeof_csi.initiator.sysfs import NvmeSysfs, Subsystem
 from nvmeof_csi.initiator.uevents import EventWait, PollingWait
 from nvmeof_csi.nvmeof.context import TUNABLES, Portal, VolumeContext
 from nvmeof_csi.nvmeof.dhchap import HostKeys, host_keys
-from nvmeof_csi.nvmeof.nqn import is_driver_nqn, volume_nqn
+from nvmeof_csi.nvmeof.nqn import is_driver_nqn, readonly_namespace_uuid, readonly_nqn, volume_nqn
 from nvmeof_csi.service.contracts import NO_SECRETS, Condition, Health, Problem, VolumeRef
 
 log = logging.getLogger(__name__)
@@ -58,9 +58,11 @@ CONNECT_TIMEOUT = 60.0
 
 def _context(ref: VolumeRef, context: Mapping[str, str]) -> VolumeContext:
     """The typed context, checked against the volume ID before anything is connected: the NQN must be this
-    volume's NQN and the namespace UUID its UUID (``InvalidArgument`` otherwise)."""
+    volume's NQN and the namespace UUID its UUID, or both those of its read-only subsystem (a read-only
+    attachment: ``agent/readonly.py``); ``InvalidArgument`` otherwise."""
     ctx = VolumeContext.from_dict(context)
-    if ctx.nqn != volume_nqn(ref.uuid) or ctx.namespace_uuid.lower() != ref.uuid.lower():
+    pairs = {(volume_nqn(ref.uuid), ref.uuid.lower()), (readonly_nqn(ref.uuid), readonly_namespace_uuid(ref.uuid))}
+    if (ctx.nqn, ctx.namespace_uuid.lower()) not in pairs:
         raise InvalidArgument(
             f"volume context (nqn {ctx.nqn!r}, namespace {ctx.namespace_uuid!r}) does not belong to volume {ref.uuid}"
         )

@@ -3,7 +3,9 @@
 - Volume subsystems: ``nqn.2026-11.io.nvmeof:vol:<volume-uuid>`` (:func:`volume_nqn`); the namespace UUID is
   the volume UUID and its NGUID is derived from it (:func:`namespace_nguid`). Subsystems are always matched
   by their whole NQN (``vol1`` never matches ``vol10``); :func:`is_driver_nqn` tells the driver's subsystems
-  from anyone else's.
+  from anyone else's. A volume with read-only hosts also has ``<volume NQN>:ro`` (:func:`readonly_nqn`), whose
+  namespace refuses writes (``agent/readonly.py``) and has its own UUID (:func:`readonly_namespace_uuid`) so
+  that one kernel may reach both subsystems (the host refuses a namespace ID it already sees elsewhere).
 - Host NQNs: ``nqn.YYYY-MM.<domain>...``, at most 223 bytes, no whitespace, ``/`` or control characters; the
   pattern is anchored at both ends (a trailing newline or NUL is refused). Generated host NQNs are UUID NQNs
   (``nqn.2014-08.org.nvmexpress:uuid:<host-id>``, :func:`uuid_nqn`).
@@ -20,6 +22,7 @@ import uuid
 from nvmeof_csi.errors import InvalidArgument, NotFound
 
 VOLUME_NQN_PREFIX = "nqn.2026-11.io.nvmeof:vol:"
+READONLY_SUFFIX = ":ro"
 UUID_NQN_PREFIX = "nqn.2014-08.org.nvmexpress:uuid:"
 MAX_NQN_BYTES = 223
 MAX_NODE_ID_BYTES = 192  # CSI limit for node IDs; NQNs may be 223 bytes, ours are ~68
@@ -41,6 +44,16 @@ def check_uuid(value: str, field: str) -> str:
 def volume_nqn(vol_uuid: str) -> str:
     """The subsystem NQN of the volume with UUID ``vol_uuid``."""
     return VOLUME_NQN_PREFIX + vol_uuid
+
+
+def readonly_nqn(vol_uuid: str) -> str:
+    """The subsystem NQN through which read-only hosts reach the volume with UUID ``vol_uuid``."""
+    return volume_nqn(vol_uuid) + READONLY_SUFFIX
+
+
+def readonly_namespace_uuid(vol_uuid: str) -> str:
+    """The namespace UUID of the volume's read-only subsystem (derived from, and distinct from, the volume's)."""
+    return str(uuid.uuid5(uuid.UUID(vol_uuid), "readonly"))
 
 
 def is_driver_nqn(nqn: str) -> bool:

@@ -15,6 +15,7 @@ from typer.testing import CliRunner
 from nvmeof_csi.agent.client import AgentClient, AgentTarget
 from nvmeof_csi.agent.configfs import Nvmet
 from nvmeof_csi.agent.pool import FileStore
+from nvmeof_csi.agent.readonly import PlainReadOnlyDevices
 from nvmeof_csi.agent.state import StateStore
 from nvmeof_csi.agent.target_agent import TargetAgent
 from nvmeof_csi.cli.main import app as nvmeofctl
@@ -51,7 +52,13 @@ class SpyNvmet(Nvmet):
 def agent_on(tmp: Path, nvmet: SpyNvmet, sleeps: list[float] | None = None) -> TargetAgent:
     slept = sleeps if sleeps is not None else []
     agent = TargetAgent(
-        "store-a", nvmet, FileStore(tmp / "pool"), StateStore(tmp / "state"), PORTALS, sleep=slept.append
+        "store-a",
+        nvmet,
+        FileStore(tmp / "pool"),
+        StateStore(tmp / "state"),
+        PORTALS,
+        sleep=slept.append,
+        readonly_devices=PlainReadOnlyDevices(),
     )
     agent.converge()
     return agent
@@ -103,7 +110,14 @@ def test_an_agent_killed_between_the_grant_and_the_teardown_finishes_the_fence_w
         agent.fence_host(vol.uuid, GPU1, "NODE_OUT_OF_SERVICE", BOOT)
 
     restarted = SpyNvmet(tmp_path / "nvmet")
-    again = TargetAgent("store-a", restarted, FileStore(tmp_path / "pool"), StateStore(tmp_path / "state"), PORTALS)
+    again = TargetAgent(
+        "store-a",
+        restarted,
+        FileStore(tmp_path / "pool"),
+        StateStore(tmp_path / "state"),
+        PORTALS,
+        readonly_devices=PlainReadOnlyDevices(),
+    )
     mark = again.get_volume(vol.uuid).record.fenced[GPU1]
     assert not mark["done"] and GPU1 not in again.get_volume(vol.uuid).record.hosts  # the grant went first
     again.converge()

@@ -15,6 +15,7 @@ from nvmeof_csi.agent.configfs import Nvmet
 from nvmeof_csi.agent.names import Reservation
 from nvmeof_csi.agent.pool import FileStore
 from nvmeof_csi.agent.portals import PortSpec
+from nvmeof_csi.agent.readonly import PlainReadOnlyDevices
 from nvmeof_csi.agent.state import StateStore
 from nvmeof_csi.agent.target_agent import TargetAgent
 from nvmeof_csi.gen import nvmeof_agent_pb2 as pb
@@ -42,6 +43,7 @@ def make_agent(
         portals=PORTALS,
         capacity_limit=capacity,
         clock=clock,
+        readonly_devices=PlainReadOnlyDevices(),
     )
 
 

@@ -2,6 +2,8 @@
 test batches its calls here). usage: python -m tests.support.guest_ops SOCKET OP [ARGS...]; prints JSON.
 
   create NAME SIZE_BYTES [HOST_NQN]   create (idempotent) and optionally allow a host
+  allow UUID HOST_NQN [ro]            allow a host (read-only with ``ro``)
+  deny UUID HOST_NQN
   resize UUID SIZE_BYTES
   delete UUID
   concurrent CALLS NAMES SIZE         CALLS concurrent creates over NAMES distinct names
@@ -34,6 +36,11 @@ def main(argv: list[str]) -> Any:
             if len(args) > 2:
                 vol = client.allow_host(vol.uuid, args[2])
             return MessageToDict(vol, preserving_proto_field_name=True)
+        if op == "allow":
+            vol = client.allow_host(args[0], args[1], readonly=args[2:] == ["ro"])
+            return MessageToDict(vol, preserving_proto_field_name=True)
+        if op == "deny":
+            return MessageToDict(client.deny_host(args[0], args[1]), preserving_proto_field_name=True)
         if op == "resize":
             return MessageToDict(client.resize_volume(args[0], int(args[1])), preserving_proto_field_name=True)
         if op == "delete":

@@ -1,0 +1,88 @@
+"""Read-only enforced by the target, on the real kernel: a host granted read-only reaches the volume only through
+its read-only subsystem, whose namespace refuses every write (``agent/readonly.py``), and still sees what the
+writer writes."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+import pytest
+
+from lab import Fabric, LabVM, Portal
+from lab.fabric import wait_until
+from lab.target import POOL_DIR, GuestTargetAgent
+
+pytestmark = pytest.mark.lab
+MiB = 1 << 20
+P1 = Portal(1, "tcp", "127.0.0.1", 4420)
+P2 = Portal(2, "tcp", "127.0.0.2", 4421)
+READER_ID = "0e0e0e0e-1111-2222-3333-444444444444"
+READER = f"nqn.2014-08.org.nvmexpress:uuid:{READER_ID}"
+AS_READER = [f"--hostnqn={READER}", f"--hostid={READER_ID}"]  # one kernel, two hosts: a host ID each
+Reporter = Callable[[str, str], None]
+
+
+@pytest.fixture
+def agent(lab_vm: LabVM, fabric: Fabric) -> Iterator[GuestTargetAgent]:
+    ga = GuestTargetAgent(lab_vm, [P1, P2], groups=["a", "b"])
+    ga.wipe()
+    ga.start()
+    yield ga
+    ga.stop()
+    fabric.clear()
+    ga.wipe()
+
+
+def _head(fabric: Fabric, nqn: str) -> str:
+    assert wait_until(lambda: fabric.head_device(nqn) is not None, 20)
+    head = fabric.head_device(nqn)
+    assert head is not None
+    return head
+
+
+def _sha(vm: LabVM, path: str) -> str:
+    return vm.check(["sha256sum", path]).split()[0]
+
+
+def test_a_read_only_host_cannot_change_a_byte_and_sees_the_writer(
+    lab_vm: LabVM, fabric: Fabric, agent: GuestTargetAgent, report: Reporter
+) -> None:
+    vol = agent.ops("create", "pvc-ro", str(32 * MiB), lab_vm.hostnqn)  # the VM's own host NQN writes
+    nqn, backing = vol["nqn"], f"{POOL_DIR}/volumes/{vol['uuid']}.img"
+    fabric.connect(P1, nqn)
+    writer = _head(fabric, nqn)
+    lab_vm.check(["dd", "if=/dev/urandom", "of=/scratch/ro-a", "bs=1M", "count=4"])
+    lab_vm.check(["dd", "if=/scratch/ro-a", f"of={writer}", "bs=1M", "oflag=direct"])
+    agent.ops("allow", vol["uuid"], READER, "ro")
+
+    connect = ["nvme", "connect", "-t", "tcp", "-a", P1.traddr, "-s", str(P1.trsvcid), *AS_READER]
+    refused = lab_vm.run([*connect, "-n", nqn], timeout=60)
+    assert refused.rc != 0, "a read-only host must not be allowed on the volume's own subsystem"
+    ro_nqn = nqn + ":ro"
+    fabric.connect(P1, ro_nqn, extra=AS_READER)
+    fabric.connect(P2, ro_nqn, extra=AS_READER)
+    reader = _head(fabric, ro_nqn)
+    before = _sha(lab_vm, backing)
+
+    lab_vm.check(["dd", "if=/dev/urandom", "of=/scratch/ro-junk", "bs=4096", "count=1"])
+    raw = lab_vm.run(
+        ["nvme", "write", reader, "--start-block=0", "--block-count=7", "--data-size=4096", "--data=/scratch/ro-junk"],
+        timeout=60,
+    )
+    direct = lab_vm.run(["dd", "if=/scratch/ro-junk", f"of={reader}", "bs=4096", "seek=3", "oflag=direct"], timeout=60)
+    report("read-only host: nvme write", f"rc {raw.rc}: {(raw.err or raw.out).strip()[:80]}")
+    assert raw.rc != 0 and direct.rc != 0
+    assert _sha(lab_vm, backing) == before, "a read-only host changed the volume"
+
+    lab_vm.check(["dd", "if=/dev/urandom", "of=/scratch/ro-b", "bs=1M", "count=1"])
+    lab_vm.check(["dd", "if=/scratch/ro-b", f"of={writer}", "bs=1M", "seek=8", "oflag=direct"])
+    seen = lab_vm.check(["sh", "-c", f"dd if={reader} bs=1M skip=8 count=1 iflag=direct status=none | sha256sum"])
+    assert seen.split()[0] == _sha(lab_vm, "/scratch/ro-b"), "the read-only host must see the writer's data"
+
+    agent.stop("TERM")  # a restart keeps the read-only subsystem as it was (nothing re-made)
+    agent.start()
+    assert lab_vm.run(["dd", "if=/scratch/ro-junk", f"of={reader}", "bs=4096", "oflag=direct"], timeout=60).rc != 0
+    assert _sha(lab_vm, backing) != before  # the writer's second write, and only it
+    fabric.disconnect_all()
+    agent.ops("deny", vol["uuid"], READER)
+    assert ro_nqn not in agent.ops("dump")["subsystems"]
