@@ -137,7 +137,14 @@ class GuestTargetAgent:
         return json.loads(out.strip().splitlines()[-1])
 
     def wipe(self) -> None:
-        """Forget everything (state and pool) -- between tests only, with the agent stopped."""
+        """Forget everything (state, pool, the read-only subsystems' dm maps and loop devices) -- between tests
+        only, with the agent stopped and its subsystems gone."""
+        drop = (
+            "for m in $(dmsetup ls 2>/dev/null | awk '/^nvmeof-ro-/{print $1}'); do dmsetup remove --retry $m; done; "
+            "for l in $(losetup --noheadings --output NAME,BACK-FILE 2>/dev/null "
+            "| awk '$2 ~ \"^/scratch/agent/\"{print $1}'); do losetup --detach $l; done; true"
+        )
+        self.vm.run(["sh", "-c", drop], 60)
         self.vm.run(["rm", "-rf", "/scratch/agent"], 60)
 
 

@@ -13,6 +13,7 @@ from lab import Fabric, LabVM, Portal
 from lab.build import REPO
 from lab.fabric import wait_until
 from lab.target import GuestTargetAgent
+from tests.lab_agent.test_readonly_lab import READER, write_refused
 
 pytestmark = pytest.mark.lab
 MiB = 1 << 20
@@ -61,13 +62,14 @@ def test_restart_changes_nothing_and_reboot_restores_everything(
     lab_vm: LabVM, fabric: Fabric, agent: GuestTargetAgent, report: Reporter
 ) -> None:
     vols = [agent.ops("create", f"pvc-{i}", str(32 * MiB), lab_vm.hostnqn) for i in range(2)]
+    agent.ops("allow", vols[1]["uuid"], READER, "ro")  # its read-only subsystem: loop + dm map, made again at boot
     agent.ctl("ana", "set", "b", "non-optimized")
     fabric.connect(P1, vols[0]["nqn"])
     head = _head(fabric, vols[0]["nqn"])
     lab_vm.check(["dd", "if=/dev/urandom", "of=/scratch/pattern", "bs=1M", "count=4"])
     lab_vm.check(["dd", "if=/scratch/pattern", f"of={head}", "bs=1M", "oflag=direct"])
     before = agent.ops("dump")
-    assert len(before["subsystems"]) == 2 and before["ports"]["2"]["ana"] == "non-optimized"
+    assert len(before["subsystems"]) == 3 and before["ports"]["2"]["ana"] == "non-optimized"
     controller = fabric.paths(vols[0]["nqn"])[0].controller
     agent.stop("TERM")
     report("agent start", f"{agent.start():.1f}s")
@@ -84,6 +86,7 @@ def test_restart_changes_nothing_and_reboot_restores_everything(
     fabric.connect(P1, vols[0]["nqn"])
     head = _head(fabric, vols[0]["nqn"])
     lab_vm.check(["cmp", "-n", str(4 * MiB), "/scratch/pattern", head])
+    assert write_refused(lab_vm, fabric, vols[1]["nqn"] + ":ro")  # still refused after the reboot
 
 
 def test_a_power_cut_right_after_acknowledged_calls_loses_none_of_them(
