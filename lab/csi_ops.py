@@ -7,7 +7,7 @@ usage: python -m lab.csi_ops SOCKET STEPS_JSON
 
 Ops (what the kubelet / external-provisioner / external-attacher would call, in that order):
   create  size, mode (mount|block), fs (ext4|xfs), params   CreateVolume, accessible from this node
-  attach  [secrets]                                          ControllerPublishVolume to this node
+  attach  [secrets, node]                                    ControllerPublishVolume to this node (or ``node``)
   stage [secrets] / publish / unpublish / unstage            the Node RPCs on the paths in the ledger (publish and
                                                              unpublish take another ``target`` path too, publish
                                                              and up a ``pod`` UID as kubelet sends it); secrets
@@ -123,18 +123,20 @@ class Csi:
             "portals": vol["context"].get("portals"),
         }
 
-    def attach(self, name: str, secrets: dict[str, str] | None = None) -> Step:
+    def attach(self, name: str, secrets: dict[str, str] | None = None, node: str = "") -> Step:
         vol = self.ledger[name]
         reply = self.controller.ControllerPublishVolume(
             csi_pb2.ControllerPublishVolumeRequest(
                 volume_id=vol["volume_id"],
-                node_id=self.info().node_id,
+                node_id=node or self.info().node_id,
                 volume_capability=self.capability(vol),
                 volume_context=vol["context"],
                 secrets=secrets or {},
             ),
             timeout=TIMEOUT,
         )
+        if node:  # published to another node: this node's ledger keeps its own
+            return {"publish_context": dict(reply.publish_context)}
         vol["publish_context"] = dict(reply.publish_context)
         self.save()
         return {"publish_context": vol["publish_context"]}

@@ -23,7 +23,7 @@ from nvmeof_csi.agent.parts import VolumeView
 from nvmeof_csi.agent.portals import PortSpec
 from nvmeof_csi.agent.state import SnapshotRecord
 from nvmeof_csi.agent.target_agent import TargetAgent
-from nvmeof_csi.errors import InvalidArgument, NotFound
+from nvmeof_csi.errors import InvalidArgument, NotFound, PermissionDenied
 from nvmeof_csi.gen import nvmeof_agent_pb2 as pb
 from nvmeof_csi.gen import nvmeof_agent_pb2_grpc as pb_grpc
 from nvmeof_csi.nvmeof.nqn import check_host_nqn, check_uuid
@@ -268,6 +268,19 @@ class AgentServicer(pb_grpc.AgentServicer):
             request.dhchap_ctrl_secret,
         )
         return volume_msg(view)
+
+    def GetHostKeys(self, request: pb.GetHostKeysRequest, context: Ctx) -> pb.HostKeys:
+        require(request.volume_uuid, "volume_uuid")
+        require(request.host_nqn, "host_nqn")
+        check_host_nqn(request.host_nqn)
+        who = caller()
+        if who.role == NODE and who.host_nqn != request.host_nqn:
+            raise PermissionDenied(
+                f"client {who.identity!r} may fetch the keys of its own host ({who.host_nqn}) only, "
+                f"not of {request.host_nqn}"
+            )
+        key, ctrl_key = self._agent.host_keys(_uuid(request.volume_uuid, "volume_uuid"), request.host_nqn)
+        return pb.HostKeys(dhchap_secret=key, dhchap_ctrl_secret=ctrl_key)
 
     def DenyHost(self, request: pb.DenyHostRequest, context: Ctx) -> pb.Volume:
         require(request.volume_uuid, "volume_uuid")

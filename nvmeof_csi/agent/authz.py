@@ -12,7 +12,7 @@ identity (the certificate's common name, or one of its DNS/URI subject alternati
 | role | may call |
 |---|---|
 | ``reader`` | Health, GetVolume, ListVolumes, ListSnapshots, ListPortals, GetCapacity, LookupName |
-| ``node`` | Health, and GetVolume / ListVolumes of the volumes that allow its own ``hostNqn`` only |
+| ``node`` | Health, and GetVolume / ListVolumes / GetHostKeys of the volumes that allow its own ``hostNqn`` only |
 | ``controller`` | a reader's calls, plus every change of volumes, snapshots, host grants and name reservations |
 | ``admin`` | everything, also SetAnaState |
 
@@ -55,7 +55,7 @@ _WRITE = {
 }
 ALLOWED: Mapping[str, frozenset[str]] = {
     READER: frozenset(_READ),
-    NODE: frozenset({"Health", "GetVolume", "ListVolumes"}),
+    NODE: frozenset({"Health", "GetVolume", "ListVolumes", "GetHostKeys"}),
     CONTROLLER: frozenset(_READ | _WRITE),
 }
 
@@ -80,7 +80,7 @@ def caller() -> Principal:
 
 def needed_role(method: str) -> str:
     """The least role that may call ``method`` (its short name)."""
-    return next((r for r in (READER, NODE, CONTROLLER) if method in ALLOWED[r] and r != NODE), ADMIN)
+    return next((r for r in (READER, CONTROLLER, NODE) if method in ALLOWED[r]), ADMIN)
 
 
 def parse_policy(doc: Any, where: str = "authz policy") -> dict[str, Principal]:

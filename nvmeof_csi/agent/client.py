@@ -195,6 +195,9 @@ class AgentClient:
         )
         return self._call(self._stub.AllowHost, request)
 
+    def get_host_keys(self, vol_uuid: str, host_nqn: str) -> pb.HostKeys:
+        return self._call(self._stub.GetHostKeys, pb.GetHostKeysRequest(volume_uuid=vol_uuid, host_nqn=host_nqn))
+
     def deny_host(self, vol_uuid: str, host_nqn: str) -> pb.Volume:
         return self._call(self._stub.DenyHost, pb.DenyHostRequest(volume_uuid=vol_uuid, host_nqn=host_nqn))
 

@@ -6,8 +6,9 @@ with another ``readonly`` raises ``AlreadyExists``; a host secret the kernel can
 ``FailedPrecondition`` before anything is saved; a host fenced from the volume (``agent/fencing.py``) raises
 ``FailedPrecondition``. A read-only host is allowed only on the volume's read-only subsystem, whose namespace refuses
 writes (``agent/readonly.py``); a node that cannot make such a device refuses it (``FailedPrecondition``, before
-anything is saved). DH-HMAC-CHAP: a volume created with ``auth`` (its parameters) is granted only with the
-keys its mode needs (``FailedPrecondition`` otherwise, naming no key); keys are malformed -> ``InvalidArgument``.
+anything is saved). DH-HMAC-CHAP: a host allowed on a volume created with ``auth`` (its parameters) without keys
+gets the keys this agent issued to it before, else new random ones (``nvmeof/dhchap.py``); keys given are checked
+(malformed -> ``InvalidArgument``); :meth:`HostOps.host_keys` returns them (``NotFound`` when the host is not allowed).
 nvmet keys are per host, so a host that already reaches another volume of this agent with other keys (or none) is
 refused with ``FailedPrecondition``: one secret per node, never a silent overwrite that would lock the other
 volume's reconnects out. ANA states are set per portal group, saved first, under the ports lock; an unknown group
@@ -22,7 +23,7 @@ from nvmeof_csi.agent.readonly import ReadOnlyExports
 from nvmeof_csi.agent.state import VolumeRecord
 from nvmeof_csi.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound
 from nvmeof_csi.nvmeof.context import check_auth
-from nvmeof_csi.nvmeof.dhchap import parse_key
+from nvmeof_csi.nvmeof.dhchap import generate_key, parse_key
 from nvmeof_csi.nvmeof.nqn import check_host_nqn, volume_nqn
 
 
@@ -50,6 +51,8 @@ class HostOps:
                 raise AlreadyExists(
                     f"host {host_nqn} is already allowed on volume {vol_uuid} with readonly={not readonly}"
                 )
+            if not secret:
+                secret, ctrl_secret = self._issued(rec, host_nqn)
             self._check_keys(rec, host_nqn, secret, ctrl_secret)
             p.nvmet.ensure_host(host_nqn, secret, ctrl_secret)  # fails early if a secret cannot be honoured
             if readonly:  # fails early if this node cannot make a device that refuses writes
@@ -71,6 +74,25 @@ class HostOps:
             else:
                 p.nvmet.allow(volume_nqn(vol_uuid), host_nqn)
             return p.view(rec)
+
+    def _issued(self, rec: VolumeRecord, host_nqn: str) -> tuple[str, str]:
+        """The keys this agent gives ``host_nqn`` on ``rec`` (``auth`` volumes only): the ones it already issued
+        to that host (on this volume or another), else new random ones. Caller holds the host's key."""
+        mode = check_auth(rec.parameters.get("auth", "none"))
+        if mode == "none":
+            return "", ""
+        for other in [rec, *self._p.live_volumes()]:
+            if other.hosts.get(host_nqn):
+                return other.hosts[host_nqn], other.ctrl_keys.get(host_nqn, "")
+        return generate_key(), generate_key() if mode == "dhchap-bidirectional" else ""
+
+    def host_keys(self, vol_uuid: str, host_nqn: str) -> tuple[str, str]:
+        """(key, controller key) issued to ``host_nqn`` on a volume that allows it; ``NotFound`` otherwise."""
+        check_host_nqn(host_nqn)
+        rec = self._p.volume(vol_uuid)
+        if host_nqn not in rec.hosts:
+            raise NotFound(f"host {host_nqn} is not allowed on volume {vol_uuid}")
+        return rec.hosts[host_nqn], rec.ctrl_keys.get(host_nqn, "")
 
     def _check_keys(self, rec: VolumeRecord, host_nqn: str, secret: str, ctrl_secret: str) -> None:
         mode = check_auth(rec.parameters.get("auth", "none"))

@@ -172,6 +172,9 @@ class TargetAgent:
     ) -> VolumeView:
         return self._hosts.allow_host(vol_uuid, host_nqn, secret, readonly, ctrl_secret)
 
+    def host_keys(self, vol_uuid: str, host_nqn: str) -> tuple[str, str]:
+        return self._hosts.host_keys(vol_uuid, host_nqn)
+
     def deny_host(self, vol_uuid: str, host_nqn: str) -> VolumeView:
         return self._hosts.deny_host(vol_uuid, host_nqn)
 

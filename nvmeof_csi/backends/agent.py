@@ -29,8 +29,6 @@ from nvmeof_csi.backends.agent_fleet import AgentFleet
 from nvmeof_csi.backends.agent_msgs import snapshot_of, volume_of
 from nvmeof_csi.backends.agent_names import Held, NameDirectory
 from nvmeof_csi.errors import Aborted, DeadlineExceeded, DriverError, NotFound, ResourceExhausted, Unavailable
-from nvmeof_csi.nvmeof.context import check_auth
-from nvmeof_csi.nvmeof.dhchap import HostKeys, host_keys
 from nvmeof_csi.nvmeof.nqn import host_nqn_of, readonly_namespace_uuid, readonly_nqn
 from nvmeof_csi.service.contracts import (
     NO_SECRETS,
@@ -254,10 +252,7 @@ class AgentBackend(AgentFleet):
     ) -> Mapping[str, str]:
         host = host_nqn_of(node_id)
         client = self._client(self._require(ref))
-        keys = HostKeys()
-        if secrets or self._auth_of(client, ref) != "none":
-            keys = host_keys(self._auth_of(client, ref), secrets, host, "controller-publish secret")
-        client.allow_host(ref.uuid, host, keys.key, readonly=readonly, ctrl_secret=keys.ctrl_key)
+        client.allow_host(ref.uuid, host, readonly=readonly)  # an `auth` volume's agent issues the host's keys
         if readonly:  # the agent allows a read-only host only on the subsystem that refuses writes
             return {
                 "hostNqn": host,
@@ -266,11 +261,6 @@ class AgentBackend(AgentFleet):
                 "namespaceUUID": readonly_namespace_uuid(ref.uuid),
             }
         return {"hostNqn": host, "readonly": "false"}
-
-    @staticmethod
-    def _auth_of(client: AgentApi, ref: VolumeRef) -> str:
-        """The volume's auth mode as its agent recorded it (the agent is the authority, not the PV)."""
-        return check_auth(client.get_volume(ref.uuid).parameters.get("auth", "none"))
 
     def unpublish(self, ref: VolumeRef, node_id: str) -> None:
         entry = self._entry(ref.location)

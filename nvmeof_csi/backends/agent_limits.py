@@ -1,9 +1,12 @@
-"""The node's :data:`~nvmeof_csi.service.qos.LimitsSource` over the target agents: a staged volume's current
-mutable parameters (its per-pod I/O limits), read with the agent's ``node`` role (GetVolume of the volumes that
-allow this node's host NQN only) from the agent named in the volume context.
+"""What the node reads from the target agents with its own identity (the agent's ``node`` role: only the volumes
+that allow this node's host NQN): a staged volume's current mutable parameters (its per-pod I/O limits,
+:class:`AgentLimits`, the node's :data:`~nvmeof_csi.service.qos.LimitsSource`) and the DH-HMAC-CHAP keys the
+volume's agent issued to this node (:class:`AgentHostKeys`, the connector's key source).
 
-Contract: returns ``None`` when the volume's agent is not in the fabric map; raises the agent client's
-``DriverError`` when it cannot be reached (the caller keeps the limits in force). Clients are kept per agent.
+Contract: clients are kept per agent (:class:`AgentClients`). :class:`AgentLimits` returns ``None`` when the
+volume's agent is not in the fabric map; :class:`AgentHostKeys` raises ``FailedPrecondition`` then (an ``auth``
+volume cannot be connected without its keys). Both raise the agent client's ``DriverError`` when it cannot be
+reached. Keys are never logged.
 """
 
 from __future__ import annotations
@@ -12,23 +15,57 @@ import threading
 from collections.abc import Callable, Mapping
 
 from nvmeof_csi.backends.agent_api import AgentApi, default_client
+from nvmeof_csi.errors import FailedPrecondition
+from nvmeof_csi.nvmeof.dhchap import HostKeys
 from nvmeof_csi.nvmeof.qos import QOS_KEY_NAMES
+from nvmeof_csi.service.contracts import VolumeRef
 from nvmeof_csi.service.records import StagingRecord
 from nvmeof_csi.topology.fabric_map import AgentEntry, FabricMap
 
 
-class AgentLimits:
+class AgentClients:
+    """One client per agent of the fabric map, made on first use."""
+
     def __init__(self, fabric: FabricMap, client: Callable[[AgentEntry], AgentApi] = default_client) -> None:
         self._fabric = fabric
         self._factory = client
         self._clients: dict[str, AgentApi] = {}
         self._lock = threading.Lock()
 
-    def __call__(self, record: StagingRecord) -> Mapping[str, str] | None:
-        entry = self._fabric.agent(record.context.get("agent", "") or record.ref.location)
+    def for_agent(self, name: str) -> AgentApi | None:
+        entry = self._fabric.agent(name)
         if entry is None:
             return None
         with self._lock:
-            client = self._clients.setdefault(entry.name, self._factory(entry))
+            return self._clients.setdefault(entry.name, self._factory(entry))
+
+
+class AgentLimits:
+    def __init__(self, clients: AgentClients) -> None:
+        self._clients = clients
+
+    def __call__(self, record: StagingRecord) -> Mapping[str, str] | None:
+        client = self._clients.for_agent(record.context.get("agent", "") or record.ref.location)
+        if client is None:
+            return None
         volume = client.get_volume(vol_uuid=record.ref.uuid)
         return {k: v for k, v in volume.parameters.items() if k in QOS_KEY_NAMES}
+
+
+class AgentHostKeys:
+    """The keys the volume's agent issued to ``host_nqn`` (this node's own host NQN)."""
+
+    def __init__(self, clients: AgentClients, host_nqn: str) -> None:
+        self._clients = clients
+        self._host = host_nqn
+
+    def __call__(self, ref: VolumeRef) -> HostKeys:
+        """Asked of the agent the volume ID names (never one a volume context names)."""
+        client = self._clients.for_agent(ref.location)
+        if client is None:
+            raise FailedPrecondition(
+                f"volume {ref.uuid} uses DH-HMAC-CHAP, and its agent {ref.location!r} is not in this node's "
+                "fabric map (--fabric-map), so the node cannot fetch the keys the agent issued to it"
+            )
+        keys = client.get_host_keys(ref.uuid, self._host)
+        return HostKeys(keys.dhchap_secret, keys.dhchap_ctrl_secret)

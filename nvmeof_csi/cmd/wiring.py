@@ -13,7 +13,7 @@ import os
 from nvmeof_csi import DRIVER_NAME, TOPOLOGY_FABRIC, TOPOLOGY_RDMA
 from nvmeof_csi.backends.agent import AgentBackend
 from nvmeof_csi.backends.agent_api import HostNqnNodes
-from nvmeof_csi.backends.agent_limits import AgentLimits
+from nvmeof_csi.backends.agent_limits import AgentClients, AgentHostKeys, AgentLimits
 from nvmeof_csi.backends.kube_nodes import KubeNodes
 from nvmeof_csi.backends.loop import LoopConnector, LoopTargetBackend
 from nvmeof_csi.cmd.settings import Backend, Settings
@@ -100,8 +100,14 @@ def build_services(settings: Settings, executor: Executor | None = None) -> CsiS
             log.info("host identity %s (%s)", identity.nqn, origin)
             services.node_id = node_id_for(identity.nqn)
             services.topology[TOPOLOGY_RDMA] = "true" if rdma_capable() else "false"
+            clients = AgentClients(load_fabric_map(settings.fabric_map)) if settings.fabric_map else None
             connector = NvmeofConnector(
-                executor, NvmeSysfs(), identity, settings.allow_single_path, block_events=open_block_events
+                executor,
+                NvmeSysfs(),
+                identity,
+                settings.allow_single_path,
+                block_events=open_block_events,
+                host_keys=AgentHostKeys(clients, identity.nqn) if clients else None,
             )
         else:
             connector = LoopConnector(executor)
@@ -109,7 +115,7 @@ def build_services(settings: Settings, executor: Executor | None = None) -> CsiS
         qos = QosEnforcer(PodCgroups(settings.cgroup_root), LimitOverrides(settings.state_dir / "qos"))
         source = None
         if settings.backend is Backend.NVMEOF and settings.fabric_map is not None:
-            source = AgentLimits(load_fabric_map(settings.fabric_map))
+            source = AgentLimits(AgentClients(load_fabric_map(settings.fabric_map)))
         elif settings.backend is Backend.NVMEOF:
             log.warning("no --fabric-map: live changes of I/O limits (ControllerModifyVolume) do not reach this node")
         services.staging = StagingService(

@@ -13,12 +13,13 @@ Contract (in addition to ``service/contracts.py``):
 - ``reconcile`` releases controllers of the driver's subsystems that no staging record claims, except when
   one of their devices is mounted, held or open (then it is kept and reported).
 - ``condition`` is abnormal when a path is not live, naming the paths ("1 of 2 paths live: tcp:...:4421 connecting").
-- A volume with ``auth`` (DH-HMAC-CHAP) is connected with this node's keys derived from the node-stage secret
-  (``nvmeof/dhchap.py``), written to ``/dev/nvme-fabrics`` directly so no key is ever on a command line; a
-  kernel without host authentication is ``FailedPrecondition``, a key the target rejects (or a target that
-  fails to prove its controller key) is ``PermissionDenied``. ``reconcile`` does not reconnect such a volume
-  (it has no secret): the kernel keeps reconnecting its controllers with their keys, and kubelet's next
-  NodeStageVolume brings missing paths back.
+- A volume with ``auth`` (DH-HMAC-CHAP) is connected with the keys its agent issued to this node, fetched with
+  the node's own identity (``host_keys``, ``backends/agent_limits.py``; ``nvmeof/dhchap.py``), written to
+  ``/dev/nvme-fabrics`` directly so no key is ever on a command line; a kernel without host authentication, or
+  a node with no way to fetch keys, is ``FailedPrecondition``, a key the target rejects (or a target that fails
+  to prove its controller key) is ``PermissionDenied``. ``reconcile`` does not reconnect such a volume: the
+  kernel keeps reconnecting its controllers with their keys, and kubelet's next NodeStageVolume brings missing
+  paths back.
 Commands are argv lists with timeouts; kernel state is read from sysfs.
 """
 
@@ -48,7 +49,7 @@ from nvmeof_csi.initiator.identity import HostIdentity
 from nvmeof_csi.initiator.sysfs import NvmeSysfs, Subsystem
 from nvmeof_csi.initiator.uevents import EventWait, PollingWait
 from nvmeof_csi.nvmeof.context import TUNABLES, Portal, VolumeContext
-from nvmeof_csi.nvmeof.dhchap import HostKeys, host_keys
+from nvmeof_csi.nvmeof.dhchap import HostKeys
 from nvmeof_csi.nvmeof.nqn import is_driver_nqn, readonly_namespace_uuid, readonly_nqn, volume_nqn
 from nvmeof_csi.service.contracts import NO_SECRETS, Condition, Health, Problem, VolumeRef
 
@@ -81,6 +82,7 @@ class NvmeofConnector:
         block_events: Callable[[], AbstractContextManager[EventWait]] | None = None,
         in_use: Callable[[str], str] = device_in_use,
         fabrics: FabricsDevice | None = None,
+        host_keys: Callable[[VolumeRef], HostKeys] | None = None,
     ) -> None:
         self._exec = executor
         self._sysfs = sysfs
@@ -91,6 +93,7 @@ class NvmeofConnector:
         self._events = block_events or self._polling
         self._in_use = in_use
         self._fabrics = fabrics or FabricsDevice()
+        self._host_keys = host_keys
 
     @contextmanager
     def _polling(self) -> Iterator[EventWait]:
@@ -135,13 +138,22 @@ class NvmeofConnector:
             options.append(("dhchap_ctrl_secret", keys.ctrl_key))
         return options
 
-    def _keys(self, ctx: VolumeContext, secrets: Mapping[str, str]) -> HostKeys:
-        keys = host_keys(ctx.auth, secrets, self._identity.nqn, "node-stage secret")
-        if keys.key and not self._fabrics.authenticates():
+    def _keys(self, ref: VolumeRef, ctx: VolumeContext) -> HostKeys:
+        if ctx.auth == "none":
+            return HostKeys()
+        if not self._fabrics.authenticates():
             raise FailedPrecondition(
                 f"volume uses auth {ctx.auth!r} but this node's kernel ({os.uname().release}) has no NVMe in-band "
                 "authentication (CONFIG_NVME_HOST_AUTH, e.g. Debian bookworm-backports' 6.12)"
             )
+        if self._host_keys is None:
+            raise FailedPrecondition(
+                f"volume {ref.uuid} uses auth {ctx.auth!r}; this node fetches its keys from the volume's agent, and "
+                "it has no fabric map (--fabric-map) to reach one"
+            )
+        keys = self._host_keys(ref)
+        if not keys.key:
+            raise FailedPrecondition(f"volume {ref.uuid}: its agent issued no DH-HMAC-CHAP key to this host")
         return keys
 
     def _connect_one(self, ref: VolumeRef, portal: Portal, ctx: VolumeContext, keys: HostKeys) -> None:
@@ -157,8 +169,8 @@ class NvmeofConnector:
             if keys.key and err.errno in (errno.EKEYREJECTED, errno.EACCES, errno.EPERM):
                 raise PermissionDenied(
                     f"volume {ref.uuid}: {portal.key} refused DH-HMAC-CHAP authentication of host "
-                    f"{self._identity.nqn} ({err.strerror}): the node-stage secret differs from the "
-                    "controller-publish secret, or the target failed to prove its controller key"
+                    f"{self._identity.nqn} ({err.strerror}): the agent's keys for this host changed, or the target "
+                    "failed to prove its controller key"
                 ) from None
             raise
         log.info("volume %s: %s connected%s (%s)", ref.uuid, portal.key, " with DH-HMAC-CHAP" if keys.key else "", name)
@@ -168,7 +180,7 @@ class NvmeofConnector:
     ) -> str:
         deadline = self._clock() + timeout
         ctx = _context(ref, context)
-        keys = self._keys(ctx, secrets)
+        keys = self._keys(ref, ctx)
         nqn, ns_uuid = ctx.nqn, ctx.namespace_uuid
         portals = self._portals(ref, ctx)
         with self._events() as events:  # listening before connecting: no uevent can slip past

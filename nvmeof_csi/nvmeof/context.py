@@ -168,7 +168,7 @@ class VolumeContext:
     portals: tuple[Portal, ...]
     tunables: tuple[tuple[str, int], ...] = ()
     agent: str = ""  # the target agent that holds the volume (informational)
-    auth: str = "none"  # DH-HMAC-CHAP mode (AUTH_MODES); the keys come from the node-stage secret
+    auth: str = "none"  # DH-HMAC-CHAP mode (AUTH_MODES); the node's keys come from the volume's agent
     qos: QosLimits = UNLIMITED  # per-pod I/O limits at creation (a live change reaches the node another way)
 
     def tunable(self, key: str) -> int | None:

@@ -189,9 +189,8 @@ class TargetBackend(Protocol):
         self, ref: VolumeRef, node_id: str, readonly: bool, secrets: Mapping[str, str] = NO_SECRETS
     ) -> Mapping[str, str]:
         """Allow ``node_id`` to reach the volume; returns the publish context. Already published to that node
-        with another ``readonly`` raises ``AlreadyExists``. ``secrets`` is the CSI controller-publish secret
-        (the DH-HMAC-CHAP secret of a volume with ``auth``); it is never logged or stored in the clear by the
-        controller."""
+        with another ``readonly`` raises ``AlreadyExists``. ``secrets`` is the CSI controller-publish secret; no
+        backend needs one (an ``auth`` volume's agent issues the host's keys) and it is never logged."""
         ...
 
     def unpublish(self, ref: VolumeRef, node_id: str) -> None:

@@ -15,18 +15,18 @@ from pathlib import Path
 import pytest
 
 from nvmeof_csi.backends.agent import AgentBackend
+from nvmeof_csi.backends.agent_limits import AgentClients, AgentHostKeys
 from nvmeof_csi.csi.params import parse
-from nvmeof_csi.errors import FailedPrecondition, InvalidArgument, PermissionDenied
+from nvmeof_csi.errors import FailedPrecondition, InvalidArgument, NotFound, PermissionDenied
 from nvmeof_csi.initiator.fabrics import FabricsDevice, FabricsError
 from nvmeof_csi.nvmeof.context import VolumeContext, parse_portals
-from nvmeof_csi.nvmeof.dhchap import SECRET_KEY, HostKeys, derive, host_keys, parse_key
+from nvmeof_csi.nvmeof.dhchap import HostKeys, generate_key, parse_key
 from nvmeof_csi.nvmeof.nqn import VOLUME_NQN_PREFIX as NQN_PREFIX
 from nvmeof_csi.service.contracts import VolumeRef
 from nvmeof_csi.topology.fabric_map import parse_fabric_map
 from tests.support.agents import LocalAgent, make_agent
 from tests.unit.test_connector import ME, VOL, connector, ctx
 
-SECRET = "a cluster-wide StorageClass secret of 32+ bytes!"
 HOST = "nqn.2014-08.org.nvmexpress:uuid:0f0f0f0f-0000-0000-0000-000000000001"
 OTHER_HOST = "nqn.2014-08.org.nvmexpress:uuid:0f0f0f0f-0000-0000-0000-000000000002"
 
@@ -54,14 +54,8 @@ def test_auth_parameter_is_validated_and_travels_in_the_volume_context() -> None
         VolumeContext.from_dict({**vc.to_dict(), "auth": "dhchap\n"})
 
 
-def test_host_keys_need_the_secret_and_never_show_it() -> None:
-    assert host_keys("none", {}, HOST) == HostKeys()
-    with pytest.raises(InvalidArgument, match=SECRET_KEY) as err:
-        host_keys("dhchap", {"other": SECRET}, HOST, "node-stage secret")
-    assert "node-stage secret" in str(err.value) and SECRET not in str(err.value)
-    keys = host_keys("dhchap-bidirectional", {SECRET_KEY: SECRET}, HOST)
-    assert keys.key == derive(SECRET, HOST) and keys.ctrl_key == derive(SECRET, HOST, "ctrl")
-    assert keys.key != keys.ctrl_key and derive(SECRET, OTHER_HOST) != keys.key  # bound to the host and the role
+def test_host_keys_never_show_a_key() -> None:
+    keys = HostKeys(generate_key(), generate_key())
     assert keys.key not in repr(keys) and keys.ctrl_key not in str(keys)
     parse_key(keys.key)
 
@@ -75,63 +69,71 @@ def test_agent_refuses_auth_volumes_on_a_kernel_without_nvmet_auth(tmp_path: Pat
     agent.create_volume("plain", 1 << 20, {}, {})  # auth: none works on every kernel
 
 
-def test_agent_writes_host_keys_and_keeps_them_owner_only(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+def test_agent_issues_random_host_keys_and_keeps_them_owner_only(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     caplog.set_level(logging.DEBUG)
     agent = auth_agent(tmp_path)
     vol = agent.create_volume("v", 1 << 20, {"auth": "dhchap-bidirectional"}, {}).record
-    keys = host_keys("dhchap-bidirectional", {SECRET_KEY: SECRET}, HOST)
-    with pytest.raises(FailedPrecondition, match="no host key"):
-        agent.allow_host(vol.uuid, HOST)
-    with pytest.raises(FailedPrecondition, match="no controller key"):
-        agent.allow_host(vol.uuid, HOST, keys.key)
     with pytest.raises(InvalidArgument, match="DH-HMAC-CHAP key"):
-        agent.allow_host(vol.uuid, HOST, "DHHC-1:00:bm90IGEga2V5:", ctrl_secret=keys.ctrl_key)
-    agent.allow_host(vol.uuid, HOST, keys.key, ctrl_secret=keys.ctrl_key)
-    agent.allow_host(vol.uuid, HOST, keys.key, ctrl_secret=keys.ctrl_key)  # idempotent
+        agent.allow_host(vol.uuid, HOST, "DHHC-1:00:bm90IGEga2V5:")
+    agent.allow_host(vol.uuid, HOST)  # no keys given: the agent issues them
+    key, ctrl_key = agent.host_keys(vol.uuid, HOST)
+    assert parse_key(key) and parse_key(ctrl_key) and key != ctrl_key
+    agent.allow_host(vol.uuid, HOST)  # idempotent: the same keys
+    assert agent.host_keys(vol.uuid, HOST) == (key, ctrl_key)
     host = agent.nvmet.root / "hosts" / HOST
-    assert (host / "dhchap_key").read_text() == keys.key and (host / "dhchap_ctrl_key").read_text() == keys.ctrl_key
+    assert (host / "dhchap_key").read_text() == key and (host / "dhchap_ctrl_key").read_text() == ctrl_key
     assert (host / "dhchap_hash").read_text() == "hmac(sha256)"
     state = agent.state.folder / "volumes" / f"{vol.uuid}.json"
     assert stat.S_IMODE(state.stat().st_mode) == 0o600
     doc = json.loads(state.read_text())
-    assert doc["hosts"] == {HOST: keys.key} and doc["ctrl_keys"] == {HOST: keys.ctrl_key}
-    assert keys.key not in caplog.text and keys.ctrl_key not in caplog.text
+    assert doc["hosts"] == {HOST: key} and doc["ctrl_keys"] == {HOST: ctrl_key}
+    assert key not in caplog.text and ctrl_key not in caplog.text
+    with pytest.raises(NotFound):
+        agent.host_keys(vol.uuid, OTHER_HOST)  # not allowed: no keys
     agent.deny_host(vol.uuid, HOST)
     assert agent.state.current.volumes[vol.uuid].ctrl_keys == {} and not host.exists()
 
 
-def test_one_host_cannot_mix_keys_across_volumes(tmp_path: Path) -> None:
+def test_each_host_gets_its_own_keys_the_same_on_every_volume_and_cannot_mix(tmp_path: Path) -> None:
     agent = auth_agent(tmp_path)
     a = agent.create_volume("a", 1 << 20, {"auth": "dhchap"}, {}).record
     b = agent.create_volume("b", 1 << 20, {"auth": "dhchap"}, {}).record
     plain = agent.create_volume("plain", 1 << 20, {}, {}).record
-    key = derive(SECRET, HOST)
-    agent.allow_host(a.uuid, HOST, key)
-    agent.allow_host(b.uuid, HOST, key)  # same secret: fine
+    agent.allow_host(a.uuid, HOST)
+    agent.allow_host(b.uuid, HOST)
+    agent.allow_host(b.uuid, OTHER_HOST)
+    key = agent.host_keys(a.uuid, HOST)[0]
+    assert agent.host_keys(b.uuid, HOST)[0] == key  # nvmet keeps one key per host
+    assert agent.host_keys(b.uuid, OTHER_HOST)[0] != key  # random per host: nothing links them
     with pytest.raises(FailedPrecondition, match="same auth mode and secret") as err:
         agent.allow_host(plain.uuid, HOST)  # nvmet would demand the key for the plain volume too
     assert key not in str(err.value)
-    other = derive("another secret, also at least 32 bytes", HOST)
     agent.deny_host(b.uuid, HOST)
     with pytest.raises(FailedPrecondition, match="other DH-HMAC-CHAP keys"):
-        agent.allow_host(b.uuid, HOST, other)  # would lock volume a's reconnects out
+        agent.allow_host(b.uuid, HOST, generate_key())  # would lock volume a's reconnects out
     with pytest.raises(InvalidArgument, match="auth 'none'"):
-        agent.allow_host(plain.uuid, OTHER_HOST, key)
+        agent.allow_host(plain.uuid, "nqn.2014-08.org.nvmexpress:uuid:0f0f0f0f-0000-0000-0000-000000000003", key)
     agent.deny_host(a.uuid, HOST)
     agent.allow_host(plain.uuid, HOST)  # nothing else holds the host any more
 
 
-def test_controller_publish_derives_this_nodes_keys(tmp_path: Path) -> None:
+def test_controller_publish_needs_no_secret_and_the_node_fetches_only_its_own_keys(tmp_path: Path) -> None:
     agent = auth_agent(tmp_path)
     fabric = parse_fabric_map({"agents": [{"name": "store-a", "endpoint": "unix:///nowhere", "fabric": "f1"}]})
     backend = AgentBackend(fabric, client=lambda _entry: LocalAgent(agent))
     vol = agent.create_volume("v", 1 << 20, {"auth": "dhchap"}, {}).record
     ref = VolumeRef("store-a", vol.uuid)
-    with pytest.raises(InvalidArgument, match="controller-publish secret"):
-        backend.publish(ref, HOST, False)
-    backend.publish(ref, HOST, False, {SECRET_KEY: SECRET})
-    assert agent.state.current.volumes[vol.uuid].hosts == {HOST: derive(SECRET, HOST)}
+    backend.publish(ref, HOST, False)
+    issued = agent.state.current.volumes[vol.uuid].hosts[HOST]
     assert backend.get_volume(ref).context["auth"] == "dhchap"  # type: ignore[union-attr]
+    fetch = AgentHostKeys(AgentClients(fabric, lambda _entry: LocalAgent(agent)), HOST)
+    assert fetch(ref) == HostKeys(issued)
+    with pytest.raises(NotFound):
+        AgentHostKeys(AgentClients(fabric, lambda _entry: LocalAgent(agent)), OTHER_HOST)(ref)
+    with pytest.raises(FailedPrecondition, match="fabric map"):
+        fetch(VolumeRef("store-b", vol.uuid))
 
 
 # -- the node ---------------------------------------------------------------------------------------------------
@@ -155,33 +157,42 @@ class FakeFabrics(FabricsDevice):
         return "nvme0"
 
 
-def test_node_connects_with_its_own_derived_keys_and_no_argv(tmp_path: Path) -> None:
+def test_node_connects_with_the_keys_its_agent_issued_and_no_argv(tmp_path: Path) -> None:
     conn, fake = connector(tmp_path)
-    keys = host_keys("dhchap-bidirectional", {SECRET_KEY: SECRET}, ME.nqn)
+    keys = HostKeys(generate_key(), generate_key())
     fab = FakeFabrics(fake._add, keys)
     conn._fabrics = fab
     context = ctx(VOL, auth="dhchap-bidirectional", queueSize="64")
-    with pytest.raises(InvalidArgument, match="node-stage secret"):
-        conn.connect(VOL, context, 30)
-    assert conn.connect(VOL, context, 30, {SECRET_KEY: SECRET}) == "/dev/nvme0n1"
+    with pytest.raises(FailedPrecondition, match="fabric map"):
+        conn.connect(VOL, context, 30)  # no way to fetch keys
+    asked: list[VolumeRef] = []
+
+    def fetch(ref: VolumeRef) -> HostKeys:
+        asked.append(ref)
+        return keys
+
+    conn._host_keys = fetch
+    assert conn.connect(VOL, context, 30) == "/dev/nvme0n1"
+    assert asked[0] == VOL  # the volume ID's agent, never a context's
     assert fake.argvs == []  # no nvme-cli: no key on any command line
     first = fab.writes[0]
     assert first["hostnqn"] == ME.nqn and first["hostid"] == ME.host_id and first["queue_size"] == "64"
     assert first["keep_alive_tmo"] == "5" and first["dhchap_ctrl_secret"] == keys.ctrl_key
-    assert conn.reconcile([(VOL, context)], 30) == []  # no secret at start-up: the kernel keeps its keys
+    assert conn.reconcile([(VOL, context)], 30) == []  # at start-up the kernel keeps its keys
 
 
 def test_node_reports_a_rejected_key_and_an_old_kernel(tmp_path: Path) -> None:
     conn, fake = connector(tmp_path)
-    right = host_keys("dhchap", {SECRET_KEY: SECRET}, ME.nqn)
+    right, wrong = HostKeys(generate_key()), HostKeys(generate_key())
     conn._fabrics = FakeFabrics(fake._add, right)
-    wrong = {SECRET_KEY: "not the StorageClass secret, 32 bytes long"}
+    conn._host_keys = lambda _ref: wrong
     with pytest.raises(PermissionDenied, match="refused DH-HMAC-CHAP") as err:
-        conn.connect(VOL, ctx(VOL, auth="dhchap"), 30, wrong)
-    assert host_keys("dhchap", wrong, ME.nqn).key not in str(err.value)
+        conn.connect(VOL, ctx(VOL, auth="dhchap"), 30)
+    assert wrong.key not in str(err.value)
     conn._fabrics = FakeFabrics(fake._add, right, host_auth=False)
+    conn._host_keys = lambda _ref: right
     with pytest.raises(FailedPrecondition, match="CONFIG_NVME_HOST_AUTH"):
-        conn.connect(VOL, ctx(VOL, auth="dhchap"), 30, {SECRET_KEY: SECRET})
+        conn.connect(VOL, ctx(VOL, auth="dhchap"), 30)
 
 
 def test_fabrics_device_errors_never_carry_the_options(tmp_path: Path) -> None:
