@@ -282,6 +282,12 @@ class AgentServicer(pb_grpc.AgentServicer):
         key, ctrl_key = self._agent.host_keys(_uuid(request.volume_uuid, "volume_uuid"), request.host_nqn)
         return pb.HostKeys(dhchap_secret=key, dhchap_ctrl_secret=ctrl_key)
 
+    def RotateHostKey(self, request: pb.RotateHostKeyRequest, context: Ctx) -> pb.RotateHostKeyResponse:
+        require(request.host_nqn, "host_nqn")
+        check_host_nqn(request.host_nqn)
+        done = self._agent.rotate_host_key(request.host_nqn, request.controller_key)
+        return pb.RotateHostKeyResponse(volume_uuids=done)
+
     def DenyHost(self, request: pb.DenyHostRequest, context: Ctx) -> pb.Volume:
         require(request.volume_uuid, "volume_uuid")
         require(request.host_nqn, "host_nqn")

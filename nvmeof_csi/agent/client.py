@@ -198,6 +198,10 @@ class AgentClient:
     def get_host_keys(self, vol_uuid: str, host_nqn: str) -> pb.HostKeys:
         return self._call(self._stub.GetHostKeys, pb.GetHostKeysRequest(volume_uuid=vol_uuid, host_nqn=host_nqn))
 
+    def rotate_host_key(self, host_nqn: str, controller_key: bool = False) -> list[str]:
+        request = pb.RotateHostKeyRequest(host_nqn=host_nqn, controller_key=controller_key)
+        return list(self._call(self._stub.RotateHostKey, request).volume_uuids)
+
     def deny_host(self, vol_uuid: str, host_nqn: str) -> pb.Volume:
         return self._call(self._stub.DenyHost, pb.DenyHostRequest(volume_uuid=vol_uuid, host_nqn=host_nqn))
 

@@ -17,6 +17,8 @@ is ``NotFound``.
 
 from __future__ import annotations
 
+import logging
+
 from nvmeof_csi.agent.parts import AgentParts, VolumeView
 from nvmeof_csi.agent.portals import ANA_STATES, PortSpec
 from nvmeof_csi.agent.readonly import ReadOnlyExports
@@ -25,6 +27,8 @@ from nvmeof_csi.errors import AlreadyExists, FailedPrecondition, InvalidArgument
 from nvmeof_csi.nvmeof.context import check_auth
 from nvmeof_csi.nvmeof.dhchap import generate_key, parse_key
 from nvmeof_csi.nvmeof.nqn import check_host_nqn, volume_nqn
+
+log = logging.getLogger(__name__)
 
 
 class HostOps:
@@ -93,6 +97,35 @@ class HostOps:
         if host_nqn not in rec.hosts:
             raise NotFound(f"host {host_nqn} is not allowed on volume {vol_uuid}")
         return rec.hosts[host_nqn], rec.ctrl_keys.get(host_nqn, "")
+
+    def rotate_host_key(self, host_nqn: str, controller_key: bool = False) -> list[str]:
+        """A new random key (the host's, or its controller key) on every volume that gives ``host_nqn`` one, saved
+        record by record, then written to configfs; returns those volumes' UUIDs. A crash midway leaves some
+        records with the new key: running the rotation again makes them all one new key. ``NotFound`` when no
+        volume gives the host such a key."""
+        p = self._p
+        check_host_nqn(host_nqn)
+        table = "ctrl_keys" if controller_key else "hosts"
+        holders = [v.uuid for v in p.live_volumes() if getattr(v, table).get(host_nqn)]
+        if not holders:
+            which = "controller key" if controller_key else "DH-HMAC-CHAP key"
+            raise NotFound(f"no volume on agent {p.name} gives host {host_nqn} a {which}")
+        new_key = generate_key()
+        with p.keys.hold(f"host:{host_nqn}", *holders):
+            done = []
+            for vol_uuid in holders:
+                rec = p.state.current.volumes.get(vol_uuid)
+                if rec is None or not getattr(rec, table).get(host_nqn):
+                    continue
+                p.state.put_volume(rec.evolve(**{table: {**getattr(rec, table), host_nqn: new_key}}))
+                done.append(vol_uuid)
+            rec = p.state.current.volumes[done[0]] if done else None
+            if rec is not None and host_nqn in p.nvmet.hosts():
+                p.nvmet.ensure_host(host_nqn, rec.hosts[host_nqn], rec.ctrl_keys.get(host_nqn, ""))
+        log.warning(
+            "host %s: new %s on %d volume(s)", host_nqn, "controller key" if controller_key else "key", len(done)
+        )
+        return done
 
     def _check_keys(self, rec: VolumeRecord, host_nqn: str, secret: str, ctrl_secret: str) -> None:
         mode = check_auth(rec.parameters.get("auth", "none"))

@@ -175,6 +175,9 @@ class TargetAgent:
     def host_keys(self, vol_uuid: str, host_nqn: str) -> tuple[str, str]:
         return self._hosts.host_keys(vol_uuid, host_nqn)
 
+    def rotate_host_key(self, host_nqn: str, controller_key: bool = False) -> list[str]:
+        return self._hosts.rotate_host_key(host_nqn, controller_key)
+
     def deny_host(self, vol_uuid: str, host_nqn: str) -> VolumeView:
         return self._hosts.deny_host(vol_uuid, host_nqn)
 

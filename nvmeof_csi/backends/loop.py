@@ -325,6 +325,9 @@ class LoopConnector:
     def check_context(self, ref: VolumeRef, context: Mapping[str, str]) -> None:
         self._path(ref, context)
 
+    def refresh_keys(self, ref: VolumeRef, context: Mapping[str, str]) -> list[str]:
+        return []
+
     def reconcile(self, claimed: Sequence[tuple[VolumeRef, Mapping[str, str]]], timeout: float) -> list[str]:
         """Re-attach staged volumes whose loop device is gone (e.g. after a reboot); orphans are not tracked."""
         actions = []

@@ -1,4 +1,4 @@
-"""``nvmeofctl hosts``: allow, deny, list, fence and unfence host NQNs on a volume."""
+"""``nvmeofctl hosts``: allow, deny, list, fence and unfence host NQNs on a volume; rotate a host's keys."""
 
 from __future__ import annotations
 
@@ -50,6 +50,25 @@ def deny(ctx: typer.Context, volume: Volume, host_nqn: HostNqn, target: Target =
     with cli.client(cli.one(target)) as client:
         vol = client.deny_host(volume, host_nqn)
     render([as_dict(vol)], ("uuid", "name", "allowed_hosts"), cli.output)
+
+
+@app.command("rotate-key")
+def rotate_key(
+    ctx: typer.Context,
+    host_nqn: HostNqn,
+    controller: Annotated[
+        bool, typer.Option("--controller", help="Rotate the bidirectional controller key instead of the host's key.")
+    ] = False,
+    target: Target = None,
+) -> None:
+    """Issue HOST_NQN a new random DH-HMAC-CHAP key on the target, on every volume that allows it. Its node
+    writes the key to its live controllers at its next pass (--qos-period), and they re-authenticate without
+    dropping I/O. Rotate the controller key in a second call (one changed key per re-authentication)."""
+    cli = state(ctx)
+    with cli.client(cli.one(target)) as client:
+        done = client.rotate_host_key(host_nqn, controller)
+    render([{"host_nqn": host_nqn, "key": "controller" if controller else "host", "volumes": len(done)}],
+           ("host_nqn", "key", "volumes"), cli.output)  # fmt: skip
 
 
 @app.command("list")

@@ -17,9 +17,8 @@ Contract (in addition to ``service/contracts.py``):
   the node's own identity (``host_keys``, ``backends/agent_limits.py``; ``nvmeof/dhchap.py``), written to
   ``/dev/nvme-fabrics`` directly so no key is ever on a command line; a kernel without host authentication, or
   a node with no way to fetch keys, is ``FailedPrecondition``, a key the target rejects (or a target that fails
-  to prove its controller key) is ``PermissionDenied``. ``reconcile`` does not reconnect such a volume: the
-  kernel keeps reconnecting its controllers with their keys, and kubelet's next NodeStageVolume brings missing
-  paths back.
+  to prove its controller key) is ``PermissionDenied``; ``refresh_keys`` rolls live controllers to the agent's
+  current keys. ``reconcile`` does not reconnect such a volume: the kernel keeps reconnecting its controllers.
 Commands are argv lists with timeouts; kernel state is read from sysfs.
 """
 
@@ -46,6 +45,7 @@ from nvmeof_csi.host.devices import device_in_use
 from nvmeof_csi.host.executor import Executor
 from nvmeof_csi.initiator.fabrics import FabricsDevice, FabricsError
 from nvmeof_csi.initiator.identity import HostIdentity
+from nvmeof_csi.initiator.rekey import roll_keys
 from nvmeof_csi.initiator.sysfs import NvmeSysfs, Subsystem
 from nvmeof_csi.initiator.uevents import EventWait, PollingWait
 from nvmeof_csi.nvmeof.context import TUNABLES, Portal, VolumeContext
@@ -174,6 +174,13 @@ class NvmeofConnector:
                 ) from None
             raise
         log.info("volume %s: %s connected%s (%s)", ref.uuid, portal.key, " with DH-HMAC-CHAP" if keys.key else "", name)
+
+    def refresh_keys(self, ref: VolumeRef, context: Mapping[str, str]) -> list[str]:
+        """An ``auth`` volume's live controllers take the keys its agent issues now (``initiator/rekey.py``)."""
+        ctx = _context(ref, context)
+        if ctx.auth == "none" or self._host_keys is None:
+            return []
+        return roll_keys(self._sysfs, ref.uuid, ctx.nqn, self._host_keys(ref))
 
     def connect(
         self, ref: VolumeRef, context: Mapping[str, str], timeout: float, secrets: Mapping[str, str] = NO_SECRETS

@@ -267,6 +267,10 @@ class Connector(Protocol):
         """Raise ``DriverError`` when this connector could not use ``context`` for ``ref`` (no I/O)."""
         ...
 
+    def refresh_keys(self, ref: VolumeRef, context: Mapping[str, str]) -> list[str]:
+        """Bring a staged volume's live connections to its current credentials (a key roll); returns the actions."""
+        ...
+
     def reconcile(self, claimed: Sequence[tuple[VolumeRef, Mapping[str, str]]], timeout: float) -> list[str]:
         """At start: reconnect missing paths of the ``claimed`` (staged) volumes, release what this driver
         connected that nothing claims, never touch anything else. Returns the actions taken."""

@@ -294,10 +294,9 @@ class StagingService:
         return self._store.all()
 
     def reconcile_limits(self) -> list[str]:
-        """The node's QoS loop: fetch the current limits of every published volume (live changes), then re-apply
-        every published pod's limits that are not in force."""
-        if self._qos is None:
-            return []
+        """The node's periodic pass: roll every staged volume's live connections to its current keys, fetch the
+        current limits of every published volume (live changes), and re-apply every published pod's limits that
+        are not in force."""
         actions = []
         for listed in self._store.all():
             with self._limits_lock.hold(_key(listed.ref)):
@@ -305,6 +304,9 @@ class StagingService:
                 if record is None:
                     continue
                 try:
+                    actions += self._connector.refresh_keys(record.ref, record.context)
+                    if self._qos is None:
+                        continue
                     if self._limits_source is not None and record.pods:
                         actions += self._qos.refresh(record, self._limits_source)
                     actions += self._qos.reconcile([record])

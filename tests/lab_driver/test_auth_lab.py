@@ -9,6 +9,7 @@ from __future__ import annotations
 import pytest
 
 from lab import Fabric, LabVM
+from lab.fabric import wait_until
 from lab.stack import DRIVER_LOG, GuestDriver
 from lab.target import LOG as AGENT_LOG
 from lab.target import STATE_DIR, TWO_PORTALS
@@ -51,7 +52,7 @@ def test_dhchap_bidirectional_through_csi(stack: GuestDriver, kernel_release: st
         assert cat(vm, f"{host_dir}/dhchap_dhgroup") == "ffdhe2048"
         modes = vm.check(["find", f"{STATE_DIR}/volumes", "-name", "*.json", "-printf", "%m\\n"], timeout=10).split()
         assert modes and set(modes) == {"600"}, modes  # the records hold DH-HMAC-CHAP keys
-        stack.csi(
+        steps = stack.csi(
             {"op": "stage", "name": "au"},  # the node fetches the keys the agent issued to it
             {"op": "publish", "name": "au"},
             {"op": "probe-target", "name": "au", "mib": 4},
@@ -64,12 +65,33 @@ def test_dhchap_bidirectional_through_csi(stack: GuestDriver, kernel_release: st
             assert cat(vm, f"/sys/class/nvme/{ctrl}/dhchap_ctrl_secret") == ctrl_key
         assert "authenticated" in vm.check(["dmesg"], timeout=10)
 
+        # a roll: the agent issues the host a new key; the node's next pass (--qos-period) writes it to its live
+        # controllers, which re-authenticate in place (the same controllers, no reconnect), I/O goes on, and a
+        # reconnect then authenticates with the new key
+        stack.agent.ctl("hosts", "rotate-key", host_nqn)
+        new_key = cat(vm, f"{host_dir}/dhchap_key")
+        assert new_key != key and cat(vm, f"{host_dir}/dhchap_ctrl_key") == ctrl_key
+
+        def rolled() -> bool:
+            return all(cat(vm, f"/sys/class/nvme/{c}/dhchap_secret") == new_key for c in ctrls)
+
+        assert wait_until(rolled, 60), "the node did not roll its controllers to the new key"
+        paths = Fabric(vm).wait_paths(nqn, live=2)
+        assert sorted(p.controller for p in paths) == sorted(ctrls), "a controller was made anew"
+        target = steps[1]["target"]
+        vm.check(["dd", "if=/dev/urandom", f"of={target}/after-roll", "bs=1M", "count=4", "conv=fsync"], timeout=60)
+        vm.check(["nvme", "reset", f"/dev/{ctrls[0]}"], timeout=60)  # a reconnect: authenticated with the new key
+        Fabric(vm).wait_paths(nqn, live=2)
+        assert "authentication failed" not in vm.check(["dmesg"], timeout=10), "a re-authentication failed"
+        old_key, key = key, new_key
+
         stack.csi({"op": "unpublish", "name": "au"}, {"op": "unstage", "name": "au"})
         assert Fabric(vm).paths(nqn) == []
         # an intruder with this node's host NQN: no key, a random key, the right key with a wrong controller key
         random_key = vm.check(["nvme", "gen-dhchap-key", "-n", host_nqn], timeout=30).strip()
         assert raw_connect(vm, nqn) != 0, "the target let a host in without a key"
         assert raw_connect(vm, nqn, f"--dhchap-secret={random_key}") != 0, "the target took a wrong key"
+        assert raw_connect(vm, nqn, f"--dhchap-secret={old_key}") != 0, "the target took the rotated-out key"
         assert raw_connect(vm, nqn, f"--dhchap-secret={key}", f"--dhchap-ctrl-secret={random_key}") != 0, (
             "the host accepted a controller that could not prove the controller key"
         )
@@ -85,7 +107,7 @@ def test_dhchap_bidirectional_through_csi(stack: GuestDriver, kernel_release: st
         assert raw_connect(vm, nqn, *as_neighbour, f"--dhchap-secret={key}") != 0, "one node's key opened another's"
         assert raw_connect(vm, nqn, *as_neighbour, f"--dhchap-secret={neighbour_key}") == 0  # the test is sound
         logs = vm.check(["cat", DRIVER_LOG, AGENT_LOG], timeout=30)
-        for secret in (key, ctrl_key, neighbour_key):
+        for secret in (old_key, key, ctrl_key, neighbour_key):
             assert secret not in logs, "a secret reached a log"
     finally:
         vm.run(["nvme", "disconnect", "-n", nqn], 60)

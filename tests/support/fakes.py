@@ -211,6 +211,9 @@ class FakeConnector:
         if context.get("broken"):
             raise InvalidArgument(f"volume context of {ref.uuid} is broken")
 
+    def refresh_keys(self, ref: VolumeRef, context: Mapping[str, str]) -> list[str]:
+        return []
+
     def reconcile(self, claimed: Sequence[tuple[VolumeRef, Mapping[str, str]]], timeout: float) -> list[str]:
         self.calls.append(("reconcile", ",".join(r.uuid for r, _ in claimed)))
         return []

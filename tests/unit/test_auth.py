@@ -216,3 +216,46 @@ def test_fabrics_device_errors_never_carry_the_options(tmp_path: Path) -> None:
     with pytest.raises(FabricsError) as err:
         fabrics.connect([("dhchap_secret", "DHHC-1:00:c2VjcmV0:")])
     assert "c2VjcmV0" not in str(err.value)
+
+
+# -- key rotation ---------------------------------------------------------------------------------------------
+def test_rotating_a_host_key_changes_it_on_every_volume_and_in_configfs_one_key_at_a_time(tmp_path: Path) -> None:
+    agent = auth_agent(tmp_path)
+    a = agent.create_volume("a", 1 << 20, {"auth": "dhchap-bidirectional"}, {}).record
+    b = agent.create_volume("b", 1 << 20, {"auth": "dhchap-bidirectional"}, {}).record
+    for vol in (a, b):
+        agent.allow_host(vol.uuid, HOST)
+    agent.allow_host(a.uuid, OTHER_HOST)
+    key, ctrl_key = agent.host_keys(a.uuid, HOST)
+    other = agent.host_keys(a.uuid, OTHER_HOST)
+    assert sorted(agent.rotate_host_key(HOST)) == sorted([a.uuid, b.uuid])
+    new_key, same_ctrl = agent.host_keys(a.uuid, HOST)
+    assert new_key != key and same_ctrl == ctrl_key and agent.host_keys(b.uuid, HOST) == (new_key, ctrl_key)
+    assert (agent.nvmet.root / "hosts" / HOST / "dhchap_key").read_text() == new_key
+    assert agent.host_keys(a.uuid, OTHER_HOST) == other  # another host's keys are untouched
+    agent.rotate_host_key(HOST, controller_key=True)
+    assert agent.host_keys(b.uuid, HOST)[0] == new_key and agent.host_keys(b.uuid, HOST)[1] != ctrl_key
+    assert agent.converge().applied == []  # state and configfs agree
+    with pytest.raises(NotFound):
+        agent.rotate_host_key("nqn.2014-08.org.nvmexpress:uuid:0f0f0f0f-0000-0000-0000-000000000009")
+
+
+def test_the_node_rolls_its_live_controllers_to_the_agents_current_keys(tmp_path: Path) -> None:
+    conn, fake = connector(tmp_path)
+    old, new = HostKeys(generate_key()), HostKeys(generate_key())
+    current = [old]
+    conn._fabrics = FakeFabrics(fake._add, old)
+    conn._host_keys = lambda _ref: current[0]
+    context = ctx(VOL, auth="dhchap")
+    conn.connect(VOL, context, 30)
+    ctrls = sorted((tmp_path / "class" / "nvme").iterdir())
+    assert len(ctrls) == 2
+    for ctrl in ctrls:  # what the kernel shows for a controller connected with a key
+        (ctrl / "dhchap_secret").write_text(old.key + "\n")
+    assert conn.refresh_keys(VOL, context) == []  # nothing changed: nothing written
+    current[0] = new
+    actions = conn.refresh_keys(VOL, context)
+    assert len(actions) == 2 and all("re-authenticated with a new dhchap_secret" in a for a in actions)
+    assert all(new.key not in a for a in actions)
+    assert all((c / "dhchap_secret").read_text() == new.key for c in ctrls)
+    assert conn.refresh_keys(VOL, ctx(VOL)) == []  # auth none: no keys to roll

@@ -40,6 +40,6 @@ def test_malformed_policies_are_refused(doc: Any) -> None:
 def test_roles_are_nested_and_ana_is_admin_only() -> None:
     assert ALLOWED[NODE] - {"GetHostKeys"} < ALLOWED[READER] < ALLOWED[CONTROLLER]
     assert all("GetHostKeys" not in ALLOWED[r] for r in (READER, CONTROLLER))  # a node's own keys: the node only
-    assert needed_role("GetHostKeys") == NODE
+    assert needed_role("GetHostKeys") == NODE and needed_role("RotateHostKey") == ADMIN
     assert all("SetAnaState" not in methods for methods in ALLOWED.values())
     assert [needed_role(m) for m in ("ListVolumes", "AllowHost", "SetAnaState")] == [READER, CONTROLLER, ADMIN]
