@@ -14,7 +14,7 @@ import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from lab.vm import GuestError, LabVM
+from lab.vm import GuestError, LabError, LabVM
 
 NVMET = "/sys/kernel/config/nvmet"
 HOST_MODULES = ("nvme-core", "nvme-fabrics", "nvme-tcp")
@@ -203,6 +203,14 @@ class Fabric:
                 if res.rc == 0 and res.out.strip() == str(nsid):
                     return f"/dev/{entry}"
         return None
+
+    def wait_head(self, nqn: str, timeout: float = 20) -> str:
+        """The head device of ``nqn``'s namespace once it appears; ``LabError`` when it does not in time."""
+        if not wait_until(lambda: self.head_device(nqn) is not None, timeout):
+            raise LabError(f"no namespace head of {nqn} appeared within {timeout:.0f}s")
+        head = self.head_device(nqn)
+        assert head is not None
+        return head
 
     def paths(self, nqn: str, nsid: int = 1) -> list[PathState]:
         """Every controller of ``nqn`` with its state and the ANA state of its path to namespace ``nsid``."""

@@ -7,7 +7,7 @@ import json
 import socket
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import pytest
@@ -24,6 +24,12 @@ from tests.support.pki import make_pki
 HOST = "nqn.2014-08.org.nvmexpress:uuid:0f0f0f0f-0000-0000-0000-000000000001"
 MiB = 1 << 20
 RESERVED = "5d0c9a1e-8f53-4b39-a3a2-0d9f7e0b1c01"
+
+
+def mtls_args(port: int, pki: Mapping[str, Path], policy: Path) -> list[str]:
+    """The agent's flags for mutual TLS on 127.0.0.1:``port`` with ``pki``'s server certificate and ``policy``."""
+    tls = ["--tls-cert", str(pki["srv.crt"]), "--tls-key", str(pki["srv.key"]), "--tls-ca", str(pki["ca.crt"])]
+    return ["--listen-tcp", f"tcp://127.0.0.1:{port}", *tls, "--authz-file", str(policy)]
 
 
 def free_port() -> int:
@@ -125,21 +131,7 @@ def test_tcp_requires_mutual_tls(tmp_path: Path) -> None:
     port = free_port()
     policy = tmp_path / "authz.yaml"
     policy.write_text("clients:\n  - {identity: good-cli, role: admin}\n")
-    running = start_agent(
-        tmp_path,
-        [
-            "--listen-tcp",
-            f"tcp://127.0.0.1:{port}",
-            "--tls-cert",
-            str(good["srv.crt"]),
-            "--tls-key",
-            str(good["srv.key"]),
-            "--tls-ca",
-            str(good["ca.crt"]),
-            "--authz-file",
-            str(policy),
-        ],
-    )
+    running = start_agent(tmp_path, mtls_args(port, good, policy))
     try:
         endpoint = Endpoint.parse(f"tcp://127.0.0.1:{port}")
         ok = AgentTarget("a", endpoint, TlsFiles(good["cli.crt"], good["cli.key"], good["ca.crt"]))

@@ -12,7 +12,7 @@ import pytest
 from nvmeof_csi.agent.client import AgentClient, AgentTarget
 from nvmeof_csi.errors import NotFound, PermissionDenied
 from nvmeof_csi.rpc.endpoints import Endpoint, TlsFiles
-from tests.component.test_agent import MiB, free_port
+from tests.component.test_agent import MiB, free_port, mtls_args
 from tests.support.agents import start_agent
 from tests.support.pki import make_pki
 
@@ -29,21 +29,7 @@ def test_roles_from_client_certificates(tmp_path: Path) -> None:
         f"  - {{identity: r-node, role: node, hostNqn: '{NODE_NQN}'}}\n  - {{identity: r-ops, role: admin}}\n"
     )
     port = free_port()
-    running = start_agent(
-        tmp_path,
-        [
-            "--listen-tcp",
-            f"tcp://127.0.0.1:{port}",
-            "--tls-cert",
-            str(pki["srv.crt"]),
-            "--tls-key",
-            str(pki["srv.key"]),
-            "--tls-ca",
-            str(pki["ca.crt"]),
-            "--authz-file",
-            str(policy),
-        ],
-    )
+    running = start_agent(tmp_path, mtls_args(port, pki, policy))
     endpoint = Endpoint.parse(f"tcp://127.0.0.1:{port}")
 
     def as_(who: str) -> AgentClient:

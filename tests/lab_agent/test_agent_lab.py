@@ -5,40 +5,21 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import pytest
 
-from lab import Fabric, LabVM, Portal
+from lab import Fabric, LabVM
 from lab.build import REPO
 from lab.fabric import wait_until
 from lab.target import GuestTargetAgent
+from tests.lab_agent.conftest import P1, P2
 from tests.lab_agent.test_readonly_lab import READER, write_refused
 
 pytestmark = pytest.mark.lab
 MiB = 1 << 20
-P1 = Portal(1, "tcp", "127.0.0.1", 4420)
-P2 = Portal(2, "tcp", "127.0.0.2", 4421)
 STRANGER = "nqn.2014-08.org.nvmexpress:uuid:11111111-2222-3333-4444-555555555555"
 Reporter = Callable[[str, str], None]
-
-
-@pytest.fixture
-def agent(lab_vm: LabVM, fabric: Fabric) -> Iterator[GuestTargetAgent]:
-    ga = GuestTargetAgent(lab_vm, [P1, P2], groups=["a", "b"])
-    ga.wipe()
-    ga.start()
-    yield ga
-    ga.stop()
-    fabric.clear()
-    ga.wipe()
-
-
-def _head(fabric: Fabric, nqn: str) -> str:
-    assert wait_until(lambda: fabric.head_device(nqn) is not None, 20)
-    head = fabric.head_device(nqn)
-    assert head is not None
-    return head
 
 
 def test_volume_is_reachable_by_the_allowed_host_only(lab_vm: LabVM, fabric: Fabric, agent: GuestTargetAgent) -> None:
@@ -51,7 +32,7 @@ def test_volume_is_reachable_by_the_allowed_host_only(lab_vm: LabVM, fabric: Fab
     )
     assert refused.rc != 0 and fabric.head_device(nqn) is None
     fabric.connect(P1, nqn)
-    head = _head(fabric, nqn).removeprefix("/dev/")
+    head = fabric.wait_head(nqn).removeprefix("/dev/")
     assert lab_vm.read(f"/sys/block/{head}/uuid").strip() == vol["uuid"]
     assert int(lab_vm.read(f"/sys/block/{head}/size")) * 512 == 64 * MiB
     agent.ops("resize", vol["uuid"], str(96 * MiB))  # file grows, the namespace is revalidated
@@ -65,7 +46,7 @@ def test_restart_changes_nothing_and_reboot_restores_everything(
     agent.ops("allow", vols[1]["uuid"], READER, "ro")  # its read-only subsystem: loop + dm map, made again at boot
     agent.ctl("ana", "set", "b", "non-optimized")
     fabric.connect(P1, vols[0]["nqn"])
-    head = _head(fabric, vols[0]["nqn"])
+    head = fabric.wait_head(vols[0]["nqn"])
     lab_vm.check(["dd", "if=/dev/urandom", "of=/scratch/pattern", "bs=1M", "count=4"])
     lab_vm.check(["dd", "if=/scratch/pattern", f"of={head}", "bs=1M", "oflag=direct"])
     before = agent.ops("dump")
@@ -84,7 +65,7 @@ def test_restart_changes_nothing_and_reboot_restores_everything(
     report("agent start after reboot (converge)", f"{agent.start():.1f}s")
     assert agent.ops("dump") == before
     fabric.connect(P1, vols[0]["nqn"])
-    head = _head(fabric, vols[0]["nqn"])
+    head = fabric.wait_head(vols[0]["nqn"])
     lab_vm.check(["cmp", "-n", str(4 * MiB), "/scratch/pattern", head])
     assert write_refused(lab_vm, fabric, vols[1]["nqn"] + ":ro")  # still refused after the reboot
 
@@ -112,7 +93,7 @@ def test_a_power_cut_right_after_acknowledged_calls_loses_none_of_them(
     assert sorted(agent.ops("dump")["subsystems"]) == sorted([kept["nqn"], late["nqn"]])
     assert agent.ops("create", "pvc-cut-late", str(32 * MiB), lab_vm.hostnqn)["uuid"] == late["uuid"]  # a retry
     fabric.connect(P1, late["nqn"])
-    assert lab_vm.read(f"/sys/block/{_head(fabric, late['nqn']).removeprefix('/dev/')}/uuid").strip() == late["uuid"]
+    assert lab_vm.read(f"/sys/block/{fabric.wait_head(late['nqn']).removeprefix('/dev/')}/uuid").strip() == late["uuid"]
 
 
 def test_fifty_concurrent_creates_over_ten_names(lab_vm: LabVM, agent: GuestTargetAgent) -> None:

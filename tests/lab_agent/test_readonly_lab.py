@@ -4,40 +4,20 @@ writer writes."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import pytest
 
-from lab import Fabric, LabVM, Portal
-from lab.fabric import wait_until
+from lab import Fabric, LabVM
 from lab.target import POOL_DIR, GuestTargetAgent
+from tests.lab_agent.conftest import P1, P2
 
 pytestmark = pytest.mark.lab
 MiB = 1 << 20
-P1 = Portal(1, "tcp", "127.0.0.1", 4420)
-P2 = Portal(2, "tcp", "127.0.0.2", 4421)
 READER_ID = "0e0e0e0e-1111-2222-3333-444444444444"
 READER = f"nqn.2014-08.org.nvmexpress:uuid:{READER_ID}"
 AS_READER = [f"--hostnqn={READER}", f"--hostid={READER_ID}"]  # one kernel, two hosts: a host ID each
 Reporter = Callable[[str, str], None]
-
-
-@pytest.fixture
-def agent(lab_vm: LabVM, fabric: Fabric) -> Iterator[GuestTargetAgent]:
-    ga = GuestTargetAgent(lab_vm, [P1, P2], groups=["a", "b"])
-    ga.wipe()
-    ga.start()
-    yield ga
-    ga.stop()
-    fabric.clear()
-    ga.wipe()
-
-
-def _head(fabric: Fabric, nqn: str) -> str:
-    assert wait_until(lambda: fabric.head_device(nqn) is not None, 20)
-    head = fabric.head_device(nqn)
-    assert head is not None
-    return head
 
 
 def _sha(vm: LabVM, path: str) -> str:
@@ -47,7 +27,7 @@ def _sha(vm: LabVM, path: str) -> str:
 def write_refused(vm: LabVM, fabric: Fabric, ro_nqn: str) -> bool:
     """Connect as :data:`READER` to ``ro_nqn`` and try one O_DIRECT block write: True when it failed."""
     fabric.connect(P1, ro_nqn, extra=AS_READER)
-    reader = _head(fabric, ro_nqn)
+    reader = fabric.wait_head(ro_nqn)
     vm.check(["dd", "if=/dev/urandom", "of=/scratch/ro-junk", "bs=4096", "count=1"])
     return vm.run(["dd", "if=/scratch/ro-junk", f"of={reader}", "bs=4096", "oflag=direct"], timeout=60).rc != 0
 
@@ -58,7 +38,7 @@ def test_a_read_only_host_cannot_change_a_byte_and_sees_the_writer(
     vol = agent.ops("create", "pvc-ro", str(32 * MiB), lab_vm.hostnqn)  # the VM's own host NQN writes
     nqn, backing = vol["nqn"], f"{POOL_DIR}/volumes/{vol['uuid']}.img"
     fabric.connect(P1, nqn)
-    writer = _head(fabric, nqn)
+    writer = fabric.wait_head(nqn)
     lab_vm.check(["dd", "if=/dev/urandom", "of=/scratch/ro-a", "bs=1M", "count=4"])
     lab_vm.check(["dd", "if=/scratch/ro-a", f"of={writer}", "bs=1M", "oflag=direct"])
     agent.ops("allow", vol["uuid"], READER, "ro")
@@ -69,7 +49,7 @@ def test_a_read_only_host_cannot_change_a_byte_and_sees_the_writer(
     ro_nqn = nqn + ":ro"
     fabric.connect(P1, ro_nqn, extra=AS_READER)
     fabric.connect(P2, ro_nqn, extra=AS_READER)
-    reader = _head(fabric, ro_nqn)
+    reader = fabric.wait_head(ro_nqn)
     before = _sha(lab_vm, backing)
 
     lab_vm.check(["dd", "if=/dev/urandom", "of=/scratch/ro-junk", "bs=4096", "count=1"])
