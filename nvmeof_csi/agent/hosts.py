@@ -127,6 +127,21 @@ class HostOps:
         )
         return done
 
+    def finish_rotations(self) -> list[str]:
+        """At start: a host whose volumes disagree on a key (a rotation a killed agent left half done) gets one new
+        key on all of them (the rotation run again); returns ``host (key)`` or ``host (controller key)`` of each."""
+        finished = []
+        for table, controller_key in (("hosts", False), ("ctrl_keys", True)):
+            seen: dict[str, set[str]] = {}
+            for rec in self._p.live_volumes():
+                for host_nqn, key in getattr(rec, table).items():
+                    if key:
+                        seen.setdefault(host_nqn, set()).add(key)
+            for host_nqn in sorted(h for h, keys in seen.items() if len(keys) > 1):
+                self.rotate_host_key(host_nqn, controller_key)
+                finished.append(f"{host_nqn} ({'controller key' if controller_key else 'key'})")
+        return finished
+
     def _check_keys(self, rec: VolumeRecord, host_nqn: str, secret: str, ctrl_secret: str) -> None:
         mode = check_auth(rec.parameters.get("auth", "none"))
         if mode == "none" and (secret or ctrl_secret):

@@ -191,6 +191,10 @@ class TargetAgent:
         """Finish fences a killed agent left undone; run at start, after :meth:`converge` (see ``fencing``)."""
         return self._fences.resume()
 
+    def finish_rotations(self) -> list[str]:
+        """Finish key rotations a killed agent left half done; run at start, after :meth:`converge` (``hosts``)."""
+        return self._hosts.finish_rotations()
+
     def create_snapshot(self, name: str, source_volume: str) -> SnapshotRecord:
         return self._snapshots.create_snapshot(name, source_volume)
 

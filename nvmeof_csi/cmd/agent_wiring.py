@@ -18,6 +18,7 @@ from nvmeof_csi import DRIVER_NAME
 from nvmeof_csi.agent.api import AGENT_LOCK_TABLE, AGENT_RPC_THREADS, AgentServicer
 from nvmeof_csi.agent.authz import Authorizer, load_policy
 from nvmeof_csi.agent.configfs import Nvmet
+from nvmeof_csi.agent.converge import ConvergeReport
 from nvmeof_csi.agent.metrics import AgentCollector
 from nvmeof_csi.agent.pool import FileStore
 from nvmeof_csi.agent.readonly import KernelReadOnlyDevices, PlainReadOnlyDevices
@@ -70,17 +71,9 @@ def build_agent(
     )
 
 
-async def serve_agent(settings: AgentSettings, plain_tree: bool = False) -> None:
-    registry = CollectorRegistry()
-    agent = build_agent(settings, plain_tree, registry)
-    if settings.metrics_listen:
-        serve_metrics(settings.metrics_listen, registry)
-        log.info("metrics on http://%s/metrics", settings.metrics_listen)
-    if not agent.nvmet.available():
-        raise FailedPrecondition(
-            f"nvmet configfs is not available at {settings.configfs_root} (modprobe nvmet nvmet-tcp; mount configfs)"
-        )
-    report = agent.converge(prune=settings.prune)
+def start_up(agent: TargetAgent, prune: bool) -> ConvergeReport:
+    """Converge, then finish the fences and key rotations a stopped agent left undone, logging each step."""
+    report = agent.converge(prune=prune)
     for line in report.applied:
         log.info("converge: %s", line)
     for line in report.unknown:
@@ -91,6 +84,22 @@ async def serve_agent(settings: AgentSettings, plain_tree: bool = False) -> None
         log.error("converge problem: %s", line)
     for line in agent.resume_fences():
         log.warning("finished a fence a stopped agent left undone: %s", line)
+    for line in agent.finish_rotations():
+        log.warning("finished a key rotation a stopped agent left half done: %s", line)
+    return report
+
+
+async def serve_agent(settings: AgentSettings, plain_tree: bool = False) -> None:
+    registry = CollectorRegistry()
+    agent = build_agent(settings, plain_tree, registry)
+    if settings.metrics_listen:
+        serve_metrics(settings.metrics_listen, registry)
+        log.info("metrics on http://%s/metrics", settings.metrics_listen)
+    if not agent.nvmet.available():
+        raise FailedPrecondition(
+            f"nvmet configfs is not available at {settings.configfs_root} (modprobe nvmet nvmet-tcp; mount configfs)"
+        )
+    report = start_up(agent, settings.prune)
     policy = load_policy(settings.authz_file) if settings.authz_file is not None else {}
     registry.register(AgentCollector(agent, lambda: len(report.unknown)))
     # threads, not asyncio: every agent call is blocking work, served straight on a server thread (#17)

@@ -259,3 +259,20 @@ def test_the_node_rolls_its_live_controllers_to_the_agents_current_keys(tmp_path
     assert all(new.key not in a for a in actions)
     assert all((c / "dhchap_secret").read_text() == new.key for c in ctrls)
     assert conn.refresh_keys(VOL, ctx(VOL)) == []  # auth none: no keys to roll
+
+
+def test_a_rotation_a_killed_agent_left_half_done_is_finished_at_start(tmp_path: Path) -> None:
+    agent = auth_agent(tmp_path)
+    vols = [agent.create_volume(n, 1 << 20, {"auth": "dhchap"}, {}).record for n in ("a", "b")]
+    for vol in vols:
+        agent.allow_host(vol.uuid, HOST)
+    agent.allow_host(vols[0].uuid, OTHER_HOST)
+    half = agent.state.current.volumes[vols[0].uuid]  # the kill: one record saved with the new key, not the other
+    agent.state.put_volume(half.evolve(hosts={**half.hosts, HOST: generate_key()}))
+    assert agent.host_keys(vols[0].uuid, HOST) != agent.host_keys(vols[1].uuid, HOST)
+    other = agent.host_keys(vols[0].uuid, OTHER_HOST)
+    assert agent.finish_rotations() == [f"{HOST} (key)"]
+    key = agent.host_keys(vols[0].uuid, HOST)
+    assert agent.host_keys(vols[1].uuid, HOST) == key
+    assert (agent.nvmet.root / "hosts" / HOST / "dhchap_key").read_text() == key[0]
+    assert agent.host_keys(vols[0].uuid, OTHER_HOST) == other and agent.finish_rotations() == []
