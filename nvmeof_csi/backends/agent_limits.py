@@ -36,8 +36,11 @@ class AgentClients:
         entry = self._fabric.agent(name)
         if entry is None:
             return None
-        with self._lock:
-            return self._clients.setdefault(entry.name, self._factory(entry))
+        with self._lock:  # one client (one channel) per agent: made once, not on every call
+            client = self._clients.get(entry.name)
+            if client is None:
+                client = self._clients[entry.name] = self._factory(entry)
+            return client
 
 
 class AgentLimits:

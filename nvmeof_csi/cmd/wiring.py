@@ -89,6 +89,12 @@ def build_services(settings: Settings, executor: Executor | None = None) -> CsiS
         services.checks.append(backend.health)
     if settings.mode.node:
         connector: Connector
+        # one set of agent clients for the node's keys and its I/O limits (the fabric map is read once)
+        clients = (
+            AgentClients(load_fabric_map(settings.fabric_map))
+            if settings.backend is Backend.NVMEOF and settings.fabric_map
+            else None
+        )
         if settings.backend is Backend.NVMEOF:
             identity, origin = ensure_identity(settings.state_dir / "node")
             if origin == "regenerated":
@@ -100,7 +106,6 @@ def build_services(settings: Settings, executor: Executor | None = None) -> CsiS
             log.info("host identity %s (%s)", identity.nqn, origin)
             services.node_id = node_id_for(identity.nqn)
             services.topology[TOPOLOGY_RDMA] = "true" if rdma_capable() else "false"
-            clients = AgentClients(load_fabric_map(settings.fabric_map)) if settings.fabric_map else None
             connector = NvmeofConnector(
                 executor,
                 NvmeSysfs(),
@@ -114,8 +119,8 @@ def build_services(settings: Settings, executor: Executor | None = None) -> CsiS
         store = StagingStore(settings.state_dir / "staging")
         qos = QosEnforcer(PodCgroups(settings.cgroup_root), LimitOverrides(settings.state_dir / "qos"))
         source = None
-        if settings.backend is Backend.NVMEOF and settings.fabric_map is not None:
-            source = AgentLimits(AgentClients(load_fabric_map(settings.fabric_map)))
+        if clients is not None:
+            source = AgentLimits(clients)
         elif settings.backend is Backend.NVMEOF:
             log.warning("no --fabric-map: live changes of I/O limits (ControllerModifyVolume) do not reach this node")
         services.staging = StagingService(

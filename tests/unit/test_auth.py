@@ -23,7 +23,7 @@ from nvmeof_csi.nvmeof.context import VolumeContext, parse_portals
 from nvmeof_csi.nvmeof.dhchap import HostKeys, generate_key, parse_key
 from nvmeof_csi.nvmeof.nqn import VOLUME_NQN_PREFIX as NQN_PREFIX
 from nvmeof_csi.service.contracts import VolumeRef
-from nvmeof_csi.topology.fabric_map import parse_fabric_map
+from nvmeof_csi.topology.fabric_map import AgentEntry, parse_fabric_map
 from tests.support.agents import LocalAgent, make_agent
 from tests.unit.test_connector import ME, VOL, connector, ctx
 
@@ -276,3 +276,19 @@ def test_a_rotation_a_killed_agent_left_half_done_is_finished_at_start(tmp_path:
     assert agent.host_keys(vols[1].uuid, HOST) == key
     assert (agent.nvmet.root / "hosts" / HOST / "dhchap_key").read_text() == key[0]
     assert agent.host_keys(vols[0].uuid, OTHER_HOST) == other and agent.finish_rotations() == []
+
+
+def test_agent_clients_make_one_client_per_agent(tmp_path: Path) -> None:
+    """The node's keys and its limits share one client (one channel) per agent, made on first use only."""
+    agent = auth_agent(tmp_path)
+    fabric = parse_fabric_map({"agents": [{"name": "store-a", "endpoint": "unix:///nowhere", "fabric": "f1"}]})
+    made: list[str] = []
+
+    def factory(entry: AgentEntry) -> LocalAgent:
+        made.append(entry.name)
+        return LocalAgent(agent)
+
+    clients = AgentClients(fabric, factory)
+    first = clients.for_agent("store-a")
+    assert clients.for_agent("store-a") is first and clients.for_agent("store-b") is None
+    assert made == ["store-a"]
