@@ -24,7 +24,7 @@ from functools import partial
 
 from bench import across, dataset, pathloss, provision, qos, stage
 from bench.results import in_one_vm
-from lab import Fabric
+from lab import Fabric, GuestError, LabError, LabVM
 from lab.cluster import LabCluster
 from lab.stack import GuestDriver, running_stack
 
@@ -49,6 +49,61 @@ def attempt(name: str, step: Callable[[], None], failed: list[str]) -> None:
     print(
         f"bench suite: {name} {'FAILED' if name in failed else 'done'} in {time.monotonic() - began:.0f} s", flush=True
     )
+
+
+def usable(vm: LabVM) -> bool:
+    """The VM still runs commands (a guest that crashed or lost its agent does not)."""
+    if not vm.alive():
+        return False
+    try:
+        return vm.run(["true"], timeout=20).rc == 0
+    except LabError:
+        return False
+
+
+def in_lab_vm(names: list[str], flags: list[str], failed: list[str]) -> None:
+    """The in-VM benchmarks ``names`` in one boot. When the VM dies under one (a TCG guest crash; the error
+    carries its console), the benchmarks it did not finish run once more in a fresh VM, once."""
+    todo = names
+    for boot in (1, 2):
+        with in_one_vm() as vm:
+            todo = run_in(vm, todo, flags, failed)
+        if not todo:
+            return
+        if boot == 1:
+            print(f"bench suite: the lab VM died (see above); once more in a fresh VM: {' '.join(todo)}", flush=True)
+    failed.extend(todo)
+
+
+def run_in(vm: LabVM, todo: list[str], flags: list[str], failed: list[str]) -> list[str]:
+    """Run ``todo`` in ``vm``; the benchmarks left undone because the VM died (the one it died under first)."""
+
+    def finished(name: str, step: Callable[[], None]) -> bool:
+        attempt(name, step, failed)
+        if name in failed and not usable(vm):
+            failed.remove(name)  # the VM's death, not the benchmark's verdict
+            return False
+        return True
+
+    if "provision" in todo and not finished(
+        "provision", lambda: provision.run(vm, provision.parser().parse_args(flags))
+    ):
+        return todo
+    on_stack = [n for n in todo if n in ON_STACK]
+    left: list[str] = []
+    if not on_stack:
+        return left
+    try:
+        with running_stack(vm, "WARNING") as stack:
+            for i, name in enumerate(on_stack):
+                make_parser, bench_run = ON_STACK[name]
+                if not finished(name, partial(bench_run, stack, make_parser().parse_args(flags))):
+                    left = on_stack[i:]
+                    break
+    except (LabError, GuestError):
+        if not left:
+            raise
+    return left
 
 
 def in_cluster(args: argparse.Namespace) -> None:
@@ -76,14 +131,7 @@ def main() -> None:
     failed: list[str] = []
     in_vm = [n for n in NAMES if n in args.only and n not in ("dataset", "across")]
     if in_vm:
-        with in_one_vm() as vm:
-            if "provision" in in_vm:
-                attempt("provision", lambda: provision.run(vm, provision.parser().parse_args(flags)), failed)
-            on_stack = {n: (ON_STACK[n][1], ON_STACK[n][0]().parse_args(flags)) for n in ON_STACK if n in in_vm}
-            if on_stack:
-                with running_stack(vm, "WARNING") as stack:
-                    for name, (bench_run, bench_args) in on_stack.items():
-                        attempt(name, partial(bench_run, stack, bench_args), failed)
+        in_lab_vm(in_vm, flags, failed)
     if "dataset" in args.only:
         attempt("dataset", lambda: dataset.run(dataset.parser().parse_args(["--smoke"] if args.smoke else [])), failed)
     if "across" in args.only:

@@ -34,7 +34,8 @@ class GuestError(RuntimeError):
 
     def __init__(self, what: str, result: Result) -> None:
         self.result = result
-        super().__init__(f"{what} -> rc={result.rc}\n{result.out[-2000:]}{result.err[-2000:]}")
+        err = result.err[-6000:] if result.rc < 0 else result.err[-2000:]  # rc < 0: the host's report, console too
+        super().__init__(f"{what} -> rc={result.rc}\n{result.out[-2000:]}{err}")
 
 
 class GuestTimeout(GuestError):

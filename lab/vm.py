@@ -183,9 +183,16 @@ class LabVM:
                 if pending is not None:
                     pending._box.put(msg)
         with self._lock:  # connection gone: wake every waiter
-            for pending in self._pending.values():
-                pending._box.put({"rc": -1, "out": "", "err": "[host] guest connection closed"})
+            waiting = list(self._pending.values())
             self._pending.clear()
+        if not waiting:
+            return
+        if self.proc is not None:  # a guest that panicked ends QEMU (panic=-1, -no-reboot): wait for it to say so
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.wait(timeout=5)
+        why = "[host] guest connection closed; " + self.exit_report(f"{len(waiting)} command(s) ran")
+        for pending in waiting:
+            pending._box.put({"rc": -1, "out": "", "err": why})
 
     def alive(self) -> bool:
         """QEMU is running (started and not exited)."""
