@@ -21,7 +21,7 @@ from nvmeof_csi.agent.authz import NODE, caller
 from nvmeof_csi.agent.names import MAX_AGENT_BYTES, Reservation
 from nvmeof_csi.agent.parts import VolumeView
 from nvmeof_csi.agent.portals import PortSpec
-from nvmeof_csi.agent.state import SnapshotRecord
+from nvmeof_csi.agent.state import SnapshotRecord, VolumeRecord
 from nvmeof_csi.agent.target_agent import TargetAgent
 from nvmeof_csi.errors import InvalidArgument, NotFound, PermissionDenied
 from nvmeof_csi.gen import nvmeof_agent_pb2 as pb
@@ -49,11 +49,15 @@ def _uuid(value: str, field: str) -> str:
     return check_uuid(value, field) if value else value
 
 
-def _page(items: list[T], key: Callable[[T], str], max_entries: int, token: str) -> tuple[list[T], str]:
-    """One page of ``items`` (sorted by ``key``, a UUID) after ``token``; the next token ("" at the end)."""
+def _page_size(max_entries: int) -> int:
     if max_entries < 0:
         raise InvalidArgument("max_entries must not be negative")
-    size = min(max_entries or DEFAULT_PAGE, MAX_PAGE)
+    return min(max_entries or DEFAULT_PAGE, MAX_PAGE)
+
+
+def _page(items: list[T], key: Callable[[T], str], max_entries: int, token: str) -> tuple[list[T], str]:
+    """One page of ``items`` (sorted by ``key``, a UUID) after ``token``; the next token ("" at the end)."""
+    size = _page_size(max_entries)
     after = _uuid(token, "starting_token")
     rest = [item for item in items if key(item) > after] if after else items
     page = rest[:size]
@@ -217,8 +221,12 @@ class AgentServicer(pb_grpc.AgentServicer):
     @staticmethod
     def _visible(view: VolumeView) -> bool:
         """A node sees only the volumes that allow its own host NQN; every other role sees all."""
+        return AgentServicer._visible_record(view.record)
+
+    @staticmethod
+    def _visible_record(record: VolumeRecord) -> bool:
         who = caller()
-        return who.role != NODE or who.host_nqn in view.record.hosts
+        return who.role != NODE or who.host_nqn in record.hosts
 
     def GetVolume(self, request: pb.GetVolumeRequest, context: Ctx) -> pb.Volume:
         key = request.WhichOneof("key")
@@ -234,9 +242,8 @@ class AgentServicer(pb_grpc.AgentServicer):
         return volume_with_health(self._agent, view)
 
     def ListVolumes(self, request: pb.ListVolumesRequest, context: Ctx) -> pb.ListVolumesResponse:
-        views = self._agent.list_volumes()
-        page, token = _page(
-            [v for v in views if self._visible(v)], lambda v: v.record.uuid, request.max_entries, request.starting_token
+        page, token = self._agent.list_volume_page(
+            _uuid(request.starting_token, "starting_token"), _page_size(request.max_entries), self._visible_record
         )
         return pb.ListVolumesResponse(volumes=[volume_msg(v) for v in page], next_token=token)
 

@@ -152,6 +152,10 @@ class AgentClient:
     def release_name(self, name: str, vol_uuid: str) -> None:
         self._call(self._stub.ReleaseName, pb.ReleaseNameRequest(name=name, volume_uuid=vol_uuid))
 
+    def list_page(self, request: pb.ListVolumesRequest) -> pb.ListVolumesResponse:
+        """One ListVolumes page, as asked."""
+        return self._call(self._stub.ListVolumes, request)
+
     def list_volumes(self) -> list[pb.Volume]:
         """Every volume (all pages)."""
         found: list[pb.Volume] = []

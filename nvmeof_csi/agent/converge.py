@@ -54,7 +54,8 @@ class Action:
 
 @dataclass(frozen=True)
 class Observed:
-    """What is there now: the configfs tree as ``Nvmet.dump()`` returns it, and pool files with their sizes."""
+    """What is there now: the configfs tree as ``Nvmet.dump()`` returns it (each port's ``subsystems`` a set), and
+    pool files with their sizes."""
 
     tree: Mapping[str, Any]
     files: Mapping[Path, int]
@@ -188,7 +189,10 @@ class Applier:
                 files[path] = path.stat().st_size
             except FileNotFoundError:
                 continue
-        return Observed(self._p.nvmet.dump(), files)
+        tree = self._p.nvmet.dump()
+        for port in tree["ports"].values():  # membership tests per volume: a set, not a list of every subsystem
+            port["subsystems"] = frozenset(port.get("subsystems", ()))
+        return Observed(tree, files)
 
     def converge(self, prune: bool = False) -> ConvergeReport:
         p = self._p

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import threading
 import time
+from bisect import bisect_right
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -74,6 +75,22 @@ class AgentParts:
 
     def live_volumes(self) -> list[VolumeRecord]:
         return [v for v in self.state.current.volumes.values() if v.status != DELETING]
+
+    def volume_page(
+        self, after: str, size: int, visible: Callable[[VolumeRecord], bool]
+    ) -> tuple[list[VolumeRecord], bool]:
+        """Up to ``size`` live, ``visible`` volumes whose UUID sorts after ``after``, in UUID order, and whether more
+        follow. Costs the page (plus the records ``visible`` refuses), not the whole state."""
+        state = self.state.current
+        order = state.volume_order
+        found: list[VolumeRecord] = []
+        at = bisect_right(order, after) if after else 0
+        while at < len(order) and len(found) <= size:
+            rec = state.volumes[order[at]]
+            if rec.status != DELETING and visible(rec):
+                found.append(rec)
+            at += 1
+        return found[:size], len(found) > size
 
     def named_volumes(self, name: str) -> list[VolumeRecord]:
         """The live volumes called ``name`` here (a pure read of the current state)."""

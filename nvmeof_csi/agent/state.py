@@ -36,6 +36,7 @@ import os
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields, replace
+from functools import cached_property
 from pathlib import Path
 from typing import Any, TypedDict
 
@@ -103,11 +104,19 @@ class AgentState:
     snapshots: Mapping[str, SnapshotRecord] = field(default_factory=dict)
     ana: Mapping[str, str] = field(default_factory=dict)  # portal group -> ANA state
 
+    @cached_property
+    def volume_order(self) -> list[str]:
+        """Every volume's UUID, sorted; computed once per state (a state never changes), so paging through a
+        listing sorts once, not once per page."""
+        return sorted(self.volumes)
+
     def with_volume(self, rec: VolumeRecord) -> AgentState:
         return replace(self, volumes={**self.volumes, rec.uuid: rec})
 
     def without_volume(self, vol_uuid: str) -> AgentState:
-        return replace(self, volumes={k: v for k, v in self.volumes.items() if k != vol_uuid})
+        volumes = dict(self.volumes)
+        volumes.pop(vol_uuid, None)
+        return replace(self, volumes=volumes)
 
     def with_snapshot(self, rec: SnapshotRecord) -> AgentState:
         return replace(self, snapshots={**self.snapshots, rec.uuid: rec})
@@ -177,14 +186,32 @@ class Delta:
         gone: dict[str, dict[str, Record]] = {}
         for kind in KINDS:
             before, after = getattr(old, kind), getattr(new, kind)
+            if before is after:  # the kind untouched (shared by both states): nothing to walk
+                put[kind], gone[kind] = {}, {}
+                continue
             put[kind] = {k: (before.get(k), r) for k, r in after.items() if before.get(k) is not r}
             gone[kind] = {k: r for k, r in before.items() if k not in after}
         return cls(put, gone, dict(new.ana) if new.ana != old.ana else None)
+
+    @classmethod
+    def of_record(cls, kind: str, old: Record | None, new: Record | None) -> Delta:
+        """The change of one record of ``kind`` from ``old`` to ``new`` (``None``: absent); costs the record, not
+        the state (a whole-state diff walks every record)."""
+        put: dict[str, dict[str, tuple[Record | None, Record]]] = {k: {} for k in KINDS}
+        gone: dict[str, dict[str, Record]] = {k: {} for k in KINDS}
+        if new is not None and new is not old:
+            put[kind][new.uuid] = (old, new)
+        elif new is None and old is not None:
+            gone[kind][old.uuid] = old
+        return cls(put, gone, None)
 
     def onto(self, state: AgentState) -> AgentState:
         """``state`` with this change applied (other records, changed meanwhile by other commits, kept)."""
         merged = {}
         for kind in KINDS:
+            if not self.put[kind] and not self.gone[kind]:
+                merged[kind] = getattr(state, kind)  # unchanged: shared, not copied
+                continue
             records = dict(getattr(state, kind))
             records.update({k: new for k, (_, new) in self.put[kind].items()})
             for k in self.gone[kind]:
@@ -265,8 +292,11 @@ class StateStore:
         """Apply ``change`` to the current state, persist what it changed durably, then make it current;
         returns the current state with the change in it. ``flush_renames=False``: a status change that is only
         a rename is not flushed (the caller knows that losing it is harmless, see the module docstring)."""
+        return self._apply(lambda state: Delta.between(state, change(state)), flush_renames)
+
+    def _apply(self, change: Callable[[AgentState], Delta], flush_renames: bool = True) -> AgentState:
         with self._lock:
-            delta = Delta.between(self._state, change(self._state))
+            delta = change(self._state)
         self._persist(delta, flush_renames)
         with self._lock:
             self._state = delta.onto(self._state)
@@ -299,18 +329,18 @@ class StateStore:
                 fsync_dir(folder)
 
     def put_volume(self, rec: VolumeRecord, flush_renames: bool = True) -> VolumeRecord:
-        self.commit(lambda s: s.with_volume(rec), flush_renames)
+        self._apply(lambda s: Delta.of_record("volumes", s.volumes.get(rec.uuid), rec), flush_renames)
         return rec
 
     def drop_volume(self, vol_uuid: str) -> None:
-        self.commit(lambda s: s.without_volume(vol_uuid))
+        self._apply(lambda s: Delta.of_record("volumes", s.volumes.get(vol_uuid), None))
 
     def put_snapshot(self, rec: SnapshotRecord) -> SnapshotRecord:
-        self.commit(lambda s: s.with_snapshot(rec))
+        self._apply(lambda s: Delta.of_record("snapshots", s.snapshots.get(rec.uuid), rec))
         return rec
 
     def drop_snapshot(self, snap_uuid: str) -> None:
-        self.commit(lambda s: s.without_snapshot(snap_uuid))
+        self._apply(lambda s: Delta.of_record("snapshots", s.snapshots.get(snap_uuid), None))
 
     def put_ana(self, group: str, ana_state: str) -> None:
         self.commit(lambda s: s.with_ana(group, ana_state))

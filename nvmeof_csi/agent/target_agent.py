@@ -30,7 +30,7 @@ from nvmeof_csi.agent.pool import FileStore
 from nvmeof_csi.agent.portals import PortSpec
 from nvmeof_csi.agent.readonly import ReadOnlyDevices
 from nvmeof_csi.agent.snapshots import SnapshotOps
-from nvmeof_csi.agent.state import SnapshotRecord, StateStore
+from nvmeof_csi.agent.state import SnapshotRecord, StateStore, VolumeRecord
 from nvmeof_csi.agent.volumes import VolumeOps
 from nvmeof_csi.errors import InvalidArgument, NotFound
 
@@ -115,6 +115,14 @@ class TargetAgent:
 
     def list_volumes(self) -> list[VolumeView]:
         return [self._parts.view(v) for v in sorted(self._parts.live_volumes(), key=lambda v: v.uuid)]
+
+    def list_volume_page(
+        self, after: str, size: int, visible: Callable[[VolumeRecord], bool]
+    ) -> tuple[list[VolumeView], str]:
+        """One page of :meth:`list_volumes` (the ``visible`` ones after UUID ``after``) and the next page's token
+        (``""`` at the end); its cost grows with the page, not with the volumes held."""
+        records, more = self._parts.volume_page(after, size, visible)
+        return [self._parts.view(r) for r in records], records[-1].uuid if more and records else ""
 
     @property
     def high_water(self) -> float:
