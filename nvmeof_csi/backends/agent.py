@@ -66,7 +66,7 @@ class AgentBackend(AgentFleet):
         sleep: Callable[[float], None] = time.sleep,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        super().__init__(fabric, client)
+        super().__init__(fabric, client, clock)
         self._locality = locality
         self._sleep, self._clock = sleep, clock
         self._names = NameDirectory(fabric, self._client)
@@ -112,7 +112,7 @@ class AgentBackend(AgentFleet):
             if source is not None:
                 entry = self._source_agent(source, transport, requirement)
             else:
-                entry = place(self._candidates(), capacity_bytes, transport, requirement, self._cached_near(parameters))
+                entry = self._place(capacity_bytes, transport, requirement, parameters)
             held = self._names.reserve(name, str(uuidlib.uuid4()), entry.name, could_hold)
         elif not held.kept_on:  # a volume made before reservations: keep what exists
             held = self._names.reserve(name, held.uuid, held.agent, could_hold)
@@ -121,6 +121,18 @@ class AgentBackend(AgentFleet):
         if existing is not None:
             return existing if existing.ready else self._await_filled(existing, limit)  # hold no agent thread
         return self._create_held(held, capacity_bytes, parameters, source, limit)
+
+    def _place(
+        self, size: int, transport: str, requirement: TopologyRequirement | None, parameters: Mapping[str, str]
+    ) -> AgentEntry:
+        """The agent a new volume goes to; when nothing fits by the cached free capacity, once more by fresh
+        figures before ``ResourceExhausted`` (a cached figure is never the reason a create fails)."""
+        near = self._cached_near(parameters)
+        try:
+            return place(self._candidates(), size, transport, requirement, near)
+        except ResourceExhausted:
+            self.capacity_seen.forget_all()
+            return place(self._candidates(), size, transport, requirement, near)
 
     def _create_held(
         self,
@@ -145,6 +157,10 @@ class AgentBackend(AgentFleet):
             )
         except ResourceExhausted:
             self._names.release(held.name, held.uuid, held.kept_on)  # a retry may place it elsewhere
+            self.capacity_seen.forget(entry.name)  # it had less than placement thought: read it again
+            raise
+        except Unavailable:
+            self.capacity_seen.unreachable(entry.name)  # a retry of this create is placed elsewhere
             raise
         except DeadlineExceeded:
             if timeout is None:
@@ -153,6 +169,7 @@ class AgentBackend(AgentFleet):
                 f"volume {held.name!r} is still being filled on agent {entry.name}; the fill goes on "
                 "and a retry returns the volume once it is ready"
             ) from None
+        self.capacity_seen.spent(entry.name, capacity_bytes)
         return volume_of(entry, created)
 
     def _await_filled(self, volume: Volume, limit: float) -> Volume:
@@ -239,10 +256,13 @@ class AgentBackend(AgentFleet):
         except NotFound:
             pass  # gone, or a delete the agent has not finished: finishing it is the agent's (idempotent) call
         client.delete_volume(ref.uuid)
+        self.capacity_seen.forget(entry.name)  # space came back: read it again at the next placement
 
     def expand_volume(self, ref: VolumeRef, capacity_bytes: int) -> int:
         entry = self._require(ref)
-        return int(self._client(entry).resize_volume(ref.uuid, capacity_bytes).capacity_bytes)
+        size = int(self._client(entry).resize_volume(ref.uuid, capacity_bytes).capacity_bytes)
+        self.capacity_seen.forget(entry.name)
+        return size
 
     def modify_volume(self, ref: VolumeRef, changes: Mapping[str, str]) -> None:
         self._client(self._require(ref)).modify_volume(ref.uuid, changes)
@@ -297,7 +317,9 @@ class AgentBackend(AgentFleet):
     # -- snapshots -----------------------------------------------------------------------------------------
     def create_snapshot(self, name: str, source: VolumeRef) -> Snapshot:
         entry = self._require(source)
-        return snapshot_of(entry, self._client(entry).create_snapshot(name, source.uuid))
+        made = self._client(entry).create_snapshot(name, source.uuid)
+        self.capacity_seen.forget(entry.name)  # a snapshot takes pool space (a copy of the source's blocks)
+        return snapshot_of(entry, made)
 
     def find_snapshot_by_name(self, name: str) -> Snapshot | None:
         return next((s for s in self.list_snapshots() if s.name == name), None)
@@ -313,6 +335,7 @@ class AgentBackend(AgentFleet):
         entry = self._entry(ref.location)
         if entry is not None:
             self._client(entry).delete_snapshot(ref.uuid)
+            self.capacity_seen.forget(entry.name)
 
     def list_snapshots(self) -> list[Snapshot]:
         snaps = [snapshot_of(e, s) for e in self.fabric.agents for s in self._client(e).list_snapshots()]

@@ -2,18 +2,21 @@
 kept), lookups by name, readiness, and the free capacity placement chooses from.
 
 Contract: :meth:`AgentFleet.health` is ready while at least one agent answers ready; an agent that cannot be
-reached is skipped for placement (logged), never fatal; ``_require`` raises ``NotFound`` for a location the map
-does not list.
+reached is left out of placement (logged), never fatal; placement reads free capacity through a cache with bounded
+staleness (``backends/capacity_cache.py``), not from every agent on every create; ``_require`` raises
+``NotFound`` for a location the map does not list.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Mapping
 
 from nvmeof_csi.backends.agent_api import AgentApi, transport_of
-from nvmeof_csi.errors import DriverError, NotFound, Unavailable
+from nvmeof_csi.backends.capacity_cache import FRESH_FOR, CapacityCache
+from nvmeof_csi.errors import DriverError, NotFound
 from nvmeof_csi.service.contracts import Health, Topology, VolumeRef
 from nvmeof_csi.topology.fabric_map import AgentEntry, FabricMap
 from nvmeof_csi.topology.placement import Candidate, capacity_in
@@ -22,11 +25,18 @@ log = logging.getLogger(__name__)
 
 
 class AgentFleet:
-    def __init__(self, fabric: FabricMap, client: Callable[[AgentEntry], AgentApi]) -> None:
+    def __init__(
+        self,
+        fabric: FabricMap,
+        client: Callable[[AgentEntry], AgentApi],
+        clock: Callable[[], float] = time.monotonic,
+        fresh_for: float = FRESH_FOR,
+    ) -> None:
         self.fabric = fabric
         self._factory = client
         self._clients: dict[str, AgentApi] = {}
         self._lock = threading.Lock()
+        self.capacity_seen = CapacityCache(self._free_bytes, clock, fresh_for)
 
     def _client(self, entry: AgentEntry) -> AgentApi:
         with self._lock:
@@ -49,16 +59,13 @@ class AgentFleet:
         ready = len(down) < len(self.fabric.agents)
         return Health(ready, "all agents answer" if not down else f"unreachable or not ready: {', '.join(down)}")
 
+    def _free_bytes(self, entry: AgentEntry) -> int:
+        return max((p.free_bytes for p in self._client(entry).capacity()), default=0)
+
     def _candidates(self) -> list[Candidate]:
-        found = []
-        for entry in self.fabric.agents:
-            try:
-                pools = self._client(entry).capacity()
-            except Unavailable as err:
-                log.warning("agent %s skipped for placement: %s", entry.name, err)
-                continue
-            found.append(Candidate(entry, max((p.free_bytes for p in pools), default=0)))
-        return found
+        """The agents that answer, with their free bytes at most ``fresh_for`` seconds old
+        (``backends/capacity_cache.py``)."""
+        return self.capacity_seen.candidates(self.fabric.agents)
 
     def available_capacity(self, segment: Topology | None, parameters: Mapping[str, str] | None = None) -> int:
         return capacity_in(self._candidates(), transport_of(parameters), segment)
