@@ -16,6 +16,7 @@ usage: python -m bench.scale_agent [--levels 0 1000 10000] [--samples 100] [--sm
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import subprocess
 import sys
@@ -173,6 +174,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         for level in levels:
             began = time.monotonic()
             fill(agent, there, level)
+            os.sync()  # the fill's writeback is not the measured calls' cost
             there = level
             row = measure(agent, level, samples)
             row["fill_s"] = round(time.monotonic() - began, 1)

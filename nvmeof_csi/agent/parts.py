@@ -94,7 +94,7 @@ class AgentParts:
 
     def named_volumes(self, name: str) -> list[VolumeRecord]:
         """The live volumes called ``name`` here (a pure read of the current state)."""
-        return [v for v in self.state.current.volumes.values() if v.name == name and v.status != DELETING]
+        return [v for v in self.state.named_volumes(name) if v.status != DELETING]
 
     def volume(self, vol_uuid: str) -> VolumeRecord:
         rec = self.state.current.volumes.get(vol_uuid)
@@ -112,10 +112,7 @@ class AgentParts:
     def provisioned_bytes(self) -> int:
         """Every volume's size and every snapshot's: a snapshot shares its source's blocks until the source is
         rewritten, and then may come to hold all of them."""
-        current = self.state.current
-        return sum(v.capacity_bytes for v in current.volumes.values()) + sum(
-            s.size_bytes for s in current.snapshots.values()
-        )
+        return self.state.provisioned_bytes()
 
     def check_room(self, wanted: int) -> None:
         """Room for a new volume, clone or snapshot of ``wanted`` bytes (``ResourceExhausted`` otherwise)."""

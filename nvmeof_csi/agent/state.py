@@ -34,192 +34,38 @@ from __future__ import annotations
 import json
 import os
 import threading
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, fields, replace
-from functools import cached_property
+from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import Any
 
+from nvmeof_csi.agent.state_index import StateIndex
+from nvmeof_csi.agent.state_model import (
+    CREATING,
+    DELETING,
+    FORMAT_VERSION,
+    KINDS,
+    READY,
+    AgentState,
+    Delta,
+    FenceMark,
+    Record,
+    SnapshotRecord,
+    VolumeRecord,
+    file_name,
+    record_json,
+    snapshot_from,
+    volume_from,
+)
 from nvmeof_csi.errors import DriverError
 from nvmeof_csi.host.atomic import fsync_dir, read_json, remove_durably, write_atomic
 
-FORMAT_VERSION = 1
-CREATING, READY, DELETING = "creating", "ready", "deleting"
-
-
-class FenceMark(TypedDict):
-    """A host fenced from a volume: why, when (agent clock), its boot ID then, and whether its teardown ended."""
-
-    reason: str
-    at: float
-    boot_id: str
-    done: bool
-
-
-@dataclass(frozen=True)
-class VolumeRecord:
-    uuid: str
-    name: str
-    capacity_bytes: int
-    parameters: Mapping[str, str] = field(default_factory=dict)
-    labels: Mapping[str, str] = field(default_factory=dict)
-    hosts: Mapping[str, str] = field(default_factory=dict)  # host NQN -> DH-HMAC-CHAP key ("" = none)
-    ctrl_keys: Mapping[str, str] = field(default_factory=dict)  # host NQN -> bidirectional controller key
-    readonly_hosts: tuple[str, ...] = ()
-    source_volume: str = ""
-    source_snapshot: str = ""
-    status: str = CREATING
-    created_at: float = 0.0
-    fenced: Mapping[str, FenceMark] = field(default_factory=dict)  # host NQN -> its fence (``agent/fencing.py``)
-
-    def evolve(self, **changes: Any) -> VolumeRecord:
-        return replace(self, **changes)
-
-    def without_host(self, host_nqn: str) -> VolumeRecord:
-        """The record with ``host_nqn``'s grant gone: its keys and its read-only mark too."""
-        return replace(
-            self,
-            hosts={k: v for k, v in self.hosts.items() if k != host_nqn},
-            ctrl_keys={k: v for k, v in self.ctrl_keys.items() if k != host_nqn},
-            readonly_hosts=tuple(h for h in self.readonly_hosts if h != host_nqn),
-        )
-
-
-@dataclass(frozen=True)
-class SnapshotRecord:
-    uuid: str
-    name: str
-    source_volume: str
-    size_bytes: int
-    status: str = CREATING
-    created_at: float = 0.0
-
-    def evolve(self, **changes: Any) -> SnapshotRecord:
-        return replace(self, **changes)
-
-
-@dataclass(frozen=True)
-class AgentState:
-    volumes: Mapping[str, VolumeRecord] = field(default_factory=dict)
-    snapshots: Mapping[str, SnapshotRecord] = field(default_factory=dict)
-    ana: Mapping[str, str] = field(default_factory=dict)  # portal group -> ANA state
-
-    @cached_property
-    def volume_order(self) -> list[str]:
-        """Every volume's UUID, sorted; computed once per state (a state never changes), so paging through a
-        listing sorts once, not once per page."""
-        return sorted(self.volumes)
-
-    def with_volume(self, rec: VolumeRecord) -> AgentState:
-        return replace(self, volumes={**self.volumes, rec.uuid: rec})
-
-    def without_volume(self, vol_uuid: str) -> AgentState:
-        volumes = dict(self.volumes)
-        volumes.pop(vol_uuid, None)
-        return replace(self, volumes=volumes)
-
-    def with_snapshot(self, rec: SnapshotRecord) -> AgentState:
-        return replace(self, snapshots={**self.snapshots, rec.uuid: rec})
-
-    def without_snapshot(self, snap_uuid: str) -> AgentState:
-        return replace(self, snapshots={k: v for k, v in self.snapshots.items() if k != snap_uuid})
-
-    def with_ana(self, group: str, state: str) -> AgentState:
-        return replace(self, ana={**self.ana, group: state})
-
-    @classmethod
-    def from_json(cls, doc: Mapping[str, Any]) -> AgentState:
-        if doc.get("version") != FORMAT_VERSION:
-            raise DriverError(f"agent state format {doc.get('version')!r} is not {FORMAT_VERSION}")
-        return cls(
-            volumes={
-                k: VolumeRecord(**{**v, "readonly_hosts": tuple(v.get("readonly_hosts", ()))})
-                for k, v in doc.get("volumes", {}).items()
-            },
-            snapshots={k: SnapshotRecord(**v) for k, v in doc.get("snapshots", {}).items()},
-            ana=dict(doc.get("ana", {})),
-        )
-
-
+__all__ = [  # the data model lives in ``agent/state_model.py``; importers of this module get it from here too
+    "CREATING", "DELETING", "READY", "AgentState", "FenceMark", "SnapshotRecord", "StateStore", "VolumeRecord",
+    "record_json",
+]  # fmt: skip
 LEGACY_DOCUMENT = "agent-state.json"
 OLD_FLOOR_FILE = "time-floor.json"  # written by agents before name reservations
-KINDS = ("volumes", "snapshots")
-
-
-Record = VolumeRecord | SnapshotRecord
-
-
-def record_json(rec: Record) -> bytes:
-    """One record as the bytes of its file, without its status (the file name holds it)."""
-    doc: dict[str, Any] = {"version": FORMAT_VERSION}
-    for f in fields(rec):
-        if f.name == "status":
-            continue
-        value = getattr(rec, f.name)
-        doc[f.name] = dict(value) if isinstance(value, Mapping) else list(value) if isinstance(value, tuple) else value
-    return (json.dumps(doc, sort_keys=True) + "\n").encode()
-
-
-def file_name(rec: Record) -> str:
-    return f"{rec.uuid}.json" if rec.status == READY else f"{rec.uuid}.{rec.status}.json"
-
-
-def _volume(doc: Mapping[str, Any]) -> VolumeRecord:
-    return VolumeRecord(**{**doc, "readonly_hosts": tuple(doc.get("readonly_hosts", ()))})
-
-
-def _snapshot(doc: Mapping[str, Any]) -> SnapshotRecord:
-    return SnapshotRecord(**doc)
-
-
-@dataclass(frozen=True)
-class Delta:
-    """What one commit changed: per kind, the records replaced or added (old, new) and removed (old)."""
-
-    put: Mapping[str, Mapping[str, tuple[Record | None, Record]]]
-    gone: Mapping[str, Mapping[str, Record]]
-    ana: Mapping[str, str] | None  # the new ANA map when it changed
-
-    @classmethod
-    def between(cls, old: AgentState, new: AgentState) -> Delta:
-        put: dict[str, dict[str, tuple[Record | None, Record]]] = {}
-        gone: dict[str, dict[str, Record]] = {}
-        for kind in KINDS:
-            before, after = getattr(old, kind), getattr(new, kind)
-            if before is after:  # the kind untouched (shared by both states): nothing to walk
-                put[kind], gone[kind] = {}, {}
-                continue
-            put[kind] = {k: (before.get(k), r) for k, r in after.items() if before.get(k) is not r}
-            gone[kind] = {k: r for k, r in before.items() if k not in after}
-        return cls(put, gone, dict(new.ana) if new.ana != old.ana else None)
-
-    @classmethod
-    def of_record(cls, kind: str, old: Record | None, new: Record | None) -> Delta:
-        """The change of one record of ``kind`` from ``old`` to ``new`` (``None``: absent); costs the record, not
-        the state (a whole-state diff walks every record)."""
-        put: dict[str, dict[str, tuple[Record | None, Record]]] = {k: {} for k in KINDS}
-        gone: dict[str, dict[str, Record]] = {k: {} for k in KINDS}
-        if new is not None and new is not old:
-            put[kind][new.uuid] = (old, new)
-        elif new is None and old is not None:
-            gone[kind][old.uuid] = old
-        return cls(put, gone, None)
-
-    def onto(self, state: AgentState) -> AgentState:
-        """``state`` with this change applied (other records, changed meanwhile by other commits, kept)."""
-        merged = {}
-        for kind in KINDS:
-            if not self.put[kind] and not self.gone[kind]:
-                merged[kind] = getattr(state, kind)  # unchanged: shared, not copied
-                continue
-            records = dict(getattr(state, kind))
-            records.update({k: new for k, (_, new) in self.put[kind].items()})
-            for k in self.gone[kind]:
-                records.pop(k, None)
-            merged[kind] = records
-        return AgentState(
-            volumes=merged["volumes"], snapshots=merged["snapshots"], ana=state.ana if self.ana is None else self.ana
-        )
 
 
 class StateStore:
@@ -232,10 +78,11 @@ class StateStore:
             (folder / kind).mkdir(parents=True, exist_ok=True)
         self._migrate()
         self._state = self._load()
+        self._index = StateIndex(self._state)
 
     def _load(self) -> AgentState:
         parsed: dict[str, dict[str, Any]] = {}
-        for kind, build in (("volumes", _volume), ("snapshots", _snapshot)):
+        for kind, build in (("volumes", volume_from), ("snapshots", snapshot_from)):
             parsed[kind] = {}
             for path in sorted((self.folder / kind).iterdir()):
                 if path.name.startswith("."):  # a temp file of an interrupted write: never complete
@@ -299,8 +146,19 @@ class StateStore:
             delta = change(self._state)
         self._persist(delta, flush_renames)
         with self._lock:
-            self._state = delta.onto(self._state)
+            before, self._state = self._state, delta.onto(self._state)
+            self._index.apply(before, self._state, delta.changed())
             return self._state
+
+    def provisioned_bytes(self) -> int:
+        """Every volume's size and every snapshot's (any status), of the current state."""
+        with self._lock:
+            return self._index.provisioned
+
+    def named_volumes(self, name: str) -> list[VolumeRecord]:
+        """The volumes (any status) called ``name`` in the current state; costs the name, not the state."""
+        with self._lock:
+            return self._index.named(self._state, name)
 
     def _persist(self, delta: Delta, flush_renames: bool = True) -> None:
         for kind in KINDS:

@@ -11,6 +11,7 @@ import pytest
 
 from nvmeof_csi.agent import state as state_module
 from nvmeof_csi.agent.state import DELETING, READY, SnapshotRecord, StateStore, VolumeRecord
+from nvmeof_csi.agent.state_model import Delta
 from nvmeof_csi.errors import DriverError
 
 A = "0b4a8a52-6d0e-4c39-9a43-6f2d1f6c0a01"
@@ -151,7 +152,7 @@ def _blocked_persist(monkeypatch: pytest.MonkeyPatch, release: threading.Event, 
     """Commits of a volume named "slow" stop in their file work until ``release`` is set."""
     real = StateStore._persist
 
-    def persist(self: StateStore, delta: state_module.Delta, flush_renames: bool = True) -> None:
+    def persist(self: StateStore, delta: Delta, flush_renames: bool = True) -> None:
         if any(new.name == "slow" for _, new in delta.put["volumes"].values()):
             entered.set()
             assert release.wait(10)
@@ -177,7 +178,7 @@ def test_a_record_becomes_current_only_once_durable(tmp_path: Path, monkeypatch:
 def test_a_failed_commit_changes_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     store = StateStore(tmp_path)
 
-    def broken(self: StateStore, delta: state_module.Delta, flush_renames: bool = True) -> None:
+    def broken(self: StateStore, delta: Delta, flush_renames: bool = True) -> None:
         raise OSError("disk full")
 
     monkeypatch.setattr(StateStore, "_persist", broken)
