@@ -28,6 +28,7 @@ from nvmeof_csi.backends.agent_api import AgentApi, default_client, transport_of
 from nvmeof_csi.backends.agent_fleet import AgentFleet
 from nvmeof_csi.backends.agent_msgs import snapshot_of, volume_of
 from nvmeof_csi.backends.agent_names import Held, NameDirectory
+from nvmeof_csi.backends.name_census import KEPT_ON_LABEL, NameCensus
 from nvmeof_csi.errors import Aborted, DeadlineExceeded, DriverError, NotFound, ResourceExhausted, Unavailable
 from nvmeof_csi.nvmeof.nqn import host_nqn_of, readonly_namespace_uuid, readonly_nqn
 from nvmeof_csi.service.contracts import (
@@ -48,7 +49,7 @@ log = logging.getLogger(__name__)
 
 
 #: volume labels: the CSI name, and the agent that keeps the name's reservation
-NAME_LABEL, KEPT_ON_LABEL = "csi.nvmeof.io/name", "csi.nvmeof.io/name-kept-on"
+NAME_LABEL = "csi.nvmeof.io/name"
 #: how long a controller waits for an agent to fill a dataset volume when the caller set no deadline
 DATASET_CREATE_TIMEOUT = 3600.0
 #: how often a controller looks at a volume another call is filling
@@ -65,11 +66,15 @@ class AgentBackend(AgentFleet):
         locality: Callable[[DatasetSpec], Mapping[str, int]] | None = None,
         sleep: Callable[[float], None] = time.sleep,
         clock: Callable[[], float] = time.monotonic,
+        census: bool = False,
     ) -> None:
+        """``census``: look names up through a name census (``backends/name_census.py``; its sweeps are
+        started by the caller, ``census.start()``) rather than on every agent."""
         super().__init__(fabric, client, clock)
         self._locality = locality
         self._sleep, self._clock = sleep, clock
-        self._names = NameDirectory(fabric, self._client)
+        self.census = NameCensus(fabric.agents, self._client, clock) if census else None
+        self._names = NameDirectory(fabric, self._client, self.census)
 
     # -- volumes -------------------------------------------------------------------------------------------
     def find_volume_by_name(

@@ -7,9 +7,10 @@ Contract:
   the one place where racing controllers agree on one UUID and one placement before anything is made. No clock
   is compared anywhere.
 - Adding or removing an agent moves the home of about 1/N of the names. A lookup that misses at the home asks
-  every agent for a reservation or a live volume of that name, so what was kept elsewhere (a changed map or
-  topology, a volume made by an older driver) is still found; a reservation found is preferred to a volume found
-  by name.
+  the agents the name census saw the name on (``backends/name_census.py``; every agent while the census is not
+  complete, or without one) for a reservation or a live volume of that name, so what was kept elsewhere (a
+  changed map or topology, a volume made by an older driver) is still found; a reservation found is preferred to a
+  volume found by name.
 - An unreachable home fails with UNAVAILABLE (a reservation is never kept anywhere else instead); in the scan, an
   unreachable agent fails it only when the request could have used that agent.
 - :meth:`NameDirectory.find` only reads; :meth:`NameDirectory.reserve` and :meth:`NameDirectory.release` write.
@@ -23,6 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from nvmeof_csi.backends.agent_api import AgentApi
+from nvmeof_csi.backends.name_census import NameCensus
 from nvmeof_csi.errors import ResourceExhausted, Unavailable
 from nvmeof_csi.topology.fabric_map import AgentEntry, FabricMap
 
@@ -43,9 +45,12 @@ class Held:
 
 
 class NameDirectory:
-    def __init__(self, fabric: FabricMap, client: Callable[[AgentEntry], AgentApi]) -> None:
+    def __init__(
+        self, fabric: FabricMap, client: Callable[[AgentEntry], AgentApi], census: NameCensus | None = None
+    ) -> None:
         self._fabric = fabric
         self._client = client
+        self._census = census
 
     def home(self, name: str, could_hold: CouldHold) -> AgentEntry | None:
         """The agent that keeps ``name``'s reservation for requests that could use the agents ``could_hold``
@@ -69,8 +74,9 @@ class NameDirectory:
             if held is not None:
                 return held
         found = []
+        known = self._census.where(name) if self._census is not None else None  # None: ask every agent
         for entry in self._fabric.agents:
-            if home is not None and entry.name == home.name:
+            if (home is not None and entry.name == home.name) or (known is not None and entry.name not in known):
                 continue
             try:
                 held = self._ask(entry, name)
@@ -91,6 +97,8 @@ class NameDirectory:
         if home is None:
             raise ResourceExhausted(f"no agent can take volume {name!r} (transport or topology)")
         kept = self._client(home).reserve_name(name, vol_uuid, agent)
+        if self._census is not None:
+            self._census.note(name, home.name, kept.agent)
         return Held(name, kept.volume_uuid, kept.agent, home.name)
 
     def release(self, name: str, vol_uuid: str, kept_on: str) -> None:

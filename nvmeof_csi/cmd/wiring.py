@@ -78,7 +78,9 @@ def build_services(settings: Settings, executor: Executor | None = None) -> CsiS
         if settings.backend is Backend.NVMEOF:
             assert settings.fabric_map is not None
             locality = CacheLocality(AlluxioRest(settings.alluxio_proxy, "")) if settings.alluxio_proxy else None
-            backend = AgentBackend(load_fabric_map(settings.fabric_map), locality=locality)
+            backend = AgentBackend(load_fabric_map(settings.fabric_map), locality=locality, census=True)
+            assert backend.census is not None
+            backend.census.start()
             nodes = HostNqnNodes()
         else:
             backend = LoopTargetBackend(settings.state_dir / "loop", settings.loop_capacity_bytes, topology)
