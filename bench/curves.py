@@ -111,6 +111,40 @@ def qos(ax: Axes, doc: Doc) -> None:
     ax.legend(fontsize=7)
 
 
+def scale_agent(ax: Axes, doc: Doc) -> None:
+    rows = doc["levels"]
+    xs = [max(1, int(r["volumes"])) for r in rows]  # 0 volumes drawn at 1 on the log axis
+    for key, label in (("create_p50_ms", "create p50"), ("create_p99_ms", "create p99"),
+                       ("delete_p50_ms", "delete p50"), ("delete_p99_ms", "delete p99")):  # fmt: skip
+        ax.plot(xs, [float(r[key]) for r in rows], marker="o", label=label)
+    ax.plot(xs, [max(float(v) for v in r["list_page_ms"].values()) for r in rows], marker="s", label="list page")
+    ax.axhline(float(rows[0]["create_p50_ms"]) * 1.2, linestyle="--", color="grey", label="goal: 1.2x create p50")
+    ax.set_xscale("log")
+    ax.set(title="agent: cost against volumes held", xlabel="volumes already there (0 drawn at 1)", ylabel="ms")
+    ax.set_ylim(bottom=0)
+    ax.legend(fontsize=7)
+
+
+def scale_controller(ax: Axes, doc: Doc) -> None:
+    rows = doc["fleets"]
+    xs = [int(r["agents"]) for r in rows]
+    for key, label in (("create_p50_ms", "CreateVolume p50"), ("create_p99_ms", "CreateVolume p99"),
+                       ("delete_p50_ms", "DeleteVolume p50")):  # fmt: skip
+        ax.plot(xs, [float(r[key]) for r in rows], marker="o", label=label)
+    if all("direct_create_p50_ms" in r for r in rows):
+        ax.plot(
+            xs, [float(r["direct_create_p50_ms"]) for r in rows], marker="s", label="its agent calls, no controller"
+        )
+    dead = doc.get("one_dead") or {}
+    if dead:
+        ax.scatter([int(dead["agents"])], [float(dead["create_p50_ms"])], marker="x", s=60, label="p50, one agent dead")
+    ax.axhline(float(rows[0]["create_p50_ms"]) * 1.2, linestyle="--", color="grey", label="goal: 1.2x one agent")
+    ax.set_xscale("log", base=2)
+    ax.set(title="controller: cost against agents in the fabric map", xlabel="agents", ylabel="ms")
+    ax.set_ylim(bottom=0)
+    ax.legend(fontsize=7)
+
+
 def curves(docs: Mapping[str, Doc], png: Path) -> None:
     panels: list[tuple[str, Callable[[Axes], None]]] = [
         ("pathloss", lambda ax: timeline(ax, docs["pathloss"])),
@@ -120,8 +154,10 @@ def curves(docs: Mapping[str, Doc], png: Path) -> None:
         ("provision/node", lambda ax: resources(ax, docs)),
         ("node", lambda ax: datapath(ax, docs["node"])),
         ("qos", lambda ax: qos(ax, docs["qos"])),
+        ("scale-agent", lambda ax: scale_agent(ax, docs["scale-agent"])),
+        ("scale-controller", lambda ax: scale_controller(ax, docs["scale-controller"])),
     ]
-    fig, axes = plt.subplots(4, 2, figsize=(13, 16))
+    fig, axes = plt.subplots(5, 2, figsize=(13, 20))
     flat = list(axes.flat)
     for ax, (source, draw) in zip(flat, panels, strict=False):
         try:
@@ -133,5 +169,5 @@ def curves(docs: Mapping[str, Doc], png: Path) -> None:
     for ax in flat[len(panels) :]:
         ax.set_axis_off()
     fig.tight_layout()
-    fig.savefig(png, dpi=90)
+    fig.savefig(png, dpi=90, bbox_inches="tight")
     plt.close(fig)

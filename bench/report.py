@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import json
 import sys
+import textwrap
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +28,7 @@ import matplotlib.pyplot as plt
 
 from bench import across
 from bench.curves import curves
+from bench.scale_notes import scale_notes
 from lab.build import REPO
 
 Doc = Mapping[str, Any]
@@ -103,6 +105,18 @@ FIGURES = (
     Figure("QoS ModifyVolume reply to io.max in force", "qos", lambda d: worst(d["modify_to_in_force_s"]), 2.0,
            False, "s"),
     Figure("QoS I/O errors", "qos", lambda d: float(d["io_errors"]), 0.0, False, ""),
+    Figure("agent CreateVolume p50 with the most volumes held / with none", "scale-agent",
+           lambda d: float(d["create_p50_ratio"]), 1.2, False),
+    Figure("agent DeleteVolume p50 with the most volumes held / with none", "scale-agent",
+           lambda d: float(d["delete_p50_ratio"]), 1.2, False),
+    Figure("agent ListVolumes page with the most volumes held / the smallest listing, worst page", "scale-agent",
+           lambda d: float(d["list_page_ratio"]), 1.2, False),
+    Figure("controller CreateVolume p50 with the most agents / one agent", "scale-controller",
+           lambda d: float(d["create_p50_ratio"]), 1.2, False),
+    Figure("controller CreateVolume p50, most agents / one, over the same for its bare agent calls", "scale-controller",
+           lambda d: float(d["create_p50_ratio_over_direct"]), 1.2, False),
+    Figure("controller CreateVolume p50 with one agent dead / all alive", "scale-controller",
+           lambda d: float(d["one_dead_create_p50_ratio"]), 1.2, False),
 )
 # fmt: on
 
@@ -132,8 +146,8 @@ def measure(docs: Mapping[str, Doc]) -> list[tuple[Figure, float | None]]:
 
 def plot(rows: list[tuple[Figure, float | None]], png: Path) -> None:
     measured = [(f, v) for f, v in rows if v is not None and f.goal]
-    fig, ax = plt.subplots(figsize=(10, 0.55 * max(len(measured), 1) + 1.4))
-    names = [f.name for f, _ in measured]
+    fig, ax = plt.subplots(figsize=(12, 0.75 * max(len(measured), 1) + 1.6))
+    names = [textwrap.fill(f.name, 64) for f, _ in measured]
     margins = [min(f.margin(v), 5.0) for f, v in measured]
     colours = ["tab:green" if f.holds(v) else "tab:red" for f, v in measured]
     ax.barh(names, margins, color=colours)
@@ -142,7 +156,7 @@ def plot(rows: list[tuple[Figure, float | None]], png: Path) -> None:
     ax.invert_yaxis()
     ax.set_title("nvmeof-csi benchmarks against their goals")
     fig.tight_layout()
-    fig.savefig(png, dpi=100)
+    fig.savefig(png, dpi=100, bbox_inches="tight")  # long figure names must not push the title or label out
     plt.close(fig)
 
 
@@ -197,6 +211,7 @@ def notes(docs: Mapping[str, Doc]) -> list[str]:
             + ", ".join(f"{name} {100 * float(share):.0f}%" for name, share in parts if float(share) > 0)
             + f"; pathlib objects in {100 * float(where['pathlib_share']):.0f}% of the samples."
         )
+    out += scale_notes(docs)
     with contextlib.suppress(KeyError):
         out.append(
             f"- black-holed path: stall = {loss['fit_slope']} x keepAliveTmo + {loss['fit_offset_s']} s "

@@ -2,7 +2,8 @@
 node's data path and scaling, path loss and QoS; then the dataset benchmark on this host. Each writes its
 ``results/bench-*.json`` as it would run alone (``python -m bench.<name>``, its own VM); one boot and one stack
 start instead of four of each is what CI's bench tier saves. Then ``across`` (failover between machines beside
-the same on one machine) boots the lab cluster. A benchmark that fails is reported and the next
+the same on one machine) boots the lab cluster; the scale benchmarks (``scale-agent``, ``scale-controller``: cost
+against volumes held and agents in the map) run on this host. A benchmark that fails is reported and the next
 one still runs; the exit code is 1 when any failed.
 
 ``--smoke`` (CI's bench tier) runs every benchmark's code path once at its smallest sizes: it proves the
@@ -22,7 +23,7 @@ import traceback
 from collections.abc import Callable
 from functools import partial
 
-from bench import across, dataset, pathloss, provision, qos, stage
+from bench import across, dataset, pathloss, provision, qos, scale_agent, scale_controller, stage
 from bench.results import in_one_vm
 from lab import Fabric, GuestError, LabError, LabVM
 from lab.cluster import LabCluster
@@ -34,7 +35,12 @@ ON_STACK: dict[str, tuple[Callable[[], argparse.ArgumentParser], Callable[[Guest
     "pathloss": (pathloss.parser, pathloss.run),
     "qos": (qos.parser, qos.run_and_report),
 }
-NAMES = ("provision", *ON_STACK, "dataset", "across")
+#: the benchmarks on this host (no lab VM): name -> (its argument parser, its run)
+ON_HOST: dict[str, tuple[Callable[[], argparse.ArgumentParser], Callable[[argparse.Namespace], None]]] = {
+    "scale-agent": (scale_agent.parser, scale_agent.run_and_report),
+    "scale-controller": (scale_controller.parser, scale_controller.run_and_report),
+}
+NAMES = ("provision", *ON_STACK, "dataset", *ON_HOST, "across")
 
 
 def attempt(name: str, step: Callable[[], None], failed: list[str]) -> None:
@@ -129,11 +135,14 @@ def main() -> None:
         args.only = [n for n in NAMES if not (args.smoke and n == "across")]
     flags = ["--quick"] if args.quick else (["--smoke"] if args.smoke else [])
     failed: list[str] = []
-    in_vm = [n for n in NAMES if n in args.only and n not in ("dataset", "across")]
+    in_vm = [n for n in NAMES if n in args.only and n not in ("dataset", "across", *ON_HOST)]
     if in_vm:
         in_lab_vm(in_vm, flags, failed)
     if "dataset" in args.only:
         attempt("dataset", lambda: dataset.run(dataset.parser().parse_args(["--smoke"] if args.smoke else [])), failed)
+    for name, (make_parser, host_run) in ON_HOST.items():
+        if name in args.only:
+            attempt(name, partial(host_run, make_parser().parse_args(["--smoke"] if args.smoke else [])), failed)
     if "across" in args.only:
         attempt("across", partial(in_cluster, across.parser().parse_args(flags)), failed)
     if failed:

@@ -2,12 +2,13 @@
 not on every CreateVolume, so that a create costs the same with 1 agent or 64.
 
 Contract (bounded staleness):
-- a free-bytes figure placement uses was read from its agent at most ``fresh_for`` seconds ago (default
-  :data:`FRESH_FOR`), less what this controller has placed on that agent since (:meth:`CapacityCache.spent`);
-  a figure that may be too high (the agent refused a create for space, or a volume was deleted there) is dropped
+- a free-bytes figure placement uses was read from its agent at most ``fresh_for`` seconds (default
+  :data:`FRESH_FOR`) plus one read's time ago, less what this controller has placed on that agent since
+  (:meth:`CapacityCache.spent`): a stale figure is read again in the background (at most :data:`WORKERS` agents
+  at once) and used until the answer comes, so no create waits for a refresh; an agent never read is read at
+  once (several in parallel: one placement waits for the slowest, not for their sum);
+- a figure that may be too high (the agent refused a create for space, or a volume was deleted there) is dropped
   with :meth:`CapacityCache.forget` and read again by the next placement;
-- stale figures are read again in parallel (at most :data:`WORKERS` agents at once), so one placement waits for
-  the slowest agent that answers, not for their sum;
 - an agent that did not answer (``Unavailable``) is left out of placement, logged once when it goes away, and
   asked again in the background every ``down_for`` seconds (default :data:`DOWN_FOR`): a dead agent costs its
   probe once per window, never a create's wait.
@@ -64,17 +65,15 @@ class CapacityCache:
         now = self._clock()
         with self._lock:
             seen = dict(self._seen)
-        stale = [e for e in entries if e.name not in seen or self._stale(seen[e.name], now)]
-        down = [e for e in stale if e.name in seen and seen[e.name].free is None]
-        up = [e for e in stale if e not in down]
-        for entry in down:
-            self._probe_later(entry)
-        if up:
-            futures = [(e, self._executor().submit(self._read, e)) for e in up] if len(up) > 1 else []
-            for entry, future in futures:
+        for entry in entries:  # stale: read again in the background, the last figure used meanwhile
+            if entry.name in seen and self._stale(seen[entry.name], now):
+                self._probe_later(entry)
+        never = [e for e in entries if e.name not in seen]  # never read: read now, in parallel
+        if len(never) > 1:
+            for entry, future in [(e, self._executor().submit(self._read, e)) for e in never]:
                 seen[entry.name] = future.result()
-            if not futures:
-                seen[up[0].name] = self._read(up[0])
+        elif never:
+            seen[never[0].name] = self._read(never[0])
         return [Candidate(e, free) for e in entries if (free := seen[e.name].free) is not None]
 
     def spent(self, agent: str, nbytes: int) -> None:

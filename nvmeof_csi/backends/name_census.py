@@ -50,6 +50,7 @@ class NameCensus:
         self._listed: dict[str, dict[str, frozenset[str]]] = {}  # agent -> name -> agents that know it
         self._noted: dict[str, tuple[frozenset[str], float]] = {}  # name -> (agents, when) reserved here
         self._index: dict[str, frozenset[str]] = {}
+        self._announced = False
         self._lock = threading.Lock()
 
     @property
@@ -94,6 +95,10 @@ class NameCensus:
             self._index = {name: frozenset(at) for name, at in merged.items()}
             if answered:  # every reservation noted before this sweep began is in a listing now (or gone)
                 self._noted = {n: v for n, v in self._noted.items() if v[1] >= began}
+            first = answered and not self._announced
+            self._announced |= answered
+        if first:
+            log.info("name census complete: %d agents, %d names", len(self._agents), len(merged))
         return answered
 
     def run(self, stop: threading.Event) -> None:

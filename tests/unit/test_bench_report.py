@@ -119,3 +119,34 @@ def test_a_smoke_run_is_marked_not_a_measurement_and_a_full_run_is_not(tmp_path:
     (tmp_path / "bench-provision.json").write_text(json.dumps({"ratio_total": 1.1, "smoke": False}))
     assert main([str(tmp_path)]) == 0
     assert "smoke" not in (tmp_path / "bench-report.md").read_text().lower()
+
+
+def test_scale_runs_give_their_figures_notes_and_curves(tmp_path: Path) -> None:
+    level = {"create_p50_ms": 3.0, "create_p99_ms": 6.0, "delete_p50_ms": 3.0, "delete_p99_ms": 5.0}
+    agent = {
+        "samples": 10,
+        "levels": [
+            {**level, "volumes": 0, "list_page_ms": {"start": 1.0}, "start_s": 0.4, "rss_kib": 61000},
+            {**level, "volumes": 200, "list_page_ms": {"start": 1.1, "end": 1.3}, "start_s": 0.5, "rss_kib": 62000},
+        ],
+        "create_p50_ratio": 1.0, "delete_p50_ratio": 1.0, "list_page_ratio": 1.18,
+        "rss_kib_per_volume": 5.0, "start_ms_per_volume": 0.5,
+    }  # fmt: skip
+    fleet = {"create_p50_ms": 10.0, "create_p99_ms": 12.0, "delete_p50_ms": 7.0, "delete_p99_ms": 8.0}
+    ctrl = {
+        "samples": 8,
+        "fleets": [{**fleet, "agents": 1}, {**fleet, "agents": 4, "create_p50_ms": 13.0}],
+        "create_p50_ratio": 1.3,
+        "one_dead": {**fleet, "agents": 4, "first_creates_ms": [3400.0], "refused_unavailable": 2, "tried": 8},
+        "one_dead_create_p50_ratio": 0.77,
+        "create_p50_ratio_over_direct": 1.1,
+    }
+    (tmp_path / "bench-scale-agent.json").write_text(json.dumps(agent))
+    (tmp_path / "bench-scale-controller.json").write_text(json.dumps(ctrl))
+    values = {f.name: v for f, v in measure(load(tmp_path)) if f.bench.startswith("scale-")}
+    assert values["controller CreateVolume p50 with the most agents / one agent"] == 1.3
+    assert None not in values.values() and len(values) == 6
+    assert main([str(tmp_path)]) == 0
+    report = (tmp_path / "bench-report.md").read_text()
+    assert "200: create 3.0/6.0 ms" in report and "2 of 8 creates were refused UNAVAILABLE" in report
+    assert (tmp_path / "bench-curves.png").stat().st_size > 0

@@ -6,6 +6,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -46,16 +47,26 @@ class Agents:
         return self.free.get(entry.name, 1000)
 
 
-def test_figures_are_reused_while_fresh_and_read_again_after() -> None:
+def eventually(check: Callable[[], bool]) -> None:
+    deadline = time.monotonic() + 10
+    while not check():
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+
+
+def test_figures_are_reused_while_fresh_and_read_again_in_the_background_after() -> None:
     agents, clock, entries = Agents(), Clock(), fabric(3).agents
     cache = CapacityCache(agents, clock, fresh_for=10, down_for=30)
     assert [c.free_bytes for c in cache.candidates(entries)] == [1000, 1000, 1000]
     clock.now += 9
     cache.candidates(entries)
     assert agents.asked == Counter({"a0": 1, "a1": 1, "a2": 1})  # one question per agent per window
+    agents.free["a0"] = 7
     clock.now += 1
-    cache.candidates(entries)
-    assert agents.asked == Counter({"a0": 2, "a1": 2, "a2": 2})
+    assert [c.free_bytes for c in cache.candidates(entries)] == [1000, 1000, 1000]  # stale, used while read again
+    eventually(lambda: agents.asked == Counter({"a0": 2, "a1": 2, "a2": 2}))
+    eventually(lambda: [c.free_bytes for c in cache.candidates(entries)] == [7, 1000, 1000])
+    cache.close()
 
 
 def test_spent_counts_until_read_again_and_forget_reads_at_once() -> None:
@@ -90,9 +101,10 @@ def test_a_dead_agent_is_asked_once_then_only_in_the_background() -> None:
     agents.down.add("a1")
     cache = CapacityCache(agents, clock, fresh_for=10, down_for=30)
     assert [c.agent.name for c in cache.candidates(entries)] == ["a0"]
-    clock.now += 20  # a0 stale, a1 still inside its down window: a1 is not asked
+    clock.now += 20  # a0 stale (read again in the background), a1 still inside its down window: not asked
     cache.candidates(entries)
-    assert agents.asked == Counter({"a0": 2, "a1": 1})
+    eventually(lambda: agents.asked["a0"] == 2)
+    assert agents.asked["a1"] == 1
     release = threading.Event()
 
     def slow(entry: AgentEntry) -> int:  # the dead agent's probe hangs until released
@@ -105,10 +117,7 @@ def test_a_dead_agent_is_asked_once_then_only_in_the_background() -> None:
     clock.now += 15
     assert [c.agent.name for c in cache.candidates(entries)] == ["a0"]  # did not wait for the probe
     release.set()
-    deadline = time.monotonic() + 10
-    while [c.agent.name for c in cache.candidates(entries)] != ["a0", "a1"]:  # back once its probe answered
-        assert time.monotonic() < deadline
-        time.sleep(0.01)
+    eventually(lambda: [c.agent.name for c in cache.candidates(entries)] == ["a0", "a1"])  # back once it answered
     cache.close()
 
 

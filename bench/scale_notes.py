@@ -1,0 +1,47 @@
+"""The report's lines on how costs grow with the fleet (``bench/scale_agent.py``, ``bench/scale_controller.py``):
+each level's numbers as measured, so the curves can be read as figures too.
+
+Contract: a pure function of the result documents; a document missing or lacking a field adds no line.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Mapping
+from typing import Any
+
+Doc = Mapping[str, Any]
+
+
+def scale_notes(docs: Mapping[str, Doc]) -> list[str]:
+    out = []
+    with contextlib.suppress(KeyError, TypeError, IndexError):
+        agent = docs["scale-agent"]
+        levels = "; ".join(
+            f"{r['volumes']}: create {r['create_p50_ms']}/{r['create_p99_ms']} ms, delete {r['delete_p50_ms']}/"
+            f"{r['delete_p99_ms']} ms, page {max(r['list_page_ms'].values())} ms, start {r['start_s']} s, RSS "
+            f"{round(r['rss_kib'] / 1024, 1)} MiB"
+            for r in agent["levels"]
+        )
+        out.append(
+            f"- agent with N volumes held (p50/p99; {agent['samples']} samples each): {levels}. Start-up grows "
+            f"{agent['start_ms_per_volume']} ms and RSS {agent['rss_kib_per_volume']} KiB per volume."
+        )
+    with contextlib.suppress(KeyError, TypeError, IndexError):
+        ctrl = docs["scale-controller"]
+        fleets = "; ".join(
+            f"{r['agents']} agents: create {r['create_p50_ms']}/{r['create_p99_ms']} ms (its agent calls sent "
+            f"straight: {r.get('direct_create_p50_ms', '?')} ms), delete {r['delete_p50_ms']}/{r['delete_p99_ms']} ms"
+            for r in ctrl["fleets"]
+        )
+        dead = ctrl["one_dead"]
+        out.append(
+            f"- controller over N agents (p50/p99; {ctrl['samples']} samples each): {fleets}. The bare calls grow "
+            f"{ctrl.get('direct_create_p50_ratio', '?')}x from the fewest agents to the most (more processes on 2 "
+            f"vCPUs, colder caches), the controller {ctrl['create_p50_ratio']}x: its own growth "
+            f"{ctrl.get('create_p50_ratio_over_direct', '?')}x. One of "
+            f"{dead['agents']} killed: the first creates took {dead['first_creates_ms']} ms (one probe of the dead "
+            f"agent), then p50 {dead['create_p50_ms']} ms; {dead['refused_unavailable']} of {dead['tried']} creates "
+            "were refused UNAVAILABLE (a name whose home is the dead agent waits for it)."
+        )
+    return out
