@@ -4,9 +4,11 @@ that allow this node's host NQN): a staged volume's current mutable parameters (
 volume's agent issued to this node (:class:`AgentHostKeys`, the connector's key source).
 
 Contract: clients are kept per agent (:class:`AgentClients`). :class:`AgentLimits` returns ``None`` when the
-volume's agent is not in the fabric map; :class:`AgentHostKeys` raises ``FailedPrecondition`` then (an ``auth``
-volume cannot be connected without its keys). Both raise the agent client's ``DriverError`` when it cannot be
-reached. Keys are never logged.
+volume's agent is not in the fabric map (the agent is the one the volume ID names, never one a context names);
+its :meth:`AgentLimits.for_pass` answers a whole reconcile pass with one listing per agent.
+:class:`AgentHostKeys` raises ``FailedPrecondition`` when the agent is not in the map (an ``auth`` volume cannot
+be connected without its keys). Both raise the agent client's ``DriverError`` when it cannot be reached. Keys are
+never logged.
 """
 
 from __future__ import annotations
@@ -15,7 +17,8 @@ import threading
 from collections.abc import Callable, Mapping
 
 from nvmeof_csi.backends.agent_api import AgentApi, default_client
-from nvmeof_csi.errors import FailedPrecondition
+from nvmeof_csi.errors import DriverError, FailedPrecondition
+from nvmeof_csi.gen import nvmeof_agent_pb2 as pb
 from nvmeof_csi.nvmeof.dhchap import HostKeys
 from nvmeof_csi.nvmeof.qos import QOS_KEY_NAMES
 from nvmeof_csi.service.contracts import VolumeRef
@@ -48,11 +51,38 @@ class AgentLimits:
         self._clients = clients
 
     def __call__(self, record: StagingRecord) -> Mapping[str, str] | None:
-        client = self._clients.for_agent(record.context.get("agent", "") or record.ref.location)
+        """One volume's limits, asked of its agent (one GetVolume)."""
+        client = self._clients.for_agent(record.ref.location)
         if client is None:
             return None
-        volume = client.get_volume(vol_uuid=record.ref.uuid)
-        return {k: v for k, v in volume.parameters.items() if k in QOS_KEY_NAMES}
+        return _limits(client.get_volume(vol_uuid=record.ref.uuid))
+
+    def for_pass(self) -> Callable[[StagingRecord], Mapping[str, str] | None]:
+        """A source for one reconcile pass: each agent is listed once (ListVolumes, which shows this node only
+        the volumes that allow it), on the first volume of that agent the pass asks about; a volume the listing
+        lacks is asked of its agent alone. A pass costs one call per agent, not one per volume."""
+        listed: dict[str, dict[str, Mapping[str, str]]] = {}
+        failed: set[str] = set()  # not listed in this pass: its other volumes wait for the next pass
+
+        def limits(record: StagingRecord) -> Mapping[str, str] | None:
+            agent = record.ref.location
+            client = self._clients.for_agent(agent)
+            if client is None or agent in failed:
+                return None
+            if agent not in listed:
+                try:
+                    listed[agent] = {v.uuid: _limits(v) for v in client.list_volumes()}
+                except DriverError:
+                    failed.add(agent)
+                    raise
+            found = listed[agent].get(record.ref.uuid)
+            return found if found is not None else self(record)
+
+        return limits
+
+
+def _limits(volume: pb.Volume) -> Mapping[str, str]:
+    return {k: v for k, v in volume.parameters.items() if k in QOS_KEY_NAMES}
 
 
 class AgentHostKeys:

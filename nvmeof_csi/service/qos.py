@@ -25,6 +25,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol, runtime_checkable
 
 from nvmeof_csi.errors import DriverError
 from nvmeof_csi.host.atomic import read_json, remove_durably, write_json_atomic
@@ -35,6 +36,15 @@ from nvmeof_csi.service.records import StagingRecord
 
 #: a staged volume's current mutable parameters as its agent holds them; None when they cannot be read now
 LimitsSource = Callable[[StagingRecord], Mapping[str, str] | None]
+
+
+@runtime_checkable
+class PassLimits(Protocol):
+    """A limits source that can answer a whole reconcile pass from one listing per agent: :meth:`for_pass`
+    returns a :data:`LimitsSource` valid for one pass (its answers as of the pass's start)."""
+
+    def for_pass(self) -> LimitsSource: ...
+
 
 log = logging.getLogger(__name__)
 

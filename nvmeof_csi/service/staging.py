@@ -25,7 +25,7 @@ from nvmeof_csi.host.mounter import Mounter
 from nvmeof_csi.host.paths import confined
 from nvmeof_csi.rpc.locks import KeyedMutex
 from nvmeof_csi.service.contracts import NO_SECRETS, Condition, Connector, Health, Problem, VolumeRef
-from nvmeof_csi.service.qos import LimitsSource, QosEnforcer
+from nvmeof_csi.service.qos import LimitsSource, PassLimits, QosEnforcer
 from nvmeof_csi.service.records import AccessSpec, StagingRecord, StagingStore, VolumeStats, mount_options
 
 log = logging.getLogger(__name__)
@@ -298,6 +298,9 @@ class StagingService:
         current limits of every published volume (live changes), and re-apply every published pod's limits that
         are not in force."""
         actions = []
+        source = self._limits_source
+        if isinstance(source, PassLimits):
+            source = source.for_pass()  # one listing per agent for the whole pass, not one call per volume
         for listed in self._store.all():
             with self._limits_lock.hold(_key(listed.ref)):
                 record = self._store.load(listed.ref)  # as it is now, not as it was listed (see unpublish)
@@ -307,8 +310,8 @@ class StagingService:
                     actions += self._connector.refresh_keys(record.ref, record.context)
                     if self._qos is None:
                         continue
-                    if self._limits_source is not None and record.pods:
-                        actions += self._qos.refresh(record, self._limits_source)
+                    if source is not None and record.pods:
+                        actions += self._qos.refresh(record, source)
                     actions += self._qos.reconcile([record])
                 except (DriverError, OSError, ValueError) as exc:  # one volume's trouble never stops the pass
                     log.warning("QoS pass: volume %s skipped: %s", record.volume_id, exc)

@@ -7,6 +7,7 @@ The kernel's io.max merges a written line into the device's entry and drops an a
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -113,6 +114,21 @@ def test_pod_cgroup_found_under_both_kubelet_layouts(tmp_path: Path, layout: str
     assert tree.find(POD) == folder
 
 
+class PassSource:
+    """The node's limits source as the agents' is: one listing per reconcile pass (``for_pass``), never a call
+    per volume."""
+
+    def __init__(self, node: Node) -> None:
+        self.node, self.passes = node, 0
+
+    def __call__(self, record: StagingRecord) -> dict[str, str] | None:
+        raise AssertionError("the reconcile pass asked one volume's limits instead of using the pass's listing")
+
+    def for_pass(self) -> Callable[[StagingRecord], dict[str, str] | None]:
+        self.passes += 1
+        return lambda record: self.node.agent_limits
+
+
 class Node:
     def __init__(self, tmp: Path, io: bool = True, limits: dict[str, str] | None = None) -> None:
         (tmp / "dev").mkdir()
@@ -122,6 +138,7 @@ class Node:
         self.qos = QosEnforcer(self.tree, LimitOverrides(tmp / "qos"), device_number=lambda device: "259:7", wait=0.3)
         self.store = StagingStore(tmp / "records")
         self.agent_limits: dict[str, str] | None = None  # what the volume's agent holds now (None: unreachable)
+        self.source = PassSource(self)
         self.svc = StagingService(
             FakeConnector(tmp / "dev"),
             Mounter(self.host, tmp / "mountinfo"),
@@ -130,7 +147,7 @@ class Node:
             size_of=lambda d: 7,
             root=tmp,
             qos=self.qos,
-            limits_source=lambda record: self.agent_limits,
+            limits_source=self.source,
         )
         self.ref = VolumeRef("fake", str(uuid.uuid4()))
         self.vid = f"nvmeof-v1.fake.{self.ref.uuid}"
@@ -213,6 +230,7 @@ def test_live_change_at_the_agent_is_fetched_saved_and_applied_by_the_reconcile_
     actions = node.svc.reconcile_limits()
     assert actions[0].startswith(f"{node.vid}: limits changed to") and actions[1].endswith("re-applied"), actions
     assert node.tree.io_max(pod) == {"259:7": {"rbps": "max", "wbps": "max", "riops": "50", "wiops": "80"}}
+    assert node.source.passes == 2  # one listing per pass
     node.agent_limits = None  # the agent is unreachable: the limits in force stay
     assert node.svc.reconcile_limits() == []
     assert node.tree.io_max(pod)["259:7"]["riops"] == "50"
