@@ -145,6 +145,18 @@ def scale_controller(ax: Axes, doc: Doc) -> None:
     ax.legend(fontsize=7)
 
 
+def scale_node(ax: Axes, doc: Doc) -> None:
+    rows = doc["levels"]
+    xs = [int(r["volumes"]) for r in rows]
+    for key, label in (("pass_ms_per_volume", "reconcile pass per volume"), ("stats_ms", "NodeGetVolumeStats"),
+                       ("stage_publish_p50_ms", "stage+publish / 10")):  # fmt: skip
+        scale = 10 if key == "stage_publish_p50_ms" else 1
+        ax.plot(xs, [float(r[key]) / scale for r in rows], marker="o", label=label)
+    ax.set(title="node: cost against volumes published", xlabel="volumes published", ylabel="ms")
+    ax.set_ylim(bottom=0)
+    ax.legend(fontsize=7)
+
+
 def curves(docs: Mapping[str, Doc], png: Path) -> None:
     panels: list[tuple[str, Callable[[Axes], None]]] = [
         ("pathloss", lambda ax: timeline(ax, docs["pathloss"])),
@@ -156,6 +168,7 @@ def curves(docs: Mapping[str, Doc], png: Path) -> None:
         ("qos", lambda ax: qos(ax, docs["qos"])),
         ("scale-agent", lambda ax: scale_agent(ax, docs["scale-agent"])),
         ("scale-controller", lambda ax: scale_controller(ax, docs["scale-controller"])),
+        ("scale-node", lambda ax: scale_node(ax, docs["scale-node"])),
     ]
     fig, axes = plt.subplots(5, 2, figsize=(13, 20))
     flat = list(axes.flat)

@@ -115,6 +115,12 @@ FIGURES = (
            lambda d: float(d["create_p50_ratio"]), 1.2, False),
     Figure("controller CreateVolume p50, most agents / one, over the same for its bare agent calls", "scale-controller",
            lambda d: float(d["create_p50_ratio_over_direct"]), 1.2, False),
+    Figure("node reconcile pass per volume, most volumes published / fewest", "scale-node",
+           lambda d: float(d["pass_per_volume_ratio"]), 1.2, False),
+    Figure("node NodeGetVolumeStats, most volumes published / fewest", "scale-node",
+           lambda d: float(d["stats_ratio"]), 1.2, False),
+    Figure("node NodeStage+NodePublish, most volumes published / fewest", "scale-node",
+           lambda d: float(d["stage_ratio"]), 1.2, False),
     Figure("controller CreateVolume p50 with one agent dead / all alive", "scale-controller",
            lambda d: float(d["one_dead_create_p50_ratio"]), 1.2, False),
 )

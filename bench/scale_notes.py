@@ -44,4 +44,12 @@ def scale_notes(docs: Mapping[str, Doc]) -> list[str]:
             f"agent), then p50 {dead['create_p50_ms']} ms; {dead['refused_unavailable']} of {dead['tried']} creates "
             "were refused UNAVAILABLE (a name whose home is the dead agent waits for it)."
         )
+    with contextlib.suppress(KeyError, TypeError, IndexError):
+        nodes = docs["scale-node"]
+        levels = "; ".join(
+            f"{r['volumes']}: pass {r['pass_ms']} ms ({r['pass_ms_per_volume']} ms per volume), stats {r['stats_ms']} "
+            f"ms, stage+publish {r['stage_publish_p50_ms']} ms, RSS {round(r['rss_kib'] / 1024, 1)} MiB"
+            for r in nodes["levels"]
+        )
+        out.append(f"- node with N volumes published (loop backend, medians): {levels}.")
     return out

@@ -2,9 +2,9 @@
 node's data path and scaling, path loss and QoS; then the dataset benchmark on this host. Each writes its
 ``results/bench-*.json`` as it would run alone (``python -m bench.<name>``, its own VM); one boot and one stack
 start instead of four of each is what CI's bench tier saves. Then ``across`` (failover between machines beside
-the same on one machine) boots the lab cluster; the scale benchmarks (``scale-agent``, ``scale-controller``: cost
-against volumes held and agents in the map) run on this host. A benchmark that fails is reported and the next
-one still runs; the exit code is 1 when any failed.
+the same on one machine) boots the lab cluster; the scale benchmarks (``scale-agent``, ``scale-controller``,
+``scale-node``: cost against volumes held, agents in the map, volumes published on a node) run on this host. A
+benchmark that fails is reported and the next one still runs; the exit code is 1 when any failed.
 
 ``--smoke`` (CI's bench tier) runs every benchmark's code path once at its smallest sizes: it proves the
 benchmarks still work, and the report it leads to says "smoke: not a measurement". The performance goals are
@@ -23,7 +23,7 @@ import traceback
 from collections.abc import Callable
 from functools import partial
 
-from bench import across, dataset, pathloss, provision, qos, scale_agent, scale_controller, stage
+from bench import across, dataset, pathloss, provision, qos, scale_agent, scale_controller, scale_node, stage
 from bench.results import in_one_vm
 from lab import Fabric, GuestError, LabError, LabVM
 from lab.cluster import LabCluster
@@ -39,6 +39,7 @@ ON_STACK: dict[str, tuple[Callable[[], argparse.ArgumentParser], Callable[[Guest
 ON_HOST: dict[str, tuple[Callable[[], argparse.ArgumentParser], Callable[[argparse.Namespace], None]]] = {
     "scale-agent": (scale_agent.parser, scale_agent.run_and_report),
     "scale-controller": (scale_controller.parser, scale_controller.run_and_report),
+    "scale-node": (scale_node.parser, scale_node.run_and_report),
 }
 NAMES = ("provision", *ON_STACK, "dataset", *ON_HOST, "across")
 
