@@ -13,6 +13,8 @@ from nvmeof_csi.cli.output import render
 from nvmeof_csi.errors import ConfigError
 from nvmeof_csi.host.executor import SubprocessExecutor
 from nvmeof_csi.initiator.doctor import diagnose
+from nvmeof_csi.initiator.fabrics import FabricsDevice
+from nvmeof_csi.initiator.features import FEATURES, NodeFeatures
 
 
 def doctor(
@@ -27,17 +29,32 @@ def doctor(
     sys_root: Annotated[Path, typer.Option(hidden=True)] = Path("/sys"),
     etc_nvme: Annotated[Path, typer.Option(hidden=True)] = Path("/etc/nvme"),
     cgroup_root: Annotated[Path, typer.Option(help="The cgroup v2 mount kubelet uses.")] = Path("/sys/fs/cgroup"),
+    feature: Annotated[
+        list[str] | None,
+        typer.Option(
+            help=f"A StorageClass feature this node must serve (repeatable; one of {', '.join(FEATURES)}): fail "
+            "when it is missing. Every feature is listed either way."
+        ),
+    ] = None,
 ) -> None:
     """Check this node: fabrics modules, native multipath, host NQN / host ID, nvme-cli, RDMA devices, cgroup v2 io
-    controller. Prints each check with the fix; exits 1 when any check fails."""
+    controller, and what each StorageClass feature needs (tcp, rdma, multipath, dhchap, qos). Prints each check
+    with the fix; exits 1 when any check fails."""
+    unknown = sorted(set(feature or ()) - set(FEATURES))
+    if unknown:
+        raise ConfigError(f"--feature {', '.join(unknown)}: not a feature (one of {', '.join(FEATURES)})")
     others: list[str] = []
     if peers is not None:
         try:
             others = peers.read_text().split()
         except OSError as exc:
             raise ConfigError(f"cannot read --peers {peers}: {exc.strerror}") from exc
-    checks = diagnose(SubprocessExecutor(), sys_root, etc_nvme, cgroup_root, others, require_rdma)
-    rows = [{**asdict(c), "result": "pass" if c.ok else "FAIL"} for c in checks]
+    authenticates = FabricsDevice(sys_root=sys_root).authenticates
+    features = NodeFeatures(sys_root, cgroup_root=cgroup_root, authenticates=authenticates)
+    checks = diagnose(
+        SubprocessExecutor(), sys_root, etc_nvme, cgroup_root, others, require_rdma, features, feature or ()
+    )
+    rows = [{**asdict(c), "result": "FAIL" if not c.ok else ("absent" if c.absent else "pass")} for c in checks]
     render(rows, ("name", "result", "detail", "fix"), state(ctx).output, title="nvmeofctl doctor")
     failed = [c.name for c in checks if not c.ok]
     if failed:

@@ -26,6 +26,8 @@ from nvmeof_csi.host.executor import Executor, SubprocessExecutor
 from nvmeof_csi.host.filesystems import Filesystems
 from nvmeof_csi.host.mounter import Mounter
 from nvmeof_csi.initiator.connector import NvmeofConnector, rdma_capable
+from nvmeof_csi.initiator.fabrics import FabricsDevice
+from nvmeof_csi.initiator.features import NodeFeatures
 from nvmeof_csi.initiator.identity import ensure_identity
 from nvmeof_csi.initiator.metrics import NodeVolumeCollector
 from nvmeof_csi.initiator.sysfs import NvmeSysfs
@@ -115,6 +117,7 @@ def build_services(settings: Settings, executor: Executor | None = None) -> CsiS
                 settings.allow_single_path,
                 block_events=open_block_events,
                 host_keys=AgentHostKeys(clients, identity.nqn) if clients else None,
+                features=NodeFeatures(cgroup_root=settings.cgroup_root, authenticates=FabricsDevice().authenticates),
             )
         else:
             connector = LoopConnector(executor)

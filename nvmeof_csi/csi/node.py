@@ -151,6 +151,9 @@ class NodeServicer(csi_pb2_grpc.NodeServicer):
             if health.ready
             else [Backend(status=csi_pb2.STORAGE_UNREACHABLE, reason="InitiatorNotReady", message=health.message)]
         )
+        entries += [
+            Backend(status=csi_pb2.STORAGE_DEGRADED, reason="FeatureUnavailable", message=g) for g in health.gaps
+        ]
         aside = await blocking(self._staging.quarantined_records)
         if aside:
             message = f"{len(aside)} staging record(s) set aside, their volumes not reconciled: {', '.join(aside[:5])}"

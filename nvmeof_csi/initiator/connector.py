@@ -1,12 +1,14 @@
 """The node's ``Connector`` over the kernel NVMe-oF initiator (nvme-tcp, nvme-rdma, native multipath).
 
 Contract (in addition to ``service/contracts.py``):
-- ``connect`` makes one controller per portal of the volume context (TCP or RDMA) with bounded tunables
-  (StorageClass values override the defaults), using this node's host NQN and host ID; portals that already
-  have a controller are left alone ("already connected" is success). It succeeds when at least one path is up
-  and the namespace with the volume's UUID appears (found in sysfs, bounded by the caller's timeout); then it
-  returns the native-multipath head device. A multi-portal volume with native multipath off is refused with
-  FAILED_PRECONDITION unless single-path staging is allowed (then only the first portal is used).
+- ``connect`` refuses a volume whose features this node lacks (``initiator/features.py``: FAILED_PRECONDITION
+  naming each and its fix, before anything connects), then makes one controller per portal of the volume context
+  (TCP or RDMA) with bounded tunables (StorageClass values override the defaults), using this node's host NQN and
+  host ID; portals that already have a controller are left alone ("already connected" is success). It succeeds
+  when at least one path is up and the namespace with the volume's UUID appears (found in sysfs, bounded by the
+  caller's timeout); then it returns the native-multipath head device. A multi-portal volume with native
+  multipath off is refused with FAILED_PRECONDITION unless single-path staging is allowed (then only the first
+  portal is used).
 - ``disconnect`` removes the controllers of the volume's subsystem (whole-NQN match, so ``vol1`` never
   touches ``vol10``), unless another staged volume still uses that subsystem. Controllers we did not make
   (other NQNs) are never touched.
@@ -44,6 +46,7 @@ from nvmeof_csi.errors import (
 from nvmeof_csi.host.devices import device_in_use
 from nvmeof_csi.host.executor import Executor
 from nvmeof_csi.initiator.fabrics import FabricsDevice, FabricsError
+from nvmeof_csi.initiator.features import NodeFeatures
 from nvmeof_csi.initiator.identity import HostIdentity
 from nvmeof_csi.initiator.rekey import roll_keys
 from nvmeof_csi.initiator.sysfs import NvmeSysfs, Subsystem
@@ -83,6 +86,7 @@ class NvmeofConnector:
         in_use: Callable[[str], str] = device_in_use,
         fabrics: FabricsDevice | None = None,
         host_keys: Callable[[VolumeRef], HostKeys] | None = None,
+        features: NodeFeatures | None = None,
     ) -> None:
         self._exec = executor
         self._sysfs = sysfs
@@ -94,17 +98,20 @@ class NvmeofConnector:
         self._in_use = in_use
         self._fabrics = fabrics or FabricsDevice()
         self._host_keys = host_keys
+        self._features = features  # None: no checks (tests on fake sysfs trees)
 
     @contextmanager
     def _polling(self) -> Iterator[EventWait]:
         yield PollingWait(self._sleep, 0.1)
 
     def health(self) -> Health:
+        """Not ready without the fabrics layer or multipath; ``gaps``: features asked of it that it lacks now."""
         if not (self._sysfs.root / "class" / "nvme-fabrics").exists() and not Path("/dev/nvme-fabrics").exists():
             return Health(False, "nvme-fabrics is not loaded (modprobe nvme-tcp / nvme-rdma)")
         if self._sysfs.multipath_enabled() is False and not self._single_path:
             return Health(False, "native NVMe multipath is off (nvme_core.multipath=N)")
-        return Health(True, f"initiator ready as {self._identity.nqn}")
+        gaps = self._features.asked_gaps() if self._features is not None else ()
+        return Health(True, f"initiator ready as {self._identity.nqn}", gaps)
 
     def _portals(self, ref: VolumeRef, ctx: VolumeContext) -> list[Portal]:
         portals = list(ctx.portals)
@@ -187,6 +194,8 @@ class NvmeofConnector:
     ) -> str:
         deadline = self._clock() + timeout
         ctx = _context(ref, context)
+        if self._features is not None:
+            self._features.check(ref.uuid, ctx, self._single_path)  # FAILED_PRECONDITION before anything connects
         keys = self._keys(ref, ctx)
         nqn, ns_uuid = ctx.nqn, ctx.namespace_uuid
         portals = self._portals(ref, ctx)
@@ -204,23 +213,9 @@ class NvmeofConnector:
                 except FabricsError as err:  # this path is refused; the others may still come up
                     errors.append(f"{portal.key}: {err}")
                     log.warning("volume %s: connect %s failed: %s", ref.uuid, portal.key, err)
-            self._apply_sysfs_tunables(ctx)
+            self._sysfs.apply_tunables(ctx)
             log.debug("volume %s: waiting for namespace %s (%s)", ref.uuid, ns_uuid, events.source)
             return self._wait_for_namespace(ref, nqn, ns_uuid, deadline, errors, events)
-
-    def _apply_sysfs_tunables(self, ctx: VolumeContext) -> None:
-        """Tunables nvme-cli cannot pass at connect time, written to each controller's sysfs attribute."""
-        sub = self._sysfs.subsystem(ctx.nqn)
-        for tunable in TUNABLES:
-            value = ctx.tunable(tunable.key)
-            if not tunable.sysfs or value is None or sub is None:
-                continue
-            for ctrl in sub.controllers:
-                attr = self._sysfs.root / "class" / "nvme" / ctrl.name / tunable.sysfs
-                try:
-                    attr.write_text(str(value))
-                except OSError as exc:
-                    log.warning("cannot set %s on %s: %s", tunable.sysfs, ctrl.name, exc)
 
     def _wait_for_namespace(
         self, ref: VolumeRef, nqn: str, ns_uuid: str, deadline: float, errors: list[str], events: EventWait

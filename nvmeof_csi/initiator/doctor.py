@@ -3,7 +3,8 @@
 Checks: the fabrics modules (nvme-fabrics, nvme-tcp; nvme-rdma when the node has RDMA devices), native NVMe
 multipath on, ``/etc/nvme/hostnqn`` and ``hostid`` present, valid, not all-zero and agreeing with each other,
 not shared with another node (when given the other nodes' identities), nvme-cli present and recent enough,
-RDMA devices (informational unless required), the cgroup v2 io controller (per-pod I/O limits).
+RDMA devices (informational unless required), the cgroup v2 io controller (per-pod I/O limits), and each
+StorageClass feature (``initiator/features.py``; failed only when required).
 
 Contract: :func:`diagnose` never raises; it reads only the roots it is given (``sys_root``, ``etc_dir``,
 ``cgroup_root``) and runs ``nvme version`` through the injected executor.
@@ -19,6 +20,7 @@ from pathlib import Path
 from nvmeof_csi.errors import DriverError
 from nvmeof_csi.host.cgroups import PodCgroups
 from nvmeof_csi.host.executor import Executor
+from nvmeof_csi.initiator.features import FEATURES, NodeFeatures
 from nvmeof_csi.initiator.identity import ZERO, HostIdentity
 
 MIN_NVME_CLI = (2, 0)
@@ -30,6 +32,7 @@ class Check:
     ok: bool
     detail: str
     fix: str = ""
+    absent: bool = False  # ok, but what it checks is missing (an optional feature)
 
 
 def _read(path: Path) -> str:
@@ -149,6 +152,21 @@ def check_io_controller(cgroup_root: Path) -> Check:
     )
 
 
+def check_features(features: NodeFeatures, required: Iterable[str]) -> list[Check]:
+    """One check per StorageClass feature (``initiator/features.py``): failed only when missing and ``required``
+    (a feature no StorageClass asks of this node may be missing)."""
+    needed = set(required)
+    checks = []
+    for name in FEATURES:
+        gap = features.gap(name)
+        if gap is None:
+            checks.append(Check(f"feature {name}", True, "available"))
+        else:
+            note = "" if name in needed else " (fine unless a StorageClass asks for it: --feature to require it)"
+            checks.append(Check(f"feature {name}", name not in needed, gap.why + note, gap.fix, absent=True))
+    return checks
+
+
 def diagnose(
     executor: Executor,
     sys_root: Path = Path("/sys"),
@@ -156,9 +174,12 @@ def diagnose(
     cgroup_root: Path = Path("/sys/fs/cgroup"),
     peers: Iterable[str] = (),
     require_rdma: bool = False,
+    features: NodeFeatures | None = None,
+    required: Iterable[str] = (),
 ) -> list[Check]:
     rdma = bool(rdma_devices(sys_root))
     return [
+        *(check_features(features, required) if features is not None else []),
         *check_modules(sys_root, rdma),
         check_multipath(sys_root),
         *check_identity(etc_dir, peers),

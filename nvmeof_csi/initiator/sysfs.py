@@ -14,11 +14,16 @@ entry lives, and kernfs gives every new entry a new inode number (allocated cycl
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+
+from nvmeof_csi.nvmeof.context import TUNABLES, VolumeContext
+
+log = logging.getLogger(__name__)
 
 
 def _read(path: Path | str) -> str:
@@ -210,3 +215,18 @@ class NvmeSysfs:
             if listed is not None and head in listed[1]:
                 return self._namespace(entry.name.removeprefix("nvme-subsys"), head, listed[0])
         return None
+
+    def apply_tunables(self, ctx: VolumeContext) -> None:
+        """Tunables nvme-cli cannot pass at connect time, written to each controller's sysfs attribute (a write
+        that fails is logged, never raised)."""
+        sub = self.subsystem(ctx.nqn)
+        for tunable in TUNABLES:
+            value = ctx.tunable(tunable.key)
+            if not tunable.sysfs or value is None or sub is None:
+                continue
+            for ctrl in sub.controllers:
+                attr = self.root / "class" / "nvme" / ctrl.name / tunable.sysfs
+                try:
+                    attr.write_text(str(value))
+                except OSError as exc:
+                    log.warning("cannot set %s on %s: %s", tunable.sysfs, ctrl.name, exc)

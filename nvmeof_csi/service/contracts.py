@@ -97,10 +97,12 @@ class Snapshot:
 
 @dataclass(frozen=True)
 class Health:
-    """Readiness of a backend or connector; ``message`` says why when not ready."""
+    """Readiness of a backend or connector; ``message`` says why when not ready; ``gaps``: what it cannot serve
+    although ready (a feature it was asked for that this machine lacks, with the fix)."""
 
     ready: bool
     message: str = ""
+    gaps: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -271,3 +271,10 @@ async def test_node_storage_health_names_the_staging_records_set_aside(stack: St
         (csi_pb2.STORAGE_DEGRADED, "StagingRecordQuarantined")
     ]
     assert "0b6d5bd6" in health.backend_health[0].message
+
+
+async def test_node_storage_health_names_each_feature_the_node_was_asked_for_and_lacks(stack: Stack) -> None:
+    stack.connector.gaps = ("rdma: the nvme-rdma module is neither loaded nor installed (fix: modprobe nvme-rdma)",)
+    health = await stack.node.NodeGetStorageHealth(csi_pb2.NodeGetStorageHealthRequest())
+    assert [(h.status, h.reason) for h in health.backend_health] == [(csi_pb2.STORAGE_DEGRADED, "FeatureUnavailable")]
+    assert "modprobe nvme-rdma" in health.backend_health[0].message

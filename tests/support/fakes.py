@@ -178,9 +178,10 @@ class FakeConnector:
     connected: dict[str, str] = field(default_factory=dict)
     fail_connect: Exception | None = None
     sizes: dict[str, int] = field(default_factory=dict)
+    gaps: tuple[str, ...] = ()  # features asked of the node that it lacks (``initiator/features.py``)
 
     def health(self) -> Health:
-        return Health(True, "fake")
+        return Health(True, "fake", self.gaps)
 
     def connect(
         self, ref: VolumeRef, context: Mapping[str, str], timeout: float, secrets: Mapping[str, str] = NO_SECRETS
