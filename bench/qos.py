@@ -38,7 +38,7 @@ SMOKE_SHARES = (0.3,)  # CI: the code path once
 # blk-throttle grants whole I/Os per 100 ms slice (DFL_THROTL_SLICE_HD = HZ / 10) and trims used slices with
 # integer arithmetic, so a pod is held to the multiple of 10 IOPS at or below its limit: 249 -> 240, 84 -> 80
 # (measured: every achieved median within 3 IOPS of that multiple). The bench's limits are such multiples, so
-# its error is the driver's and the kernel's accuracy, not that rounding (README, "Per-pod I/O limits").
+# its error is the driver's and the kernel's accuracy, not that rounding (docs/operations.md, "Per-pod I/O limits").
 KERNEL_STEP_IOPS = 10
 
 

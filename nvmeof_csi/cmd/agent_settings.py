@@ -1,5 +1,5 @@
 """Typed settings of ``nvmeof-csi agent``, each declared once with its flag, environment variable, help, default
-and range (:func:`nvmeof_csi.cmd.flags.setting`); the command's options and the README's agent table are made
+and range (:func:`nvmeof_csi.cmd.flags.setting`); the command's options and docs/configuration.md's agent table are made
 from these declarations, and the checks here name the setting they refuse.
 
 Nothing below ``cmd/`` imports these types or reads the environment: the wiring hands each component the
@@ -115,7 +115,7 @@ class AgentSettings:
     authz_file: Path | None = setting(
         None,
         "YAML mapping client certificate identities to roles (controller, node, "
-        "admin, reader; see Security); required with `--listen-tcp`.",
+        "admin, reader; see docs/security.md); required with `--listen-tcp`.",
         env="AGENT_AUTHZ_FILE",
     )
     dataset_ufs_allow: tuple[str, ...] = setting(

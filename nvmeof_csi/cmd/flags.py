@@ -1,8 +1,8 @@
 """Settings declared once: each field of a settings dataclass carries its flag, environment variable, help,
 default and range (:func:`setting`), and everything else is made from that declaration: the typer options of
 the command (:func:`command_parameters`), the values handed to the dataclass (:func:`settings_from`), the range
-check (:func:`check_ranges`) and the README's configuration table (:func:`markdown_table`, which a unit test
-compares with the README).
+check (:func:`check_ranges`) and the tables of docs/configuration.md (:func:`markdown_table`, which a unit
+test compares with that document).
 
 Contract: a field declared with ``parse`` takes the flag's text (``raw``) and holds the parsed value; its
 dataclass default is the parsed flag default, so both defaults are one. A value out of its declared range
@@ -26,10 +26,10 @@ ENV_PREFIX = "NVMEOF_CSI_"
 
 @dataclass(frozen=True)
 class Flag:
-    """How one setting meets the user: ``help`` (also the README's meaning), ``env`` (``NVMEOF_CSI_<FLAG>``; a
+    """How one setting meets the user: ``help`` (also its meaning in the docs), ``env`` (``NVMEOF_CSI_<FLAG>``; a
     string: ``NVMEOF_CSI_<env>``; False: none), ``raw`` (the flag's own type and default when ``parse`` turns
     its text into the field's value), ``low``/``high`` (the inclusive range of a number; ``low_open``: greater
-    than ``low``), ``shown`` (the default as the README says it, when the value itself would say it badly),
+    than ``low``), ``shown`` (the default as docs/configuration.md says it, when the value itself would say it badly),
     ``metavar`` (what ``--help`` shows for the value)."""
 
     help: str
@@ -41,7 +41,7 @@ class Flag:
     low_open: bool = False
     shown: str | None = None
     name: str = ""  # the flag's name without dashes, when not the field's (loop_capacity_bytes -> loop-capacity)
-    hidden: bool = False  # left out of --help and the README (test-only switches)
+    hidden: bool = False  # left out of --help and docs/configuration.md (test-only switches)
     metavar: str | None = None
 
 
@@ -156,7 +156,7 @@ def _shown(f: Field[Any]) -> str:
 
 
 def markdown_table(cls: type) -> str:
-    """The README's configuration table of ``cls``: flag, environment variable, default, meaning."""
+    """The configuration table of ``cls`` (docs/configuration.md): flag, environment variable, default, meaning."""
     rows = ["| flag | env | default | meaning |", "|---|---|---|---|"]
     for f in fields(cls):
         if flag_of(f).hidden:

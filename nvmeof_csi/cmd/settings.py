@@ -56,7 +56,7 @@ def parse_size(text: str) -> int:
 @dataclass(frozen=True)
 class Settings:
     """Everything ``nvmeof-csi serve`` needs. Each field is declared once, with its flag, environment variable,
-    help, default and range (:func:`nvmeof_csi.cmd.flags.setting`); ``serve``'s options and the README's
+    help, default and range (:func:`nvmeof_csi.cmd.flags.setting`); ``serve``'s options and docs/configuration.md's
     configuration table are made from these declarations."""
 
     mode: Mode = setting(Mode.ALL, "`controller`, `node` or `all`: which CSI services to run.")
@@ -124,7 +124,7 @@ class Settings:
         "",
         "`HOST:PORT` for Prometheus `/metrics`: RPC durations "
         "(`csi_plugin_operations_seconds`) and, on nodes, per-volume paths and I/O (see "
-        "Metrics).",
+        "docs/operations.md, Metrics).",
     )
     health_listen: str = setting(
         "", "`HOST:PORT` answering `GET /healthz` from the Probe checks (where the livenessprobe sidecar cannot run)."
