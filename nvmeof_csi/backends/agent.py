@@ -164,8 +164,8 @@ class AgentBackend(AgentFleet):
             self._names.release(held.name, held.uuid, held.kept_on)  # a retry may place it elsewhere
             self.capacity_seen.forget(entry.name)  # it had less than placement thought: read it again
             raise
-        except Unavailable:
-            self.capacity_seen.unreachable(entry.name)  # a retry of this create is placed elsewhere
+        except Unavailable:  # the agent, or what it needed (Alluxio for a fill): read it again, never assume
+            self.capacity_seen.forget(entry.name)
             raise
         except DeadlineExceeded:
             if timeout is None:

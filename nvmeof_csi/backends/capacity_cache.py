@@ -90,11 +90,6 @@ class CapacityCache:
             if seen is not None and seen.free is not None:
                 del self._seen[agent]
 
-    def unreachable(self, agent: str) -> None:
-        """``agent`` did not answer a call: out of placement until its next probe (a retry goes elsewhere)."""
-        with self._lock:
-            self._seen[agent] = Seen(None, self._clock())
-
     def forget_all(self) -> None:
         """Read every answering agent again at the next placement (before a placement says nothing fits)."""
         with self._lock:

@@ -129,3 +129,20 @@ def test_placement_reads_fresh_figures_before_it_says_nothing_fits(tmp_path: Pat
         backend.create_volume("v0", 1 << 20, {})
     agent.free = 1 << 30  # room now, while the cached figure (0) is still fresh
     assert backend.create_volume("v1", 1 << 20, {}).capacity_bytes == 1 << 20
+
+
+def test_an_agent_that_answers_unavailable_for_a_create_stays_in_placement(tmp_path: Path) -> None:
+    """UNAVAILABLE from a create can be the agent's answer about something else (Alluxio down for a data set): the
+    agent is read again, not taken out of placement (that left the next create OUT_OF_RANGE with 0 bytes)."""
+    agent = local_agents(tmp_path, ["a0"])["a0"]
+    backend = AgentBackend(fabric(1), client=lambda _entry: agent, clock=Clock())
+
+    def refuse() -> None:
+        raise Unavailable("Alluxio at http://127.0.0.1:1 unreachable")
+
+    agent.before_create = refuse
+    with pytest.raises(Unavailable):
+        backend.create_volume("v0", 1 << 20, {})
+    agent.before_create = lambda: None
+    assert backend.max_volume_size() > 0
+    assert backend.create_volume("v0", 1 << 20, {}).capacity_bytes == 1 << 20
