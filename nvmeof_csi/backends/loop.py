@@ -273,6 +273,7 @@ class LoopConnector:
     def __init__(self, executor: Executor, sys_root: Path = Path("/sys")) -> None:
         self._exec = executor
         self._sys = sys_root
+        self._known: dict[str, str] = {}  # backing file -> the device last found for it (checked on every use)
 
     def health(self) -> Health:
         if shutil.which("losetup") is None:
@@ -282,14 +283,24 @@ class LoopConnector:
         return Health(True, "loop connector (development only)")
 
     def _devices_for(self, path: str) -> list[str]:
-        found = []
-        for backing in sorted(self._sys.glob("block/loop*/loop/backing_file")):
-            try:
-                if backing.read_text().strip() == path:
-                    found.append("/dev/" + backing.parent.parent.name)
-            except OSError:
-                continue  # vanished mid-read: absent
-        return found
+        """Every loop device backed by ``path`` (a scan of every loop device)."""
+        found = [b.parent.parent.name for b in sorted(self._sys.glob("block/loop*/loop/backing_file"))]
+        return ["/dev/" + name for name in found if self._backing(name) == path]
+
+    def _device_for(self, path: str) -> str | None:
+        """A loop device backed by ``path``: the one last found for it while it still is (one read), else a scan."""
+        known = self._known.get(path)
+        if known is not None and self._backing(known.removeprefix("/dev/")) == path:
+            return known
+        devices = self._devices_for(path)
+        self._known.update({path: devices[0]} if devices else {})
+        return devices[0] if devices else None
+
+    def _backing(self, name: str) -> str:
+        try:
+            return (self._sys / "block" / name / "loop" / "backing_file").read_text().strip()
+        except OSError:
+            return ""  # vanished mid-read: absent
 
     @staticmethod
     def _path(ref: VolumeRef, context: Mapping[str, str]) -> str:
@@ -299,16 +310,14 @@ class LoopConnector:
         return path
 
     def find_device(self, ref: VolumeRef, context: Mapping[str, str]) -> str | None:
-        devices = self._devices_for(self._path(ref, context))
-        return devices[0] if devices else None
+        return self._device_for(self._path(ref, context))
 
     def connect(
         self, ref: VolumeRef, context: Mapping[str, str], timeout: float, secrets: Mapping[str, str] = NO_SECRETS
     ) -> str:
         path = self._path(ref, context)
-        existing = self._devices_for(path)
-        if existing:
-            return existing[0]
+        if (existing := self._device_for(path)) is not None:
+            return existing
         if not Path(path).exists():
             raise NotFound(f"volume {ref.uuid}: backing file {path} does not exist")
         res = self._exec.run(["losetup", "--find", "--show", path], timeout=min(timeout, LOSETUP_TIMEOUT))
@@ -338,6 +347,4 @@ class LoopConnector:
 
     def condition(self, ref: VolumeRef, context: Mapping[str, str]) -> Condition:
         device = self.find_device(ref, context)
-        if device is None:
-            return Condition(True, "loop device is not attached")
-        return Condition(False, f"attached as {device}")
+        return Condition(device is None, f"attached as {device}" if device else "loop device is not attached")
