@@ -1,6 +1,7 @@
 """One lab Kubernetes cluster: the control plane on this host (:mod:`lab.kube.control_plane`), the lab VM as
-its only node (:mod:`lab.kube.node`), and our driver deployed from ``deploy/overlays/lab`` exactly as an
-operator would (snapshot CRDs, secrets, ``kustomize build | kubectl apply``).
+its only node (:mod:`lab.kube.node`), and our driver installed with Helm from ``deploy/helm/nvmeof-csi`` and
+its ``ci/lab-values.yaml`` exactly as docs/install.md tells an operator (snapshot CRDs, the namespace, secrets,
+``helm install``).
 
 Contract: :func:`running_cluster` yields a :class:`KubeCluster` whose driver pods are Ready; on exit the VM is
 powered off and every control-plane process stopped. Steps print their durations. ``python -m
@@ -52,9 +53,19 @@ def timed(what: str, fn: Callable[[], Any]) -> Any:
     return out
 
 
-def kustomize() -> str:
-    pins = versions()
-    return str(machine_cache() / "tools" / f"kustomize-{pins['KUSTOMIZE_VERSION']}" / "kustomize")
+CHART = REPO / "deploy" / "helm" / "nvmeof-csi"
+LAB_VALUES = CHART / "ci" / "lab-values.yaml"
+RELEASE = "nvmeof-csi"
+#: the driver image's second name in the node's containerd: what an upgrade to a "new" tag installs
+NEXT_TAG = "lab-next"
+
+
+def helm_binary() -> Path:
+    """helm, built by ``./dev`` into the machine cache; :class:`KubeError` when it is not there."""
+    path = machine_cache() / "tools" / f"helm-{versions()['HELM_VERSION']}" / "helm"
+    if not path.is_file():
+        raise KubeError(f"{path} is not built: run ./dev setup")
+    return path
 
 
 def snapshot_crds() -> list[Path]:
@@ -85,12 +96,22 @@ class KubeCluster:
     def kubectl(self, *args: str, stdin: str | None = None, timeout: float = 120, check: bool = True) -> str:
         return self.cp.kubectl(*args, stdin=stdin, timeout=timeout, check=check)
 
+    def helm(self, *args: str, timeout: float = 300) -> str:
+        """helm as the cluster admin, in the driver's namespace; stdout, or :class:`KubeError` with stderr."""
+        argv = [str(helm_binary()), f"--kubeconfig={self.cp.admin_config}", "--namespace", NAMESPACE, *args]
+        res = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)
+        if res.returncode:
+            raise KubeError(f"helm {' '.join(args)}: {res.stderr.strip()[-2000:]}")
+        return res.stdout
+
     def deploy(self) -> None:
-        """Snapshot CRDs, the agent's TLS secrets, then the lab overlay; waits for every driver pod Ready."""
+        """Snapshot CRDs, the namespace, the agent's TLS secrets, then ``helm install`` with the lab's values;
+        waits for every driver pod Ready."""
         for crd in snapshot_crds():
             self.kubectl("apply", "--server-side", "-f", str(crd))
         self.kubectl("wait", "--for=condition=Established", "crd", "--all", "--timeout=120s")
         self.kubectl("create", "namespace", NAMESPACE, check=False)
+        self.kubectl("label", "--overwrite", "namespace", NAMESPACE, "pod-security.kubernetes.io/enforce=privileged")
         pki = self.cp.rundir / "driver-pki"
         pki.mkdir(exist_ok=True)
         ca = self.cp.pki.ca
@@ -103,10 +124,7 @@ class KubeCluster:
             ("nvmeof-csi-node-client", node),
         ):
             self.cp.apply(tls_secret(name, pair, ca.crt))
-        manifests = subprocess.run(
-            [kustomize(), "build", str(REPO / "deploy/overlays/lab")], capture_output=True, text=True, check=True
-        ).stdout
-        self.kubectl("apply", "-f", "-", stdin=manifests)
+        print(self.helm("install", RELEASE, str(CHART), "--values", str(LAB_VALUES)), flush=True)
         self.wait_driver_ready()
 
     def wait_driver_ready(self, timeout: float = 900) -> None:
@@ -157,7 +175,8 @@ def bring_up(cp: ControlPlane, vm: LabVM, images: Mapping[str, Path], tag: str, 
     """Boot ``vm``, make it the Ready node (``images`` imported, ``tag`` deployed as ``:lab``; a disk that had
     to import any is saved under ``disk_key``), deploy the driver; the cluster with every driver pod Ready."""
     timed("lab VM boot", vm.start)
-    node = KubeNode(vm, cp, images, NODE_LABELS, aliases={"localhost/nvmeof-csi:lab": tag}, always=[tag])
+    aliases = {"localhost/nvmeof-csi:lab": tag, f"localhost/nvmeof-csi:{NEXT_TAG}": tag}
+    node = KubeNode(vm, cp, images, NODE_LABELS, aliases=aliases, always=[tag])
 
     def save_disk(imported: list[str]) -> None:
         # a disk that held every image but the driver's (new with each change of the driver) is the saved one
@@ -168,7 +187,7 @@ def bring_up(cp: ControlPlane, vm: LabVM, images: Mapping[str, Path], tag: str, 
     timed("node Ready (containerd, images, kubelet)", node.start)
     say("node: " + ", ".join(f"{what} {seconds}s" for what, seconds in node.phases.items()))
     cluster = KubeCluster(cp, vm, node)
-    timed("driver deployed (deploy/overlays/lab) and Ready", cluster.deploy)
+    timed("driver installed (helm install, ci/lab-values.yaml) and Ready", cluster.deploy)
     return cluster
 
 

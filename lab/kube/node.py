@@ -38,7 +38,7 @@ MODULES = (
     "nvmet-tcp",
     "nvme-tcp",
 )  # the node set-up of docs/install.md
-#: the node's NVMe host identity, as an operator would provision it; deploy/overlays/lab/agent-authz.yaml names it
+#: the node's NVMe host identity, as an operator would provision it; the chart's ci/lab-values.yaml names it
 HOST_ID = "6c61622d-6e6f-4465-8000-000000000001"
 HOST_NQN = f"nqn.2014-08.org.nvmexpress:uuid:{HOST_ID}"
 

@@ -1,5 +1,5 @@
-"""The Kubernetes tier: one cluster (host control plane + the lab VM as the node, driver from
-``deploy/overlays/lab``) for the whole session. A failing test gets kubelet, containerd, sidecar, driver and
+"""The Kubernetes tier: one cluster (host control plane + the lab VM as the node, the driver installed with
+``helm install`` from ``deploy/helm/nvmeof-csi`` and its ``ci/lab-values.yaml``) for the whole session. A failing test gets kubelet, containerd, sidecar, driver and
 control-plane logs attached to its report. Under CI=true a cluster that cannot start fails the run."""
 
 from __future__ import annotations
@@ -11,7 +11,8 @@ import pytest
 
 from lab import BuildError, BuildInfo
 from lab.kube.build import KubeBuildError, binary
-from lab.kube.cluster import KubeCluster, running_cluster
+from lab.kube.cluster import KubeCluster, helm_binary, running_cluster
+from lab.kube.control_plane import KubeError
 from tests.support.env import need
 from tests.support.lab import pytest_sessionfinish, report
 
@@ -25,7 +26,8 @@ def kube(request: pytest.FixtureRequest) -> Iterator[KubeCluster]:
     try:
         BuildInfo.load()
         binary("kubelet")
-    except (BuildError, KubeBuildError) as err:
+        helm_binary()
+    except (BuildError, KubeBuildError, KubeError) as err:
         need(False, str(err))
     capture = request.config.pluginmanager.getplugin("capturemanager")
     with contextlib.ExitStack() as stack:

@@ -12,7 +12,8 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from lab.kube.cluster import DRIVER, FABRIC, NAMESPACE, NODE, KubeCluster
+from lab.kube.cluster import CHART, DRIVER, FABRIC, LAB_VALUES, NAMESPACE, NEXT_TAG, NODE, RELEASE, KubeCluster
+from tests.k8s.lifecycle import delete_workloads, driver_pods, node_leftovers, progress, release_leftovers
 from tests.k8s.workloads import FAST, READ, SC, SLOW, TOPOLOGY_KEY, workloads
 from tests.support.kube import (
     NS,
@@ -144,16 +145,7 @@ def test_4_online_expansion_grows_the_filesystem_in_the_running_pod(started: Kub
 
 
 def test_5_snapshot_then_a_volume_from_it(started: KubeCluster, written: str) -> None:
-    kube = started
-    kube.cp.apply(
-        {
-            "apiVersion": "snapshot.storage.k8s.io/v1",
-            "kind": "VolumeSnapshotClass",
-            "metadata": {"name": "lab-snap"},
-            "driver": DRIVER,
-            "deletionPolicy": "Delete",
-        }
-    )
+    kube = started  # VolumeSnapshotClass lab-snap comes with the release (lab-values.yaml)
     kube.cp.apply(
         {
             "apiVersion": "snapshot.storage.k8s.io/v1",
@@ -186,17 +178,12 @@ def test_6_block_volume_write_and_read_back(started: KubeCluster) -> None:
 def test_7_node_plugin_restart_under_io(started: KubeCluster) -> None:
     kube = started
     wait_for("pod steady-io Running", lambda: phase(kube, "pod", "steady-io") == "Running", 900)
-
-    def progress() -> tuple[int, int]:
-        i, e = container_exec(kube, "steady-io", ["cat", "/data/progress"]).split()
-        return int(i), int(e)
-
-    wait_for("I/O under way", lambda: progress()[0] > 5, 120)
+    wait_for("I/O under way", lambda: progress(kube, "steady-io")[0] > 5, 120)
     old = kube.cp.get("pods", "-n", NAMESPACE, "-l", "app.kubernetes.io/name=nvmeof-csi-node")["items"]
     assert len(old) == 1
     old_name = old[0]["metadata"]["name"]
     kube.kubectl("-n", NAMESPACE, "delete", "pod", old_name, "--wait=true", timeout=300)
-    at_delete = progress()
+    at_delete = progress(kube, "steady-io")
 
     def new_ready() -> str | None:
         for p in kube.cp.get("pods", "-n", NAMESPACE, "-l", "app.kubernetes.io/name=nvmeof-csi-node")["items"]:
@@ -207,7 +194,7 @@ def test_7_node_plugin_restart_under_io(started: KubeCluster) -> None:
 
     new = wait_for("the DaemonSet's new node plugin Ready", new_ready, 600)
     time.sleep(15)
-    after = progress()
+    after = progress(kube, "steady-io")
     print(f"node plugin {old_name} -> {new}; progress at delete {at_delete}, after {after}")
     assert after[0] > at_delete[0] + 10, (at_delete, after)
     assert after[1] == 0, f"{after[1]} failed writes in the workload"
@@ -282,28 +269,59 @@ def pv_of(kube: KubeCluster, claim: str) -> str:
     return str(kube.cp.get("pvc", "-n", NS, claim)["spec"]["volumeName"])
 
 
+def test_7c_helm_upgrade_under_io(started: KubeCluster) -> None:
+    """``helm upgrade`` to a new driver image tag with changed values while a pod writes with fsync: every pod
+    of the release is replaced, the writer sees no I/O error and keeps going, its container and mount stay."""
+    kube = started
+    wait_for("pod upgrade-io Running", lambda: phase(kube, "pod", "upgrade-io") == "Running", 900)
+    wait_for("I/O under way", lambda: progress(kube, "upgrade-io")[0] > 5, 120)
+    before = driver_pods(kube)
+    container = crictl(kube, "ps", "-q", "--label", "io.kubernetes.pod.name=upgrade-io").strip()
+    at_upgrade, t0 = progress(kube, "upgrade-io"), time.monotonic()
+    kube.helm(
+        "upgrade", RELEASE, str(CHART), "--values", str(LAB_VALUES), "--set", f"images.driver.tag={NEXT_TAG}",
+        "--set", "controller.timeout=90s", "--set", "snapshotController.resources.limits.memory=320Mi",
+    )  # fmt: skip
+    kube.wait_driver_ready()
+
+    def replaced() -> dict[str, dict[str, str]] | None:
+        pods = driver_pods(kube)
+        return pods if pods.keys().isdisjoint(before) else None
+
+    after = wait_for("every pod of the release replaced", replaced, 600)
+    rolled = time.monotonic() - t0
+    time.sleep(10)
+    written = progress(kube, "upgrade-io")
+    print(f"upgrade: {len(before)} pods replaced by {sorted(after)} in {rolled:.0f}s; writes {at_upgrade} -> {written}")
+    assert len(after) == len(before), (before, after)
+    images = {image for containers in after.values() for image in containers.values() if "nvmeof-csi:" in image}
+    assert images == {f"localhost/nvmeof-csi:{NEXT_TAG}"}, images
+    assert written[1] == 0, f"{written[1]} failed writes in the workload during the upgrade"
+    assert written[0] > at_upgrade[0] + 10, (at_upgrade, written)
+    assert crictl(kube, "ps", "-q", "--label", "io.kubernetes.pod.name=upgrade-io").strip() == container
+    assert pv_of(kube, "upgrade") in kube.vm.check(["cat", "/proc/mounts"], 10)
+    history = json.loads(kube.helm("history", RELEASE, "-o", "json"))
+    assert [h["status"] for h in history] == ["superseded", "deployed"], history
+    kube.kubectl("-n", NS, "delete", "pod/upgrade-io", "--wait=true", timeout=300)
+
+
 def test_8_everything_deleted_leaves_nothing(kube: KubeCluster) -> None:
-    kube.kubectl("-n", NS, "delete", "jobs", "--all", "--wait=true", timeout=300)
-    kube.kubectl("-n", NS, "delete", "pods", "--all", "--wait=true", timeout=300)
-    kube.kubectl("-n", NS, "delete", "volumesnapshots", "--all", "--wait=true", timeout=300)
-    kube.kubectl("-n", NS, "delete", "pvc", "--all", "--wait=true", timeout=600)
+    delete_workloads(kube)
     wait_for("no PersistentVolume", lambda: gone(kube, "pv"), 600)
     wait_for("no VolumeAttachment", lambda: gone(kube, "volumeattachments"), 600)
     wait_for("no VolumeSnapshotContent", lambda: gone(kube, "volumesnapshotcontents"), 300)
-    subsystems = kube.vm.check(["ls", "/sys/kernel/config/nvmet/subsystems"], 10).split()
-    assert not subsystems, f"subsystems left: {subsystems}"
-    controllers = kube.vm.run(["ls", "/sys/class/nvme"], 10).out.split()
-    assert not controllers, f"controllers left: {controllers}"
-    mounts = [
-        ln
-        for ln in kube.vm.check(["cat", "/proc/mounts"], 10).splitlines()
-        if "kubernetes.io~csi" in ln or "/plugins/kubernetes.io/csi" in ln
-    ]
-    assert not mounts, mounts
-    records = kube.vm.sh("ls /var/lib/nvmeof-csi/staging/ 2>/dev/null | grep '[.]json$'; true", 30).out.split()
-    assert not records, f"staging records left: {records}"
-    pool = kube.vm.sh(
-        "ls /srv/nvmeof-pool/volumes /srv/nvmeof-pool/snapshots 2>/dev/null | grep -v ':$'; true", 30
-    ).out.split()
-    assert not pool, f"backing files left: {pool}"
+    assert not node_leftovers(kube)
     assert crictl(kube, "ps", "-q", "--label", f"io.kubernetes.pod.namespace={NS}").strip() == ""
+
+
+def test_9_helm_uninstall_leaves_nothing(kube: KubeCluster) -> None:
+    """After the claims are gone, ``helm uninstall`` leaves no object of the release, no CSINode entry, no
+    driver container, and nothing of the driver's on the node."""
+    delete_workloads(kube)
+    wait_for("no PersistentVolume", lambda: gone(kube, "pv"), 600)
+    assert release_leftovers(kube), "the release is not installed: nothing to uninstall"
+    t0 = time.monotonic()
+    print(kube.helm("uninstall", RELEASE, "--wait", "--timeout=300s", timeout=360))
+    wait_for("nothing of the release left", lambda: not release_leftovers(kube) or None, 300, 3)
+    print(f"uninstall: nothing of the release left {time.monotonic() - t0:.0f}s after helm uninstall began")
+    assert not node_leftovers(kube)

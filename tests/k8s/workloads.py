@@ -1,10 +1,11 @@
-"""What the Kubernetes scenarios apply: the StorageClasses, VolumeAttributesClasses, claims, Jobs and pods, with the
-shell each pod runs (``workloads()`` is applied in one go by the ``started`` fixture)."""
+"""What the Kubernetes scenarios apply: claims, Jobs and pods, with the shell each pod runs (``workloads()`` is
+applied in one go by the ``started`` fixture). The classes they use come with the driver's Helm release
+(``deploy/helm/nvmeof-csi/ci/lab-values.yaml``: StorageClasses ``lab-tcp`` and ``lab-nowhere``,
+VolumeAttributesClasses ``lab-slow`` and ``lab-fast``, VolumeSnapshotClass ``lab-snap``)."""
 
 from __future__ import annotations
 
-from lab.kube.cluster import DRIVER, FABRIC
-from tests.support.kube import NS, job, pod, pvc, storage_class
+from tests.support.kube import NS, job, pod, pvc
 
 SC = "lab-tcp"
 TOPOLOGY_KEY = "topology.csi.nvmeof.io/fabric"
@@ -12,7 +13,7 @@ WRITE = (
     "set -e; dd if=/dev/urandom of=/data/blob bs=1M count=32 2>/dev/null; sync; "
     "sha256sum /data/blob | cut -d' ' -f1 > /dev/termination-log"
 )
-SLOW, FAST = 40, 120  # read IOPS limits of the two VolumeAttributesClasses (the lab's raw 4k QD1 rate is higher)
+SLOW, FAST = 40, 120  # read IOPS limits of lab-slow and lab-fast (lab-values.yaml; the lab's raw 4k QD1 rate is higher)
 READ = "set -e; sha256sum /data/blob | cut -d' ' -f1 > /dev/termination-log"
 RAW_IO = (
     "set -e; dd if=/dev/urandom of=/tmp/in bs=1M count=8 2>/dev/null; "
@@ -33,7 +34,7 @@ READS = (
 
 
 def workloads() -> list[dict[str, object]]:
-    """Every StorageClass, VolumeAttributesClass, claim, Job and pod the scenarios use, in one list."""
+    """Every claim, Job and pod the scenarios use, in one list."""
     tuned = pvc("tuned", SC)
     tuned["spec"]["volumeAttributesClassName"] = "lab-slow"
     raw_io = {
@@ -43,18 +44,6 @@ def workloads() -> list[dict[str, object]]:
         "spec": {"backoffLimit": 0, "template": {"spec": {**pod("x", "raw", RAW_IO, block=True)["spec"]}}},
     }
     return [
-        storage_class(SC, [FABRIC]),
-        storage_class("lab-nowhere", ["rack-9"]),
-        *(
-            {
-                "apiVersion": "storage.k8s.io/v1",
-                "kind": "VolumeAttributesClass",
-                "metadata": {"name": name},
-                "driverName": DRIVER,
-                "parameters": {"readIops": str(riops), "writeIops": "0"},
-            }
-            for name, riops in (("lab-slow", SLOW), ("lab-fast", FAST))
-        ),
         pvc("train-data", SC),
         job("writer", "train-data", WRITE + "; sleep 5"),  # test 2 (and 5)
         pvc("nowhere", "lab-nowhere"),
@@ -67,4 +56,6 @@ def workloads() -> list[dict[str, object]]:
         pod("steady-io", "steady", STEADY),  # test 7
         tuned,
         pod("tuned-io", "tuned", READS),  # test 7b
+        pvc("upgrade", SC),
+        pod("upgrade-io", "upgrade", STEADY),  # test 7c
     ]

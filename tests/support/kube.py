@@ -30,24 +30,6 @@ def wait_for(what: str, check: Callable[[], T | None], timeout: float, interval:
     raise AssertionError(f"{what}: not within {timeout:.0f}s (last: {last!r})")
 
 
-def storage_class(
-    name: str, fabrics: Sequence[str], binding: str = "WaitForFirstConsumer", params: Mapping[str, str] | None = None
-) -> dict[str, Any]:
-    return {
-        "apiVersion": "storage.k8s.io/v1",
-        "kind": "StorageClass",
-        "metadata": {"name": name},
-        "provisioner": "csi.nvmeof.io",
-        "volumeBindingMode": binding,
-        "allowVolumeExpansion": True,
-        "reclaimPolicy": "Delete",
-        "parameters": {"transport": "tcp", "csi.storage.k8s.io/fstype": "ext4", **(params or {})},
-        "allowedTopologies": [
-            {"matchLabelExpressions": [{"key": "topology.csi.nvmeof.io/fabric", "values": list(fabrics)}]}
-        ],
-    }
-
-
 def pvc(
     name: str, sc: str, size: str = "1Gi", block: bool = False, source: Mapping[str, str] | None = None
 ) -> dict[str, Any]:

@@ -1,0 +1,80 @@
+"""What the Kubernetes tier's install, upgrade and uninstall scenarios read: the driver's pods, a steady writer's
+progress, and everything of the driver left on the node (nvmet subsystems, NVMe controllers, CSI mounts, staging
+records, backing files) or in the API server once the release is gone."""
+
+from __future__ import annotations
+
+from lab.kube.cluster import DRIVER, NAMESPACE, NODE, KubeCluster
+from tests.support.kube import NS, container_exec, crictl
+
+PART_OF = "app.kubernetes.io/part-of=nvmeof-csi"
+#: what the chart makes, by kind: namespaced in the release's namespace, then cluster-scoped
+NAMESPACED = (
+    "pods,deployments,daemonsets,replicasets,controllerrevisions,services,configmaps,serviceaccounts,roles,"
+    "rolebindings,networkpolicies"
+)
+CLUSTER = "csidrivers,clusterroles,clusterrolebindings,storageclasses,volumeattributesclasses,volumesnapshotclasses"
+
+
+def driver_pods(kube: KubeCluster) -> dict[str, dict[str, str]]:
+    """Pod name -> {container name: image} of every pod of the release (terminating ones included)."""
+    pods = kube.cp.get("pods", "-n", NAMESPACE, "-l", PART_OF)["items"]
+    return {p["metadata"]["name"]: {c["name"]: c["image"] for c in p["spec"]["containers"]} for p in pods}
+
+
+def progress(kube: KubeCluster, pod: str) -> tuple[int, int]:
+    """(writes done, writes failed) of a pod running ``workloads.STEADY``."""
+    i, e = container_exec(kube, pod, ["cat", "/data/progress"]).split()
+    return int(i), int(e)
+
+
+def delete_workloads(kube: KubeCluster) -> None:
+    """Every Job, pod, snapshot and claim of the scenarios, waited for (idempotent)."""
+    kube.kubectl("-n", NS, "delete", "jobs", "--all", "--wait=true", timeout=300)
+    kube.kubectl("-n", NS, "delete", "pods", "--all", "--wait=true", timeout=300)
+    kube.kubectl("-n", NS, "delete", "volumesnapshots", "--all", "--wait=true", timeout=300)
+    kube.kubectl("-n", NS, "delete", "pvc", "--all", "--wait=true", timeout=600)
+
+
+def node_leftovers(kube: KubeCluster) -> list[str]:
+    """What of the driver's work is still on the node: one line per kind found (empty: nothing)."""
+    found = []
+    subsystems = kube.vm.check(["ls", "/sys/kernel/config/nvmet/subsystems"], 10).split()
+    controllers = kube.vm.run(["ls", "/sys/class/nvme"], 10).out.split()
+    mounts = [
+        ln
+        for ln in kube.vm.check(["cat", "/proc/mounts"], 10).splitlines()
+        if "kubernetes.io~csi" in ln or "/plugins/kubernetes.io/csi" in ln
+    ]
+    records = kube.vm.sh("ls /var/lib/nvmeof-csi/staging/ 2>/dev/null | grep '[.]json$'; true", 30).out.split()
+    pool = kube.vm.sh(
+        "ls /srv/nvmeof-pool/volumes /srv/nvmeof-pool/snapshots 2>/dev/null | grep -v ':$'; true", 30
+    ).out.split()
+    for what, items in (
+        ("nvmet subsystems", subsystems),
+        ("NVMe controllers", controllers),
+        ("CSI mounts", mounts),
+        ("staging records", records),
+        ("backing files", pool),
+    ):
+        if items:
+            found.append(f"{what}: {items}")
+    return found
+
+
+def release_leftovers(kube: KubeCluster) -> list[str]:
+    """What of the release is still in the API server or running on the node (empty: nothing): every object
+    the chart labels, the CSIStorageCapacity objects the provisioner made, the node's CSINode entry of the
+    driver, and the driver's containers."""
+    found = []
+    named = kube.kubectl("get", NAMESPACED, "-n", NAMESPACE, "-l", PART_OF, "-o", "name").split()
+    named += kube.kubectl("get", CLUSTER, "-l", PART_OF, "-o", "name").split()
+    named += kube.kubectl("get", "csistoragecapacities", "-n", NAMESPACE, "-o", "name").split()
+    if named:
+        found.append(f"objects: {named}")
+    drivers = kube.cp.get("csinode", NODE).get("spec", {}).get("drivers") or []
+    if any(d.get("name") == DRIVER for d in drivers):
+        found.append(f"CSINode {NODE} still lists {DRIVER}")
+    if containers := crictl(kube, "ps", "-q", "--label", f"io.kubernetes.pod.namespace={NAMESPACE}").split():
+        found.append(f"containers of namespace {NAMESPACE}: {containers}")
+    return found

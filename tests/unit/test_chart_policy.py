@@ -1,0 +1,92 @@
+"""The chart's listener and NetworkPolicy checks (``deploy/chart_policy.py``, run by the lint tier on every
+rendered value set) catch what they are for: objects made to break each rule are refused, the good ones pass."""
+
+from __future__ import annotations
+
+import copy
+import sys
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "deploy"))
+from chart_policy import host_network_problems, listeners, network_policy_problems
+
+
+def daemonset(args: list[str], env: list[dict[str, Any]], probe_host: str | None = "127.0.0.1") -> dict[str, Any]:
+    http: dict[str, Any] = {"path": "/healthz", "port": "healthz"}
+    if probe_host:
+        http["host"] = probe_host
+    container = {"name": "nvmeof-csi", "args": args, "env": env, "livenessProbe": {"httpGet": http}}
+    return {
+        "kind": "DaemonSet",
+        "metadata": {"name": "nvmeof-csi-node"},
+        "spec": {"template": {"spec": {"hostNetwork": True, "containers": [container]}}},
+    }
+
+
+LOOPBACK_ENV = [{"name": "NVMEOF_CSI_METRICS_HOST", "value": "127.0.0.1"}]
+NODE_IP_ENV = [{"name": "NVMEOF_CSI_METRICS_HOST", "valueFrom": {"fieldRef": {"fieldPath": "status.hostIP"}}}]
+ARGS = ["--metrics-listen=$(NVMEOF_CSI_METRICS_HOST):9810", "--health-listen=127.0.0.1:9809"]
+
+
+def test_loopback_listeners_pass_and_resolve_variables() -> None:
+    ds = daemonset(ARGS, LOOPBACK_ENV)
+    container = ds["spec"]["template"]["spec"]["containers"][0]
+    assert listeners(container) == [("metrics-listen", "127.0.0.1"), ("health-listen", "127.0.0.1")]
+    assert host_network_problems([ds], metrics_on_node_ip=False) == []
+
+
+def test_a_listener_on_every_address_is_refused() -> None:
+    problems = host_network_problems([daemonset(["--health-listen=0.0.0.0:9809", *ARGS[:1]], LOOPBACK_ENV)], False)
+    assert problems and "0.0.0.0" in problems[0]
+
+
+def test_metrics_on_the_node_ip_only_when_the_values_open_them() -> None:
+    ds = daemonset(ARGS, NODE_IP_ENV)
+    assert host_network_problems([ds], metrics_on_node_ip=True) == []
+    assert host_network_problems([ds], metrics_on_node_ip=False)
+    health_on_node_ip = daemonset(
+        ["--health-listen=$(NVMEOF_CSI_METRICS_HOST):9809", "--metrics-listen=127.0.0.1:1"], NODE_IP_ENV
+    )
+    assert host_network_problems([health_on_node_ip], metrics_on_node_ip=True)
+
+
+def test_a_probe_on_the_pod_ip_is_refused() -> None:
+    assert host_network_problems([daemonset(ARGS, LOOPBACK_ENV, probe_host=None)], False)
+
+
+def test_listeners_the_check_cannot_see_are_a_problem() -> None:
+    assert host_network_problems([daemonset([], LOOPBACK_ENV)], False)
+
+
+def deployment(app: str) -> dict[str, Any]:
+    return {
+        "kind": "Deployment",
+        "metadata": {"name": app},
+        "spec": {"template": {"metadata": {"labels": {"app.kubernetes.io/name": app}}, "spec": {"containers": []}}},
+    }
+
+
+def policy(app: str, ingress: list[dict[str, Any]] | None) -> dict[str, Any]:
+    spec: dict[str, Any] = {"podSelector": {"matchLabels": {"app.kubernetes.io/name": app}}, "policyTypes": ["Ingress"]}
+    if ingress is not None:
+        spec["ingress"] = ingress
+    return {"kind": "NetworkPolicy", "metadata": {"name": app}, "spec": spec}
+
+
+def test_network_policies() -> None:
+    good = [
+        deployment("nvmeof-csi-controller"),
+        deployment("snapshot-controller"),
+        policy("nvmeof-csi-controller", [{"ports": [{"port": "metrics", "protocol": "TCP"}]}]),
+        policy("snapshot-controller", None),
+    ]
+    assert network_policy_problems(good) == []
+    missing = [d for d in good if d["metadata"]["name"] != "snapshot-controller" or d["kind"] != "NetworkPolicy"]
+    assert network_policy_problems(missing) == ["snapshot-controller: no ingress NetworkPolicy"]
+    wide = copy.deepcopy(good)
+    wide[2]["spec"]["ingress"] = [{"ports": [{"port": "metrics"}, {"port": 9808}]}]
+    assert network_policy_problems(wide)
+    everything = copy.deepcopy(good)
+    everything[2]["spec"]["ingress"] = [{}]
+    assert network_policy_problems(everything)
