@@ -1,6 +1,8 @@
 """Benchmark: NodeStage + NodePublish through the driver vs. the bare sequence a script would run (nvme
 connect of the same portals, wait for the device, mkfs, mount, bind mount), alternated round by round in one
-lab VM run (TCG: compare the ratio, not the absolute times); then, in the same run (bench/node_guest.py), the
+lab VM run (TCG: compare the ratio, not the absolute times), and the way down the same way: NodeUnpublish +
+NodeUnstage vs umount + nvme disconnect, ControllerUnpublish + DeleteVolume vs the durable raw configfs script
+(bench/stage_guest.py); then, in the same run (bench/node_guest.py), the
 data path through the driver vs the raw namespace (fio), stage latency with 64 and 128 other controllers on
 the node, and the node plugin's RSS and open files over many stage/unstage cycles.
 Writes results/bench-stage.json and results/bench-node.json.
@@ -18,6 +20,7 @@ import time
 from bench.results import growth, in_one_vm, save
 from lab.build import REPO
 from lab.stack import DRIVER_SOCK, GuestDriver, running_stack
+from lab.target import POOL_DIR
 
 
 def parser() -> argparse.ArgumentParser:
@@ -47,7 +50,11 @@ def run(stack: GuestDriver, args: argparse.Namespace) -> None:
         args.rounds, args.fio_seconds, args.fio_rounds, args.scale_rounds, args.cycles = 1, 1, 1, 1, 2
         args.controllers, jobs = [2], ["randread-4k-qd16", "write-128k"]
     started, vm = time.monotonic(), stack.vm
-    out = vm.check([vm.python, "-m", "bench.stage_guest", DRIVER_SOCK, str(args.rounds)], timeout=3600, cwd=str(REPO))
+    out = vm.check(
+        [vm.python, "-m", "bench.stage_guest", DRIVER_SOCK, str(args.rounds), f"{POOL_DIR}-raw"],
+        timeout=3600,
+        cwd=str(REPO),
+    )
     pid = vm.check(["cat", stack.process.pidfile]).strip()
     node_out = vm.check(
         [
@@ -78,6 +85,12 @@ def run(stack: GuestDriver, args: argparse.Namespace) -> None:
     print(
         f"bench stage: NodeStage+NodePublish median {result['csi_median_ms']} ms vs bare connect/mkfs/mount "
         f"{result['bare_median_ms']} ms -> ratio {result['ratio_median']}x ({args.rounds} rounds, {result['accel']})"
+    )
+    print(
+        f"bench stage: NodeUnpublish+NodeUnstage median {result['down_csi_median_ms']} ms vs bare umount/disconnect "
+        f"{result['down_bare_median_ms']} ms -> {result['down_ratio_median']}x; ControllerUnpublish+DeleteVolume "
+        f"{result['ctl_csi_median_ms']} ms vs the durable raw script {result['ctl_raw_median_ms']} ms -> "
+        f"{result['ctl_ratio_median']}x"
     )
     node = json.loads(node_out.strip().splitlines()[-1])
     node.update(facts)

@@ -139,10 +139,12 @@ def _exercise(driver: GuestDriver, report: DemoReport, say: Say, size: int, file
         f"volume {grown['controller_bytes']} B, ext4 {grown['filesystem_bytes']} B",
     )
 
-    with _phase(report, "unpublish, unstage, detach, delete (CSI)", say):
+    with _phase(report, "ANA groups back to optimized (nvmeofctl, twice)", say):
         driver.agent.ctl("ana", "set", "a", "optimized")
         driver.agent.ctl("ana", "set", "b", "optimized")
-        steps = driver.csi({"op": "down", "name": "demo"})
+    with _phase(report, "unpublish, unstage, detach, delete (CSI)", say):
+        steps = driver.csi(*({"op": op, "name": "demo"} for op in ("unpublish", "unstage", "detach", "delete")))
+    _csi_phases(report, steps)
     left = fabric.paths(nqn)
     report.check(
         "nothing left connected or mounted",
