@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from lab.kube.cluster import CHART, DRIVER, FABRIC, LAB_VALUES, NAMESPACE, NEXT_TAG, NODE, RELEASE, KubeCluster
+from lab.kube.cluster import CHART, DRIVER, FABRIC, LAB_VALUES, NEXT_TAG, NODE, RELEASE, KubeCluster
 from tests.k8s.lifecycle import delete_workloads, driver_pods, node_leftovers, progress, release_leftovers
 from tests.k8s.workloads import FAST, READ, SC, SLOW, TOPOLOGY_KEY, workloads
 from tests.support.kube import (
@@ -175,34 +175,6 @@ def test_6_block_volume_write_and_read_back(started: KubeCluster) -> None:
     assert a == b and len(a) == 64
 
 
-def test_7_node_plugin_restart_under_io(started: KubeCluster) -> None:
-    kube = started
-    wait_for("pod steady-io Running", lambda: phase(kube, "pod", "steady-io") == "Running", 900)
-    wait_for("I/O under way", lambda: progress(kube, "steady-io")[0] > 5, 120)
-    old = kube.cp.get("pods", "-n", NAMESPACE, "-l", "app.kubernetes.io/name=nvmeof-csi-node")["items"]
-    assert len(old) == 1
-    old_name = old[0]["metadata"]["name"]
-    kube.kubectl("-n", NAMESPACE, "delete", "pod", old_name, "--wait=true", timeout=300)
-    at_delete = progress(kube, "steady-io")
-
-    def new_ready() -> str | None:
-        for p in kube.cp.get("pods", "-n", NAMESPACE, "-l", "app.kubernetes.io/name=nvmeof-csi-node")["items"]:
-            conds = {c["type"]: c["status"] for c in p["status"].get("conditions", [])}
-            if p["metadata"]["name"] != old_name and conds.get("Ready") == "True":
-                return str(p["metadata"]["name"])
-        return None
-
-    new = wait_for("the DaemonSet's new node plugin Ready", new_ready, 600)
-    time.sleep(15)
-    after = progress(kube, "steady-io")
-    print(f"node plugin {old_name} -> {new}; progress at delete {at_delete}, after {after}")
-    assert after[0] > at_delete[0] + 10, (at_delete, after)
-    assert after[1] == 0, f"{after[1]} failed writes in the workload"
-    kube.kubectl("-n", NS, "delete", "pod/steady-io", "--wait=true", timeout=300)
-    mounts = kube.vm.check(["cat", "/proc/mounts"], 10)
-    assert "steady" not in mounts and pv_of(kube, "steady") not in mounts
-
-
 def test_7b_attributes_class_change_moves_the_running_pods_iops(started: KubeCluster) -> None:
     """The QoS issue's Kubernetes scenario: a VolumeAttributesClass change on a bound PVC reaches
     ControllerModifyVolume through the real external-resizer; the running pod's io.max and its measured read
@@ -269,15 +241,16 @@ def pv_of(kube: KubeCluster, claim: str) -> str:
     return str(kube.cp.get("pvc", "-n", NS, claim)["spec"]["volumeName"])
 
 
-def test_7c_helm_upgrade_under_io(started: KubeCluster) -> None:
-    """``helm upgrade`` to a new driver image tag with changed values while a pod writes with fsync: every pod
-    of the release is replaced, the writer sees no I/O error and keeps going, its container and mount stay."""
+def test_7_helm_upgrade_under_io(started: KubeCluster) -> None:
+    """``helm upgrade`` to a new driver image tag with changed values while a pod writes with fsync: every pod of
+    the release (node plugin, agent, controller, snapshot-controller) is replaced, the writer sees no I/O error
+    and keeps going, its container and its mount stay; once the pod is deleted its mount is gone."""
     kube = started
-    wait_for("pod upgrade-io Running", lambda: phase(kube, "pod", "upgrade-io") == "Running", 900)
-    wait_for("I/O under way", lambda: progress(kube, "upgrade-io")[0] > 5, 120)
+    wait_for("pod steady-io Running", lambda: phase(kube, "pod", "steady-io") == "Running", 900)
+    wait_for("I/O under way", lambda: progress(kube, "steady-io")[0] > 5, 120)
     before = driver_pods(kube)
-    container = crictl(kube, "ps", "-q", "--label", "io.kubernetes.pod.name=upgrade-io").strip()
-    at_upgrade, t0 = progress(kube, "upgrade-io"), time.monotonic()
+    container = crictl(kube, "ps", "-q", "--label", "io.kubernetes.pod.name=steady-io").strip()
+    at_upgrade, t0 = progress(kube, "steady-io"), time.monotonic()
     kube.helm(
         "upgrade", RELEASE, str(CHART), "--values", str(LAB_VALUES), "--set", f"images.driver.tag={NEXT_TAG}",
         "--set", "controller.timeout=90s", "--set", "snapshotController.resources.limits.memory=320Mi",
@@ -291,18 +264,20 @@ def test_7c_helm_upgrade_under_io(started: KubeCluster) -> None:
     after = wait_for("every pod of the release replaced", replaced, 600)
     rolled = time.monotonic() - t0
     time.sleep(10)
-    written = progress(kube, "upgrade-io")
-    print(f"upgrade: {len(before)} pods replaced by {sorted(after)} in {rolled:.0f}s; writes {at_upgrade} -> {written}")
+    written = progress(kube, "steady-io")
+    print(f"upgrade: {sorted(before)} -> {sorted(after)} in {rolled:.0f}s; writes {at_upgrade} -> {written}")
     assert len(after) == len(before), (before, after)
     images = {image for containers in after.values() for image in containers.values() if "nvmeof-csi:" in image}
     assert images == {f"localhost/nvmeof-csi:{NEXT_TAG}"}, images
     assert written[1] == 0, f"{written[1]} failed writes in the workload during the upgrade"
     assert written[0] > at_upgrade[0] + 10, (at_upgrade, written)
-    assert crictl(kube, "ps", "-q", "--label", "io.kubernetes.pod.name=upgrade-io").strip() == container
-    assert pv_of(kube, "upgrade") in kube.vm.check(["cat", "/proc/mounts"], 10)
+    assert crictl(kube, "ps", "-q", "--label", "io.kubernetes.pod.name=steady-io").strip() == container
+    assert pv_of(kube, "steady") in kube.vm.check(["cat", "/proc/mounts"], 10)
     history = json.loads(kube.helm("history", RELEASE, "-o", "json"))
     assert [h["status"] for h in history] == ["superseded", "deployed"], history
-    kube.kubectl("-n", NS, "delete", "pod/upgrade-io", "--wait=true", timeout=300)
+    kube.kubectl("-n", NS, "delete", "pod/steady-io", "--wait=true", timeout=300)
+    mounts = kube.vm.check(["cat", "/proc/mounts"], 10)
+    assert "steady" not in mounts and pv_of(kube, "steady") not in mounts
 
 
 def test_8_everything_deleted_leaves_nothing(kube: KubeCluster) -> None:

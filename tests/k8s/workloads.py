@@ -53,9 +53,7 @@ def workloads() -> list[dict[str, object]]:
         pvc("raw", SC, block=True),
         raw_io,  # test 6
         pvc("steady", SC),
-        pod("steady-io", "steady", STEADY),  # test 7
+        pod("steady-io", "steady", STEADY),  # test 7 (helm upgrade under I/O)
         tuned,
         pod("tuned-io", "tuned", READS),  # test 7b
-        pvc("upgrade", SC),
-        pod("upgrade-io", "upgrade", STEADY),  # test 7c
     ]
