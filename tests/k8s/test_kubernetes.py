@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from lab.kube.cluster import CHART, DRIVER, FABRIC, LAB_VALUES, NEXT_TAG, NODE, RELEASE, KubeCluster
+from lab.kube.cluster import CHART, DRIVER, FABRIC, LAB_VALUES, NAMESPACE, NEXT_TAG, NODE, RELEASE, KubeCluster
 from tests.k8s.lifecycle import delete_workloads, driver_pods, node_leftovers, progress, release_leftovers
 from tests.k8s.workloads import FAST, READ, SC, SLOW, TOPOLOGY_KEY, workloads
 from tests.support.kube import (
@@ -300,3 +300,4 @@ def test_9_helm_uninstall_leaves_nothing(kube: KubeCluster) -> None:
     wait_for("nothing of the release left", lambda: not release_leftovers(kube) or None, 300, 3)
     print(f"uninstall: nothing of the release left {time.monotonic() - t0:.0f}s after helm uninstall began")
     assert not node_leftovers(kube)
+    kube.kubectl("delete", "namespace", NAMESPACE, "--wait=true", timeout=300)  # the Secrets and leases
