@@ -1,5 +1,6 @@
-"""The report's lines on how costs grow with the fleet (``bench/scale_agent.py``, ``bench/scale_controller.py``):
-each level's numbers as measured, so the curves can be read as figures too.
+"""The report's lines on how costs grow with the fleet (``bench/scale_agent.py``, ``bench/scale_controller.py``,
+``bench/scale_node.py``, ``bench/k8s_pvcs.py``): each level's numbers as measured, so the curves can be read as
+figures too.
 
 Contract: a pure function of the result documents; a document missing or lacking a field adds no line.
 """
@@ -52,4 +53,14 @@ def scale_notes(docs: Mapping[str, Doc]) -> list[str]:
             for r in nodes["levels"]
         )
         out.append(f"- node with N volumes published (loop backend, medians): {levels}.")
+    with contextlib.suppress(KeyError, TypeError, IndexError):
+        pvcs = docs["k8s-pvcs"]
+        passes = "; ".join(
+            f"{r['pass']}: all Bound in {r['all_bound_s']} s ({r['creates_per_s']} creates/s), all deleted in "
+            f"{r['all_deleted_s']} s; our controller busy {r['controller_create_s']} s in "
+            f"{r['controller_create_calls']} CreateVolume calls ({r['controller_share']} of the wall time); the "
+            f"provisioner waited {r['throttled_waits']} times ({r['throttled_s']} s) on its API rate limiter"
+            for r in pvcs["passes"]
+        )
+        out.append(f"- {pvcs['count']} PVCs at once through the real external-provisioner (Kubernetes tier): {passes}.")
     return out

@@ -8,8 +8,9 @@ benchmark that fails is reported and the next one still runs; the exit code is 1
 
 ``--smoke`` (CI's bench tier) runs every benchmark's code path once at its smallest sizes: it proves the
 benchmarks still work, and the report it leads to says "smoke: not a measurement". The performance goals are
-judged on the full suite (``./dev bench``, no flag). ``across`` is left out of ``--smoke`` unless named with
-``--only``: CI runs its smoke in the cluster tier, on the cluster that tier has booted anyway.
+judged on the full suite (``./dev bench``, no flag). ``across`` and ``k8s-pvcs`` (many claims at once through
+the real external-provisioner, on the lab Kubernetes cluster) are left out of ``--smoke`` unless named with
+``--only``: CI runs their smoke in the cluster and k8s tiers, on the clusters those tiers have booted anyway.
 
 usage: python -m bench.suite [--quick | --smoke] [--only NAME ...]
 """
@@ -23,7 +24,7 @@ import traceback
 from collections.abc import Callable
 from functools import partial
 
-from bench import across, dataset, pathloss, provision, qos, scale_agent, scale_controller, scale_node, stage
+from bench import across, dataset, k8s_pvcs, pathloss, provision, qos, scale_agent, scale_controller, scale_node, stage
 from bench.results import in_one_vm
 from lab import Fabric, GuestError, LabError, LabVM
 from lab.cluster import LabCluster
@@ -41,7 +42,9 @@ ON_HOST: dict[str, tuple[Callable[[], argparse.ArgumentParser], Callable[[argpar
     "scale-controller": (scale_controller.parser, scale_controller.run_and_report),
     "scale-node": (scale_node.parser, scale_node.run_and_report),
 }
-NAMES = ("provision", *ON_STACK, "dataset", *ON_HOST, "across")
+NAMES = ("provision", *ON_STACK, "dataset", *ON_HOST, "across", "k8s-pvcs")
+#: run on a cluster of their own, left out of --smoke: CI runs their smoke in the tier that boots that cluster
+OWN_CLUSTER = ("across", "k8s-pvcs")
 
 
 def attempt(name: str, step: Callable[[], None], failed: list[str]) -> None:
@@ -133,10 +136,10 @@ def main() -> None:
     ap.add_argument("--only", nargs="+", choices=NAMES, help="run these benchmarks only")
     args = ap.parse_args()
     if args.only is None:
-        args.only = [n for n in NAMES if not (args.smoke and n == "across")]
+        args.only = [n for n in NAMES if not (args.smoke and n in OWN_CLUSTER)]
     flags = ["--quick"] if args.quick else (["--smoke"] if args.smoke else [])
     failed: list[str] = []
-    in_vm = [n for n in NAMES if n in args.only and n not in ("dataset", "across", *ON_HOST)]
+    in_vm = [n for n in NAMES if n in args.only and n not in ("dataset", *OWN_CLUSTER, *ON_HOST)]
     if in_vm:
         in_lab_vm(in_vm, flags, failed)
     if "dataset" in args.only:
@@ -146,6 +149,10 @@ def main() -> None:
             attempt(name, partial(host_run, make_parser().parse_args(["--smoke"] if args.smoke else [])), failed)
     if "across" in args.only:
         attempt("across", partial(in_cluster, across.parser().parse_args(flags)), failed)
+    if "k8s-pvcs" in args.only:
+        attempt(
+            "k8s-pvcs", partial(k8s_pvcs.run, k8s_pvcs.parser().parse_args(["--smoke"] if args.smoke else [])), failed
+        )
     if failed:
         print(f"bench suite: FAILED {' '.join(failed)}", file=sys.stderr)
         raise SystemExit(1)

@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
+from bench import k8s_pvcs
 from lab.kube.cluster import CHART, DRIVER, FABRIC, LAB_VALUES, NAMESPACE, NEXT_TAG, NODE, RELEASE, KubeCluster
 from tests.k8s.lifecycle import delete_workloads, driver_pods, node_leftovers, progress, release_leftovers
 from tests.k8s.workloads import FAST, READ, SC, SLOW, TOPOLOGY_KEY, workloads
@@ -173,6 +174,15 @@ def test_5_snapshot_then_a_volume_from_it(started: KubeCluster, written: str) ->
 def test_6_block_volume_write_and_read_back(started: KubeCluster) -> None:
     a, b = termination_message(wait_job(started, "raw-io")).split()
     assert a == b and len(a) == 64
+
+
+def test_6b_claims_at_once_benchmark_smoke(started: KubeCluster, report: Callable[[str, str], None]) -> None:
+    """``bench/k8s_pvcs.py`` in its smoke mode on this cluster: 10 claims of an Immediate class at once, all Bound
+    through the real external-provisioner, all deleted; its numbers go to the bench tier's report."""
+    doc = k8s_pvcs.run_on(started, k8s_pvcs.parser().parse_args(["--smoke"]))
+    row = doc["passes"][0]
+    report("bench k8s-pvcs (smoke)", str(row))
+    assert row["count"] == 10 and row["controller_create_calls"] >= 10, row
 
 
 def test_7b_attributes_class_change_moves_the_running_pods_iops(started: KubeCluster) -> None:
