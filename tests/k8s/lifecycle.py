@@ -23,7 +23,8 @@ def driver_pods(kube: KubeCluster) -> dict[str, dict[str, str]]:
 
 
 def progress(kube: KubeCluster, pod: str) -> tuple[int, int]:
-    """(writes done, writes failed) of a pod running ``workloads.STEADY``."""
+    """(writes done, writes failed) of a pod running ``workloads.STEADY`` (which renames its progress file into
+    place: a read never sees it half written)."""
     i, e = container_exec(kube, pod, ["cat", "/data/progress"]).split()
     return int(i), int(e)
 

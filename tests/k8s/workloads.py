@@ -25,7 +25,7 @@ RAW_IO = (
 STEADY = (
     "i=0; e=0; while true; do i=$((i+1)); "
     "if dd if=/dev/urandom of=/data/f.$((i % 4)) bs=64k count=4 conv=fsync 2>/dev/null; then :; "
-    'else e=$((e+1)); fi; echo "$i $e" > /data/progress; sleep 0.2; done'
+    'else e=$((e+1)); fi; echo "$i $e" > /data/progress.new; mv /data/progress.new /data/progress; sleep 0.2; done'
 )
 READS = (
     "dd if=/dev/urandom of=/data/f bs=1M count=16 2>/dev/null; sync; "
