@@ -251,7 +251,7 @@ def pv_of(kube: KubeCluster, claim: str) -> str:
     return str(kube.cp.get("pvc", "-n", NS, claim)["spec"]["volumeName"])
 
 
-def test_7_helm_upgrade_under_io(started: KubeCluster) -> None:
+def test_7_helm_upgrade_under_io(started: KubeCluster, report: Callable[[str, str], None]) -> None:
     """``helm upgrade`` to a new driver image tag with changed values while a pod writes with fsync: every pod of
     the release (node plugin, agent, controller, snapshot-controller) is replaced, the writer sees no I/O error
     and keeps going, its container and its mount stay; once the pod is deleted its mount is gone."""
@@ -275,7 +275,10 @@ def test_7_helm_upgrade_under_io(started: KubeCluster) -> None:
     rolled = time.monotonic() - t0
     time.sleep(10)
     written = progress(kube, "steady-io")
-    print(f"upgrade: {sorted(before)} -> {sorted(after)} in {rolled:.0f}s; writes {at_upgrade} -> {written}")
+    report(
+        "helm upgrade under I/O",
+        f"{len(after)} pods replaced in {rolled:.0f}s; (writes, errors) {at_upgrade} -> {written}",
+    )
     assert len(after) == len(before), (before, after)
     images = {image for containers in after.values() for image in containers.values() if "nvmeof-csi:" in image}
     assert images == {f"localhost/nvmeof-csi:{NEXT_TAG}"}, images
@@ -299,7 +302,7 @@ def test_8_everything_deleted_leaves_nothing(kube: KubeCluster) -> None:
     assert crictl(kube, "ps", "-q", "--label", f"io.kubernetes.pod.namespace={NS}").strip() == ""
 
 
-def test_9_helm_uninstall_leaves_nothing(kube: KubeCluster) -> None:
+def test_9_helm_uninstall_leaves_nothing(kube: KubeCluster, report: Callable[[str, str], None]) -> None:
     """After the claims are gone, ``helm uninstall`` leaves no object of the release, no CSINode entry, no
     driver container, and nothing of the driver's on the node."""
     delete_workloads(kube)
@@ -308,6 +311,6 @@ def test_9_helm_uninstall_leaves_nothing(kube: KubeCluster) -> None:
     t0 = time.monotonic()
     print(kube.helm("uninstall", RELEASE, "--wait", "--timeout=300s", timeout=360))
     wait_for("nothing of the release left", lambda: not release_leftovers(kube) or None, 300, 3)
-    print(f"uninstall: nothing of the release left {time.monotonic() - t0:.0f}s after helm uninstall began")
+    report("helm uninstall", f"nothing of the release left {time.monotonic() - t0:.0f}s after it began")
     assert not node_leftovers(kube)
     kube.kubectl("delete", "namespace", NAMESPACE, "--wait=true", timeout=300)  # the Secrets and leases
