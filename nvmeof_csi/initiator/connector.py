@@ -253,14 +253,15 @@ class NvmeofConnector:
             log.info("volume %s: subsystem %s still used by another staged volume; kept", ref.uuid, nqn)
             return
         sub = self._sysfs.subsystem(nqn)
-        for ctrl in sub.controllers if sub else ():
-            try:
-                self._exec.run(["nvme", "disconnect", "-d", ctrl.name], timeout=CONNECT_TIMEOUT)
-            except CommandError:
-                still = self._sysfs.subsystem(nqn)
-                if still is not None and any(c.name == ctrl.name for c in still.controllers):
-                    raise
-                log.info("controller %s was already gone", ctrl.name)
+        if sub is None or not sub.controllers:
+            return
+        try:  # every path in one call (one process, not one per path: the way down is timed against this)
+            self._exec.run(["nvme", "disconnect", "-n", nqn], timeout=CONNECT_TIMEOUT)
+        except CommandError:
+            still = self._sysfs.subsystem(nqn)
+            if still is not None and still.controllers:
+                raise
+            log.info("subsystem %s: its controllers were already gone", nqn)
 
     def refresh_size(self, ref: VolumeRef, context: Mapping[str, str], device: str) -> int:
         ctx = _context(ref, context)

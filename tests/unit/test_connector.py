@@ -61,8 +61,9 @@ class FakeNvme:
     ) -> Result:
         argv = list(argv)
         self.argvs.append(argv)
-        if argv[:2] == ["nvme", "disconnect"]:
-            self._remove(argv[-1])
+        if argv[:2] == ["nvme", "disconnect"]:  # -d CTRL, or -n NQN: every controller of that subsystem
+            for name in [argv[-1]] if argv[2] == "-d" else self._controllers_of(argv[-1]):
+                self._remove(name)
             return Result(0, "", "")
         raise AssertionError(argv)
 
@@ -111,6 +112,14 @@ class FakeNvme:
         path.mkdir(parents=True)
         (path / "ana_state").write_text("optimized\n")
         return f"nvme{c}"
+
+    def _controllers_of(self, nqn: str) -> list[str]:
+        subs = [
+            s
+            for s in (self.root / "class" / "nvme-subsystem").iterdir()
+            if (s / "subsysnqn").read_text().strip() == nqn
+        ]
+        return sorted(p.name for s in subs for p in s.iterdir() if p.name.startswith("nvme") and p.name[4:].isdigit())
 
     def _remove(self, ctrl: str) -> None:
         for sub in (self.root / "class" / "nvme-subsystem").iterdir():
@@ -210,7 +219,7 @@ def test_disconnect_only_our_whole_nqn_and_only_when_unused(tmp_path: Path) -> N
     assert conn.find_device(VOL, ctx(VOL)) is None
     assert conn.find_device(OTHER, ctx(OTHER)) == "/dev/nvme1n1"
     conn.disconnect(VOL, ctx(VOL), frozenset())  # absent is fine
-    assert [a[-1] for a in fake.argvs if a[1] == "disconnect"] == ["nvme0", "nvme1"]
+    assert [a[2:] for a in fake.argvs if a[1] == "disconnect"] == [["-n", ctx(VOL)["nqn"]]]  # both paths, one call
 
 
 def test_missing_namespace_times_out_after_a_rescan(tmp_path: Path) -> None:
