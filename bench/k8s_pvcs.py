@@ -91,9 +91,16 @@ def _until(what: str, check: Any, timeout: float) -> float:
 
 
 def _controller_create_seconds(kube: KubeCluster) -> tuple[float, int]:
-    """(seconds, calls) of CreateVolume in our controller so far, from its /metrics read on the node."""
-    pod = kube.cp.get("pods", "-n", NAMESPACE, "-l", "app.kubernetes.io/name=nvmeof-csi-controller")["items"][0]
-    url = f"http://{pod['status']['podIP']}:9810/metrics"
+    """(seconds, calls) of CreateVolume in our controller so far, from its /metrics read on the node (the Ready
+    pod: one of a rollout that is still terminating is not asked)."""
+    pods = kube.cp.get("pods", "-n", NAMESPACE, "-l", "app.kubernetes.io/name=nvmeof-csi-controller")["items"]
+    ready = [
+        p
+        for p in pods
+        if not p["metadata"].get("deletionTimestamp")
+        and any(c["type"] == "Ready" and c["status"] == "True" for c in p["status"].get("conditions", []))
+    ]
+    url = f"http://{ready[0]['status']['podIP']}:9810/metrics"
     text = kube.vm.check(
         [kube.vm.python, "-c", f"import urllib.request as u; print(u.urlopen({url!r}).read().decode())"]
     )
