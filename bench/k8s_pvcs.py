@@ -90,9 +90,8 @@ def _until(what: str, check: Any, timeout: float) -> float:
     raise TimeoutError(f"{what}: not within {timeout:.0f} s")
 
 
-def _controller_create_seconds(kube: KubeCluster) -> tuple[float, int]:
-    """(seconds, calls) of CreateVolume in our controller so far, from its /metrics read on the node (the Ready
-    pod: one of a rollout that is still terminating is not asked)."""
+def _controller_pod(kube: KubeCluster) -> dict[str, Any]:
+    """The Ready controller pod (one of a rollout that is still terminating is not asked)."""
     pods = kube.cp.get("pods", "-n", NAMESPACE, "-l", "app.kubernetes.io/name=nvmeof-csi-controller")["items"]
     ready = [
         p
@@ -100,7 +99,12 @@ def _controller_create_seconds(kube: KubeCluster) -> tuple[float, int]:
         if not p["metadata"].get("deletionTimestamp")
         and any(c["type"] == "Ready" and c["status"] == "True" for c in p["status"].get("conditions", []))
     ]
-    url = f"http://{ready[0]['status']['podIP']}:9810/metrics"
+    return dict(ready[0])
+
+
+def _controller_create_seconds(kube: KubeCluster) -> tuple[float, int]:
+    """(seconds, calls) of CreateVolume in our controller so far, from its /metrics read on the node."""
+    url = f"http://{_controller_pod(kube)['status']['podIP']}:9810/metrics"
     text = kube.vm.check(
         [kube.vm.python, "-c", f"import urllib.request as u; print(u.urlopen({url!r}).read().decode())"]
     )
@@ -114,8 +118,10 @@ def _controller_create_seconds(kube: KubeCluster) -> tuple[float, int]:
 
 
 def _throttled(kube: KubeCluster) -> tuple[int, float]:
-    """(waits, seconds) of client-side throttling in the provisioner's log so far (all its container logs)."""
-    log = kube.vm.sh(f"cat /var/log/pods/{NAMESPACE}_nvmeof-csi-controller-*/csi-provisioner/*.log 2>/dev/null", 60).out
+    """(waits, seconds) of client-side throttling in the Ready controller pod's provisioner log so far."""
+    meta = _controller_pod(kube)["metadata"]
+    folder = f"/var/log/pods/{NAMESPACE}_{meta['name']}_{meta['uid']}/csi-provisioner"
+    log = kube.vm.sh(f"cat {folder}/*.log 2>/dev/null", 60).out
     waits = THROTTLED.findall(log)
     return len(waits), sum(float(v) / (1000 if unit == "ms" else 1) for v, unit in waits)
 
