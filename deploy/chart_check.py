@@ -4,7 +4,8 @@
 - each file of ``deploy/helm/bad-values`` (one mistake each) refused by the chart's ``values.schema.json``;
 - the fabric map and the agents' client policy the chart renders parsed by the driver's own parsers (what the
   controller and the agent would do at start-up), for every value set that names agents;
-- the listeners and NetworkPolicies of every value set (:mod:`chart_policy`);
+- the listeners and NetworkPolicies of every value set (:mod:`chart_policy`), and extra arguments made of shell
+  syntax rendered as whole arguments, never into a script;
 - the sidecar image tags of ``values.yaml`` equal to the pins in ``versions.env`` (what the lab builds).
 
 Contract: :func:`check_chart` prints one line per check and returns the problems found (empty: all passed);
@@ -14,12 +15,13 @@ Contract: :func:`check_chart` prints one line per check and returns the problems
 from __future__ import annotations
 
 import subprocess
+import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import yaml
-from chart_policy import host_network_problems, network_policy_problems
+from chart_policy import EXTRA_ARGS_VALUES, HOSTILE_ARGS, host_network_problems, network_policy_problems, shell_problems
 
 from nvmeof_csi.agent.authz import parse_policy
 from nvmeof_csi.errors import ConfigError
@@ -123,6 +125,10 @@ def check_chart(helm: str, pins: Mapping[str, str]) -> list[str]:
         on_node_ip = bool(values and (yaml.safe_load(values.read_text()).get("metrics") or {}).get("onNodeIP"))
         record(f"hostNetwork listeners on loopback [{name}]", host_network_problems(docs, on_node_ip))
         record(f"NetworkPolicies of pod-network pods [{name}]", network_policy_problems(docs))
+    with tempfile.TemporaryDirectory() as tmp:
+        hostile = Path(tmp) / "hostile-values.yaml"
+        hostile.write_text(yaml.safe_dump({key: {"extraArgs": list(HOSTILE_ARGS)} for key in EXTRA_ARGS_VALUES}))
+        record("extra arguments stay arguments, never shell", shell_problems(render(helm, hostile)))
     bad = sorted(BAD_VALUES.glob("*.yaml"))
     if not bad:
         record("known-bad value sets", [f"no file in {BAD_VALUES}"])

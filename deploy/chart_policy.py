@@ -4,7 +4,9 @@
   any other address is open to every network the node is on), unless the value set opens /metrics on the
   node's IP (``metrics.onNodeIP``), and then only /metrics; its HTTP probes knock on loopback;
 - the pods on the pod network (controller, snapshot-controller) have an ingress NetworkPolicy that opens
-  nothing but the controller's ``metrics`` port, whenever the policies are rendered.
+  nothing but the controller's ``metrics`` port, whenever the policies are rendered;
+- a value never becomes shell: a container that runs ``sh -c`` has a script of fixed text, and a value set's
+  extra arguments (:data:`HOSTILE_ARGS`) reach each of our workloads as whole arguments of their own.
 
 Contract: each function takes rendered objects and returns problems, one line each (empty: none). Pure: no
 I/O, so the unit tier checks the checks themselves with objects made to break them.
@@ -20,12 +22,19 @@ LISTEN = re.compile(r"--(metrics-listen|health-listen|http-endpoint)[= ]\"?([^\s
 WORKLOADS = ("DaemonSet", "Deployment")
 LOOPBACK = "127.0.0.1"
 NODE_IP_ENV = "status.hostIP"  # the downward-API field an env var takes the node's IP from
+#: extra arguments that would run commands if a template pasted them into a shell script
+HOSTILE_ARGS = ("--x=$(touch /tmp/nvmeof-csi-pwned)", "--y=`id`;reboot", "--z=' && reboot '")
+#: the values that carry extra arguments of our own containers
+EXTRA_ARGS_VALUES = ("controller", "node", "agent")
 
 
-def _host_network_containers(docs: Sequence[dict[str, Any]]) -> Iterator[tuple[str, dict[str, Any]]]:
+def _containers(
+    docs: Sequence[dict[str, Any]], host_network_only: bool = False
+) -> Iterator[tuple[str, dict[str, Any]]]:
     for doc in docs:
-        if doc.get("kind") in WORKLOADS and doc["spec"]["template"]["spec"].get("hostNetwork"):
-            for container in doc["spec"]["template"]["spec"]["containers"]:
+        pod = doc["spec"]["template"]["spec"] if doc.get("kind") in WORKLOADS else None
+        if pod is not None and (pod.get("hostNetwork") or not host_network_only):
+            for container in pod["containers"]:
                 yield f"{doc['metadata']['name']}/{container['name']}", container
 
 
@@ -52,7 +61,7 @@ def listeners(container: dict[str, Any]) -> list[tuple[str, str]]:
 
 def host_network_problems(docs: Sequence[dict[str, Any]], metrics_on_node_ip: bool) -> list[str]:
     problems, seen = [], 0
-    for where, container in _host_network_containers(docs):
+    for where, container in _containers(docs, host_network_only=True):
         for flag, host in listeners(container):
             seen += 1
             allowed = {LOOPBACK, "<node IP>"} if (flag == "metrics-listen" and metrics_on_node_ip) else {LOOPBACK}
@@ -87,4 +96,27 @@ def network_policy_problems(docs: Sequence[dict[str, Any]]) -> list[str]:
             ports = [port.get("port") for port in rule.get("ports", [])]
             if ports != ["metrics"]:
                 problems.append(f"{app}: its NetworkPolicy opens {ports or 'every port'}, not only metrics")
+    return problems
+
+
+def _shell_script(container: dict[str, Any]) -> str | None:
+    """The script of a container that runs ``<shell> -c <script>``, or ``None``."""
+    argv = [*container.get("command", []), *container.get("args", [])]
+    if len(argv) >= 3 and argv[0].rsplit("/", 1)[-1] in {"sh", "bash", "ash", "dash"} and argv[1] == "-c":
+        return str(argv[2])
+    return None
+
+
+def shell_problems(docs: Sequence[dict[str, Any]], hostile: Sequence[str] = HOSTILE_ARGS) -> list[str]:
+    """Objects rendered with ``hostile`` as every workload's extra arguments: no shell script holds any of
+    them, and each of the ``EXTRA_ARGS_VALUES`` workloads gets each one as an argument of its own."""
+    problems, whole = [], 0
+    for where, container in _containers(docs):
+        script = _shell_script(container)
+        leaked = [arg for arg in hostile if script is not None and arg.split("=", 1)[-1] in script]
+        problems += [f"{where}: extra argument {arg!r} is pasted into its shell script" for arg in leaked]
+        argv = [*container.get("command", []), *container.get("args", [])]
+        whole += all(arg in argv for arg in hostile)
+    if whole < len(EXTRA_ARGS_VALUES):
+        problems.append(f"only {whole} containers got the extra arguments whole, not {len(EXTRA_ARGS_VALUES)}")
     return problems

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "deploy"))
-from chart_policy import host_network_problems, listeners, network_policy_problems
+from chart_policy import host_network_problems, listeners, network_policy_problems, shell_problems
 
 
 def daemonset(args: list[str], env: list[dict[str, Any]], probe_host: str | None = "127.0.0.1") -> dict[str, Any]:
@@ -90,3 +90,28 @@ def test_network_policies() -> None:
     everything = copy.deepcopy(good)
     everything[2]["spec"]["ingress"] = [{}]
     assert network_policy_problems(everything)
+
+
+def workload(name: str, command: list[str], args: list[str]) -> dict[str, Any]:
+    container = {"name": name, "command": command, "args": args}
+    return {
+        "kind": "DaemonSet",
+        "metadata": {"name": name},
+        "spec": {"template": {"spec": {"containers": [container]}}},
+    }
+
+
+def test_extra_arguments_pasted_into_a_shell_script_are_refused() -> None:
+    hostile = ["--x=$(touch /tmp/p)"]
+    pasted = workload("agent", ["/bin/sh", "-c"], ["exec agent --a 1 '--x=$(touch /tmp/p)'"])
+    whole = [workload(n, [], ["--a", *hostile]) for n in ("controller", "node")]
+    problems = shell_problems([pasted, *whole], hostile)
+    assert any("pasted into its shell script" in p for p in problems)
+    assert any("only 2 containers" in p for p in problems)
+
+
+def test_extra_arguments_as_positional_parameters_pass() -> None:
+    hostile = ["--x=$(touch /tmp/p)", "--y=`id`"]
+    agent = workload("agent", ["/bin/sh", "-c"], ['exec agent --a 1 "$@"', "agent", *hostile])
+    whole = [workload(n, [], ["--a", *hostile]) for n in ("controller", "node")]
+    assert shell_problems([agent, *whole], hostile) == []
