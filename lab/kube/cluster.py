@@ -30,7 +30,7 @@ from lab.kube.build import Go, versions
 from lab.kube.control_plane import ControlPlane, KubeError
 from lab.kube.images import build_images
 from lab.kube.node import NODE_IP, KubeNode, qemu_netdev
-from lab.kube.pki import Pair, signed
+from lab.kube.pki import Pair, self_signed_ca, signed
 from lab.machine_cache import machine_cache
 from lab.vm import LabVM, VMExited
 
@@ -89,6 +89,16 @@ def tls_secret(name: str, pair: Pair, ca: Path) -> dict[str, Any]:
     }
 
 
+def ca_config_map(name: str, ca: Path) -> dict[str, Any]:
+    """A ConfigMap holding one CA certificate as ``ca.crt`` (public: no key)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": name, "namespace": NAMESPACE},
+        "data": {"ca.crt": ca.read_text()},
+    }
+
+
 class KubeCluster:
     def __init__(self, cp: ControlPlane, vm: LabVM, node: KubeNode) -> None:
         self.cp, self.vm, self.node = cp, vm, node
@@ -117,13 +127,14 @@ class KubeCluster:
         ca = self.cp.pki.ca
         server = signed(pki, ca, "agent-server", "/CN=lab", [f"IP:{NODE_IP}"], server=True)
         client = signed(pki, ca, "controller", "/CN=controller.nvmeof-csi")
-        node = signed(pki, ca, "node", "/CN=lab-node.nvmeof-csi")
-        for name, pair in (
-            ("nvmeof-csi-agent-server", server),
-            ("nvmeof-csi-agent-client", client),
-            ("nvmeof-csi-node-client", node),
-        ):
+        for name, pair in (("nvmeof-csi-agent-server", server), ("nvmeof-csi-agent-client", client)):
             self.cp.apply(tls_secret(name, pair, ca.crt))
+        # node identities (docs/install.md): the node CA's key for the controller, its certificate for the
+        # agents, the agents' CA for the nodes; each node's own certificate is issued in the cluster
+        node_ca = self_signed_ca(pki, "node-ca", "/CN=nvmeof-csi node CA")
+        self.cp.apply(tls_secret("nvmeof-csi-node-ca", node_ca, node_ca.crt))
+        self.cp.apply(ca_config_map("nvmeof-csi-node-ca", node_ca.crt))
+        self.cp.apply(ca_config_map("nvmeof-csi-agent-ca", ca.crt))
         print(self.helm("install", RELEASE, str(CHART), "--values", str(LAB_VALUES)), flush=True)
         self.wait_driver_ready()
 

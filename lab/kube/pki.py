@@ -74,26 +74,19 @@ def signed(folder: Path, ca: Pair, name: str, subject: str, sans: Sequence[str] 
     return pair
 
 
+def self_signed_ca(folder: Path, name: str, subject: str) -> Pair:
+    """A CA valid one day: ``<name>.crt`` and ``<name>.key`` (0600) in ``folder``."""
+    ca = Pair(folder / f"{name}.crt", folder / f"{name}.key")
+    openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", subject,
+            "-keyout", str(ca.key), "-out", str(ca.crt))  # fmt: skip
+    ca.key.chmod(0o600)
+    return ca
+
+
 def make_pki(folder: Path, node: str, api_ips: Sequence[str]) -> KubePki:
     """A fresh PKI for one lab cluster; ``api_ips`` are the addresses the API server is reached at."""
     folder.mkdir(parents=True, exist_ok=True)
-    ca = Pair(folder / "ca.crt", folder / "ca.key")
-    openssl(
-        "req",
-        "-x509",
-        "-newkey",
-        "rsa:2048",
-        "-nodes",
-        "-days",
-        "1",
-        "-subj",
-        "/CN=nvmeof-csi-lab-ca",
-        "-keyout",
-        str(ca.key),
-        "-out",
-        str(ca.crt),
-    )
-    ca.key.chmod(0o600)
+    ca = self_signed_ca(folder, "ca", "/CN=nvmeof-csi-lab-ca")
     sans = [f"IP:{ip}" for ip in api_ips] + [
         "DNS:localhost",
         "DNS:kubernetes",

@@ -16,6 +16,11 @@ identity (the certificate's common name, or one of its DNS/URI subject alternati
 | ``controller`` | a reader's calls, plus every change of volumes, snapshots, host grants and name reservations |
 | ``admin`` | everything, also SetAnaState |
 
+A client whose certificate the **node CA** directly issued (``--node-ca``: the CA of the controller's node
+identity signer, ``backends/node_signer.py``) is role ``node`` with the host NQN its certificate names
+(:func:`~nvmeof_csi.identity.certs.node_identity_of`), without a policy entry; a certificate of the node CA
+that is no node identity is refused, and none is ever any other role whatever names it carries.
+
 Contract: :meth:`Authorizer.authorize` raises ``PermissionDenied`` naming the role the call needs and the
 caller's identity; an identity the policy does not know is refused whatever it asks. Callers without TLS
 (the owner-only unix socket, or plaintext TCP explicitly allowed on loopback for tests) are the local admin.
@@ -33,6 +38,7 @@ from typing import Any
 import yaml
 
 from nvmeof_csi.errors import ConfigError, PermissionDenied
+from nvmeof_csi.identity.certs import issued_by, node_identity_of
 from nvmeof_csi.nvmeof.nqn import valid_host_nqn
 from nvmeof_csi.rpc.edge import Context
 
@@ -112,28 +118,41 @@ def load_policy(path: Path) -> dict[str, Principal]:
         raise ConfigError(f"authz policy {path} is not valid YAML: {exc}") from exc
 
 
-def _identities(context: Context) -> list[str] | None:
-    """The certificate identities of a TLS caller (CN first), or ``None`` for a caller without TLS."""
+def _identities(context: Context) -> tuple[list[str], bytes] | None:
+    """The certificate identities of a TLS caller (CN first) and its certificate (PEM), or ``None`` for a caller
+    without TLS."""
     auth = context.auth_context() or {}
     if b"ssl" not in auth.get("transport_security_type", []):
         return None
     names = [*auth.get("x509_common_name", []), *auth.get("x509_subject_alternative_name", [])]
-    return [n.decode(errors="replace") for n in names]
+    pem = auth.get("x509_pem_cert", [])
+    return [n.decode(errors="replace") for n in names], pem if isinstance(pem, bytes) else b"".join(pem)
 
 
 class Authorizer:
-    """The agent's ``rpc.edge.Authorize`` hook over a policy (identity -> principal)."""
+    """The agent's ``rpc.edge.Authorize`` hook over a policy (identity -> principal) and, with ``node_ca``
+    (PEM), the node identities that CA issued."""
 
-    def __init__(self, policy: Mapping[str, Principal]) -> None:
+    def __init__(self, policy: Mapping[str, Principal], node_ca: bytes | None = None) -> None:
         self._policy = dict(policy)
+        self._node_ca = node_ca
+
+    def _principal(self, identities: list[str], pem: bytes) -> Principal | None:
+        if self._node_ca is not None and pem and issued_by(pem, self._node_ca):
+            node = node_identity_of(pem)
+            if node is None:
+                raise PermissionDenied("a certificate of the node CA that is not a node identity is refused")
+            return Principal(f"node:{node[0]}", NODE, node[1])
+        return next((self._policy[i] for i in identities if i in self._policy), None)
 
     def __call__(self, method: str, context: Context) -> None:
         short = method.rsplit("/", 1)[-1]
-        identities = _identities(context)
-        if identities is None:
+        peer = _identities(context)
+        if peer is None:
             _CALLER.set(LOCAL_ADMIN)
             return
-        principal = next((self._policy[i] for i in identities if i in self._policy), None)
+        identities, pem = peer
+        principal = self._principal(identities, pem)
         if principal is None:
             raise PermissionDenied(
                 f"client {identities[0] if identities else '?'!r} is not in this agent's "

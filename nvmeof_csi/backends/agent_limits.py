@@ -3,9 +3,12 @@ that allow this node's host NQN): a staged volume's current mutable parameters (
 :class:`AgentLimits`, the node's :data:`~nvmeof_csi.service.qos.LimitsSource`) and the DH-HMAC-CHAP keys the
 volume's agent issued to this node (:class:`AgentHostKeys`, the connector's key source).
 
-Contract: clients are kept per agent (:class:`AgentClients`). :class:`AgentLimits` returns ``None`` when the
-volume's agent is not in the fabric map (the agent is the one the volume ID names, never one a context names);
-its :meth:`AgentLimits.for_pass` answers a whole reconcile pass with one listing per agent.
+Contract: clients are kept per agent (:class:`AgentClients`), made with the node's own identity when it has one
+(:meth:`AgentClients.use_identity`: its certificate and key replace the fabric map's; the map's CA still
+checks the agents), and made anew after :meth:`AgentClients.reset` (a renewed certificate).
+:class:`AgentLimits` returns ``None`` when the volume's agent is not in the fabric map (the agent is the one
+the volume ID names, never one a context names); its :meth:`AgentLimits.for_pass` answers a whole reconcile
+pass with one listing per agent.
 :class:`AgentHostKeys` raises ``FailedPrecondition`` when the agent is not in the map (an ``auth`` volume cannot
 be connected without its keys). Both raise the agent client's ``DriverError`` when it cannot be reached. Keys are
 never logged.
@@ -13,14 +16,17 @@ never logged.
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from collections.abc import Callable, Mapping
+from pathlib import Path
 
 from nvmeof_csi.backends.agent_api import AgentApi, default_client
-from nvmeof_csi.errors import DriverError, FailedPrecondition
+from nvmeof_csi.errors import DriverError, FailedPrecondition, Unavailable
 from nvmeof_csi.gen import nvmeof_agent_pb2 as pb
 from nvmeof_csi.nvmeof.dhchap import HostKeys
 from nvmeof_csi.nvmeof.qos import QOS_KEY_NAMES
+from nvmeof_csi.rpc.endpoints import TlsFiles
 from nvmeof_csi.service.contracts import VolumeRef
 from nvmeof_csi.service.records import StagingRecord
 from nvmeof_csi.topology.fabric_map import AgentEntry, FabricMap
@@ -33,7 +39,29 @@ class AgentClients:
         self._fabric = fabric
         self._factory = client
         self._clients: dict[str, AgentApi] = {}
+        self._identity: tuple[Path, Path] | None = None
         self._lock = threading.Lock()
+
+    def use_identity(self, cert: Path, key: Path) -> None:
+        """Reach every TLS agent with this certificate and key from now on."""
+        with self._lock:
+            self._identity = (cert, key)
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget every client: the next call makes a new one (with the files as they are now). A call in
+        flight on an old one finishes; its channel closes when the last reference goes."""
+        with self._lock:
+            self._clients = {}
+
+    def _entry(self, entry: AgentEntry) -> AgentEntry:
+        ca = entry.tls.ca if entry.tls is not None else entry.ca
+        if self._identity is None or ca is None:
+            return entry
+        cert, key = self._identity
+        if not (cert.is_file() and key.is_file()):
+            raise Unavailable(f"agent {entry.name}: this node's identity is not issued yet ({cert})")
+        return dataclasses.replace(entry, tls=TlsFiles(cert, key, ca))
 
     def for_agent(self, name: str) -> AgentApi | None:
         entry = self._fabric.agent(name)
@@ -42,7 +70,7 @@ class AgentClients:
         with self._lock:  # one client (one channel) per agent: made once, not on every call
             client = self._clients.get(entry.name)
             if client is None:
-                client = self._clients[entry.name] = self._factory(entry)
+                client = self._clients[entry.name] = self._factory(self._entry(entry))
             return client
 
 

@@ -26,6 +26,16 @@ OUT_OF_SERVICE_TAINT = "node.kubernetes.io/out-of-service"
 BOOT_ID = re.compile(r"[0-9a-fA-F-]{1,64}")
 
 
+def api_client(kubeconfig: str) -> Any:
+    """A ``kubernetes.client.ApiClient`` from a kubeconfig path, or the pod's service account for ``""``."""
+    client = importlib.import_module("kubernetes.client")  # imported only where there is a cluster
+    config = importlib.import_module("kubernetes.config")
+    if kubeconfig:
+        return config.new_client_from_config(config_file=kubeconfig)
+    config.load_incluster_config()
+    return client.ApiClient()
+
+
 class KubeNodes:
     def __init__(
         self, core: Any, storage: Any, driver: str, ttl: float = 60.0, clock: Callable[[], float] = time.monotonic
@@ -40,13 +50,8 @@ class KubeNodes:
     @classmethod
     def connect(cls, kubeconfig: str, driver: str) -> KubeNodes:
         """From a kubeconfig path, or the pod's service account when ``kubeconfig`` is ``""``."""
-        client = importlib.import_module("kubernetes.client")  # imported only where there is a cluster
-        config = importlib.import_module("kubernetes.config")
-        if kubeconfig:
-            api = config.new_client_from_config(config_file=kubeconfig)
-        else:
-            config.load_incluster_config()
-            api = client.ApiClient()
+        api = api_client(kubeconfig)
+        client = importlib.import_module("kubernetes.client")
         return cls(client.CoreV1Api(api), client.StorageV1Api(api), driver)
 
     def claimed_by(self, node_id: str) -> list[str]:

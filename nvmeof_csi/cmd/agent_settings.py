@@ -75,6 +75,12 @@ class AgentSettings:
     tls_cert: Path | None = setting(None, "The server certificate (PEM).", env="AGENT_TLS_CERT")
     tls_key: Path | None = setting(None, "The server key (PEM).", env="AGENT_TLS_KEY")
     tls_ca: Path | None = setting(None, "The CA that signs accepted clients (PEM).", env="AGENT_TLS_CA")
+    node_ca: Path | None = setting(
+        None,
+        "The node CA (PEM): clients it issued are accepted as role node for the host NQN their certificate "
+        "names (the controller's node identity signer), without an --authz-file entry.",
+        env="AGENT_NODE_CA",
+    )
     allow_plaintext_loopback: bool = setting(
         False, "Allow TCP without TLS, on a loopback address only (tests).", env=False
     )
@@ -177,6 +183,8 @@ class AgentSettings:
             raise ConfigError("--listen-tcp with mutual TLS needs --authz-file (which client identity has which role)")
         if self.authz_file is not None and not self.authz_file.is_file():
             raise ConfigError(f"--authz-file {self.authz_file} is not a readable file")
+        if self.node_ca is not None and (self.tls is None or not self.node_ca.is_file()):
+            raise ConfigError(f"--node-ca {self.node_ca} must be a readable file, and it needs mutual TLS (--tls-*)")
 
     def _check_tcp(self) -> None:
         if self.tcp_endpoint is None:

@@ -101,10 +101,14 @@ async def serve_agent(settings: AgentSettings, plain_tree: bool = False) -> None
         )
     report = start_up(agent, settings.prune)
     policy = load_policy(settings.authz_file) if settings.authz_file is not None else {}
+    node_ca = settings.node_ca.read_bytes() if settings.node_ca is not None else None
     registry.register(AgentCollector(agent, lambda: len(report.unknown)))
     # threads, not asyncio: every agent call is blocking work, served straight on a server thread (#17)
     server = new_threaded_server(
-        AGENT_LOCK_TABLE, Authorizer(policy), RpcMetrics(registry, DRIVER_NAME).observe, workers=AGENT_RPC_THREADS
+        AGENT_LOCK_TABLE,
+        Authorizer(policy, node_ca),
+        RpcMetrics(registry, DRIVER_NAME).observe,
+        workers=AGENT_RPC_THREADS,
     )
     pb_grpc.add_AgentServicer_to_server(AgentServicer(agent, report.unknown), server)
     sockets = []
@@ -114,7 +118,7 @@ async def serve_agent(settings: AgentSettings, plain_tree: bool = False) -> None
         sockets.append(settings.unix_endpoint.path)
     if settings.tcp_endpoint is not None:
         if settings.tls is not None:
-            bind_mtls(server, settings.tcp_endpoint, settings.tls)
+            bind_mtls(server, settings.tcp_endpoint, settings.tls, extra_ca=node_ca or b"")
         else:  # plaintext: settings allow it on a loopback address only
             bind(server, settings.tcp_endpoint)
     log.info(

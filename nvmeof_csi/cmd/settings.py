@@ -151,10 +151,29 @@ class Settings:
         "Controller: where to read Nodes (the out-of-service taint, boot IDs): empty = the in-cluster "
         "service account when running in a pod, else no cluster; a kubeconfig path; `none`.",
     )
+    node_signer_ca: Path | None = setting(
+        None,
+        "Controller: a folder holding the node CA (`tls.crt`, `tls.key`): the controller checks and signs "
+        "node identity requests (Kubernetes CSRs for signerName `csi.nvmeof.io/node-client`; docs/security.md).",
+    )
+    node_signer_requester: str = setting(
+        "system:serviceaccount:nvmeof-csi:nvmeof-csi-node",
+        "Controller: the only user that may ask for a node identity (the node plugin's service account).",
+    )
+    node_identity: str = setting(
+        "files",
+        "Node: `csr` to ask the controller's signer for this node's own agent client certificate (key made "
+        "and kept in the state folder, renewed at 2/3 of its lifetime); `files`: the fabric map's files.",
+    )
+    node_name: str = setting("", "Node: this Kubernetes node's name (`spec.nodeName`), for `--node-identity csr`.")
+    node_identity_hours: float = setting(
+        24.0, "Lifetime of a node identity certificate, asked for by nodes and capped by the signer.", low=1, high=8760
+    )
 
     def __post_init__(self) -> None:
         check_ranges(self)
         self._check_kubelet_side()
+        self._check_identity()
         if not self.kubelet_root.is_absolute() or self.kubelet_root == Path("/"):
             raise ConfigError(f"kubelet-root {self.kubelet_root} must be an absolute path other than /")
         if self.alluxio_proxy and not self.alluxio_proxy.startswith(("http://", "https://")):
@@ -173,6 +192,17 @@ class Settings:
             raise ConfigError("log-level must be DEBUG, INFO, WARNING or ERROR")
         if not self.state_dir.is_absolute():
             raise ConfigError(f"state-dir {self.state_dir} must be an absolute path")
+
+    def _check_identity(self) -> None:
+        if self.node_identity not in ("files", "csr"):
+            raise ConfigError(f"--node-identity {self.node_identity!r} must be files or csr")
+        if self.node_identity == "csr" and not (self.mode.node and self.node_name and self.fabric_map):
+            raise ConfigError("--node-identity csr needs --mode node, --node-name and --fabric-map")
+        ca = self.node_signer_ca
+        if ca is not None and not ((ca / "tls.crt").is_file() and (ca / "tls.key").is_file()):
+            raise ConfigError(f"--node-signer-ca {ca} must hold tls.crt and tls.key (the node CA)")
+        if not self.node_signer_requester.startswith("system:serviceaccount:"):
+            raise ConfigError("--node-signer-requester must be a service account user (system:serviceaccount:NS:NAME)")
 
     def _check_kubelet_side(self) -> None:
         for listen in filter(None, (self.health_listen, self.metrics_listen)):

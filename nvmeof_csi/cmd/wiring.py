@@ -16,6 +16,7 @@ from nvmeof_csi.backends.agent_api import HostNqnNodes
 from nvmeof_csi.backends.agent_limits import AgentClients, AgentHostKeys, AgentLimits
 from nvmeof_csi.backends.kube_nodes import KubeNodes
 from nvmeof_csi.backends.loop import LoopConnector, LoopTargetBackend
+from nvmeof_csi.cmd.identity_wiring import start_node_identity, start_signer
 from nvmeof_csi.cmd.settings import Backend, Settings
 from nvmeof_csi.csi.server import CsiServices
 from nvmeof_csi.datasets.client import AlluxioRest
@@ -87,15 +88,15 @@ def build_services(settings: Settings, executor: Executor | None = None) -> CsiS
         else:
             backend = LoopTargetBackend(settings.state_dir / "loop", settings.loop_capacity_bytes, topology)
             nodes = StaticNodes(frozenset({settings.node_id}))
-        services.volumes = VolumeService(
-            backend, nodes, settings.max_volumes_per_node, node_facts(settings), settings.fence_on
-        )
+        facts = node_facts(settings)
+        services.volumes = VolumeService(backend, nodes, settings.max_volumes_per_node, facts, settings.fence_on)
+        start_signer(settings, facts)
         services.checks.append(backend.health)
     if settings.mode.node:
         connector: Connector
         # one set of agent clients for the node's keys and its I/O limits (the fabric map is read once)
         clients = (
-            AgentClients(load_fabric_map(settings.fabric_map))
+            AgentClients(load_fabric_map(settings.fabric_map, ca_only=settings.node_identity == "csr"))
             if settings.backend is Backend.NVMEOF and settings.fabric_map
             else None
         )
@@ -108,6 +109,8 @@ def build_services(settings: Settings, executor: Executor | None = None) -> CsiS
                     identity.nqn,
                 )
             log.info("host identity %s (%s)", identity.nqn, origin)
+            if clients is not None:
+                start_node_identity(settings, identity.nqn, clients)
             services.node_id = node_id_for(identity.nqn)
             services.topology[TOPOLOGY_RDMA] = "true" if rdma_capable() else "false"
             connector = NvmeofConnector(

@@ -143,11 +143,12 @@ async def run_until_stopped(
         log.info("stopped")
 
 
-def bind_mtls(server: Server, endpoint: Endpoint, tls: TlsFiles) -> int:
-    """Listen on a TCP ``endpoint`` with mutual TLS: clients must present a certificate ``tls.ca`` signed."""
+def bind_mtls(server: Server, endpoint: Endpoint, tls: TlsFiles, extra_ca: bytes = b"") -> int:
+    """Listen on a TCP ``endpoint`` with mutual TLS: clients must present a certificate that ``tls.ca`` (or the
+    ``extra_ca`` PEM, for instance the node CA) signed."""
     creds = grpc.ssl_server_credentials(
         [(tls.key.read_bytes(), tls.cert.read_bytes())],
-        root_certificates=tls.ca.read_bytes(),
+        root_certificates=tls.ca.read_bytes().rstrip(b"\n") + b"\n" + extra_ca,
         require_client_auth=True,
     )
     port = server.add_secure_port(endpoint.grpc_address, creds)

@@ -37,6 +37,8 @@ class AgentEntry:
     tls: TlsFiles | None = None
     allow_plaintext_loopback: bool = False
     alluxio_host: str = ""  # the Alluxio worker next to this agent: data sets it caches are local here
+    #: a map read ``ca_only`` (a node with its own identity): the CA that checks this agent, ``tls`` is None
+    ca: Path | None = None
 
 
 @dataclass(frozen=True)
@@ -56,17 +58,22 @@ def _str(raw: dict[str, Any], key: str, where: str, required: bool = False) -> s
     return value
 
 
-def _tls(raw: dict[str, Any], where: str) -> TlsFiles | None:
+def _tls(raw: dict[str, Any], where: str, ca_only: bool) -> tuple[TlsFiles | None, Path | None]:
+    """(our files, None), or with ``ca_only`` (None, the CA: cert and key are the caller's own)."""
     tls_raw = raw.get("tls")
     if tls_raw is None:
-        return None
+        return None, None
     if not isinstance(tls_raw, dict) or set(tls_raw) - {"cert", "key", "ca"}:
         raise ConfigError(f"{where}: tls must be a mapping of cert, key and ca")
     files = [_str(tls_raw, k, f"{where} tls") for k in ("cert", "key", "ca")]
-    return TlsFiles.from_options(*(Path(f) if f else None for f in files))
+    if not ca_only:
+        return TlsFiles.from_options(*(Path(f) if f else None for f in files)), None
+    if not files[2] or not Path(files[2]).is_file():
+        raise ConfigError(f"{where}: tls ca {files[2]!r} is not a readable file")
+    return None, Path(files[2])
 
 
-def _entry(raw: Any, index: int) -> AgentEntry:
+def _entry(raw: Any, index: int, ca_only: bool) -> AgentEntry:
     where = f"fabric map agents[{index}]"
     if not isinstance(raw, dict):
         raise ConfigError(f"{where} must be a mapping")
@@ -84,33 +91,36 @@ def _entry(raw: Any, index: int) -> AgentEntry:
     plaintext = raw.get("allowPlaintextLoopback", False)
     if not isinstance(plaintext, bool):
         raise ConfigError(f"{where}: allowPlaintextLoopback must be true or false (a YAML boolean)")
+    tls, ca = _tls(raw, where, ca_only)
     return AgentEntry(
         name=name,
         endpoint=Endpoint.parse(_str(raw, "endpoint", where, True)),
         fabric=fabric,
         zone=_str(raw, "zone", where),
         transports=tuple(transports),
-        tls=_tls(raw, where),
+        tls=tls,
         allow_plaintext_loopback=plaintext,
         alluxio_host=_str(raw, "alluxioHost", where),
+        ca=ca,
     )
 
 
-def parse_fabric_map(doc: Any) -> FabricMap:
+def parse_fabric_map(doc: Any, ca_only: bool = False) -> FabricMap:
+    """``ca_only``: each agent's ``tls`` gives only the CA that checks it (a node whose certificate is its own)."""
     if not isinstance(doc, dict) or not isinstance(doc.get("agents"), list) or not doc["agents"]:
         raise ConfigError("fabric map needs a non-empty 'agents:' list")
-    agents = tuple(_entry(raw, i) for i, raw in enumerate(doc["agents"]))
+    agents = tuple(_entry(raw, i, ca_only) for i, raw in enumerate(doc["agents"]))
     names = [a.name for a in agents]
     if len(set(names)) != len(names):
         raise ConfigError(f"fabric map: agent names must be unique, got {names}")
     return FabricMap(agents)
 
 
-def load_fabric_map(path: Path) -> FabricMap:
+def load_fabric_map(path: Path, ca_only: bool = False) -> FabricMap:
     try:
         doc = yaml.safe_load(path.read_text())
     except OSError as exc:
         raise ConfigError(f"fabric map {path}: {exc.strerror}") from exc
     except yaml.YAMLError as exc:
         raise ConfigError(f"fabric map {path} is not valid YAML: {exc}") from exc
-    return parse_fabric_map(doc)
+    return parse_fabric_map(doc, ca_only)

@@ -1,0 +1,1 @@
+"""X.509 node identities (pure: no I/O)."""

@@ -1,0 +1,156 @@
+"""Node identities as X.509: what a GPU node asks for, what the controller's signer issues, and how an agent
+recognises one (no I/O; the ``cryptography`` library does every cryptographic step).
+
+A node identity is a client certificate issued by the **node CA** (a CA of its own, whose key only the
+controller holds) with subject CN ``node:<Kubernetes node name>`` and exactly one URI subject alternative name:
+the node's host NQN. It is a client certificate only (extended key usage clientAuth, not a CA). The node makes
+its key itself (EC P-256, never leaves the node) and sends a PKCS#10 request (:func:`node_request`); the
+signer builds the certificate from its own checked facts, never copying anything else from the request
+(:func:`issue`). An agent maps a peer certificate directly issued by the node CA (:func:`issued_by`) to role
+``node`` with the host NQN it names (:func:`node_identity_of`); nothing the node CA signed is ever any other
+role.
+
+Contract: :func:`read_request` raises ``InvalidArgument`` naming what is wrong with a request (not PEM, a bad
+signature, a key that is not EC P-256 or RSA ≥ 2048, extensions beyond one URI); :func:`node_identity_of`
+returns ``None`` for a certificate that is not a node identity in form (CN, one URI that is a host NQN).
+"""
+
+from __future__ import annotations
+
+import datetime
+from dataclasses import dataclass
+
+from cryptography import x509
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec, rsa
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+from nvmeof_csi.errors import InvalidArgument
+from nvmeof_csi.nvmeof.nqn import valid_host_nqn
+
+NODE_PREFIX = "node:"
+#: certificates are valid from a little before they are issued: clocks of nodes and controller differ
+BACKDATE = datetime.timedelta(minutes=5)
+
+
+@dataclass(frozen=True)
+class Request:
+    """What a checked request asks for: the CN, its URIs (the host NQN) and the public key to certify."""
+
+    common_name: str
+    uris: tuple[str, ...]
+    public_key: ec.EllipticCurvePublicKey | rsa.RSAPublicKey
+
+
+def new_key() -> bytes:
+    """A new EC P-256 private key, PEM (PKCS#8, unencrypted: the file holding it is 0600)."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    return key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
+
+
+def node_request(key_pem: bytes, node_name: str, host_nqn: str) -> bytes:
+    """The PKCS#10 request (PEM) a node sends: CN ``node:<node_name>``, one URI SAN ``host_nqn``."""
+    key = serialization.load_pem_private_key(key_pem, password=None)
+    if not isinstance(key, ec.EllipticCurvePrivateKey):
+        raise InvalidArgument("a node identity key must be an EC key")
+    builder = x509.CertificateSigningRequestBuilder().subject_name(
+        x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, NODE_PREFIX + node_name)])
+    )
+    builder = builder.add_extension(x509.SubjectAlternativeName([x509.UniformResourceIdentifier(host_nqn)]), False)
+    return builder.sign(key, hashes.SHA256()).public_bytes(serialization.Encoding.PEM)
+
+
+def read_request(pem: bytes) -> Request:
+    """A PKCS#10 request checked for form (signature, key type, names); its meaning is the signer's to check."""
+    try:
+        csr = x509.load_pem_x509_csr(pem)
+    except ValueError as exc:
+        raise InvalidArgument(f"not a PEM certificate request: {exc}") from exc
+    if not csr.is_signature_valid:
+        raise InvalidArgument("the request's signature does not verify")
+    key = csr.public_key()
+    if not (
+        (isinstance(key, ec.EllipticCurvePublicKey) and key.curve.name == "secp256r1")
+        or (isinstance(key, rsa.RSAPublicKey) and key.key_size >= 2048)
+    ):
+        raise InvalidArgument("the key must be EC P-256 or RSA of at least 2048 bits")
+    names = csr.subject.get_attributes_for_oid(NameOID.COMMON_NAME)
+    if len(names) != 1 or len(csr.subject) != 1:
+        raise InvalidArgument("the subject must be exactly one common name")
+    uris: list[str] = []
+    for ext in csr.extensions:
+        if not isinstance(ext.value, x509.SubjectAlternativeName):
+            raise InvalidArgument(f"the request asks for extension {ext.oid.dotted_string}: only a URI name is allowed")
+        if any(not isinstance(name, x509.UniformResourceIdentifier) for name in ext.value):
+            raise InvalidArgument("the request asks for a DNS, IP or e-mail name: only a URI name is allowed")
+        uris += ext.value.get_values_for_type(x509.UniformResourceIdentifier)
+    return Request(str(names[0].value), tuple(uris), key)
+
+
+def issue(
+    request: Request, ca_cert_pem: bytes, ca_key_pem: bytes, lifetime: datetime.timedelta, now: datetime.datetime
+) -> bytes:
+    """A client certificate (PEM) for ``request``'s key, subject and URIs, signed by the node CA."""
+    ca_cert = x509.load_pem_x509_certificate(ca_cert_pem)
+    ca_key = serialization.load_pem_private_key(ca_key_pem, password=None)
+    if not isinstance(ca_key, ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey):
+        raise InvalidArgument("the node CA key must be EC or RSA")
+    builder = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, request.common_name)]))
+        .issuer_name(ca_cert.subject)
+        .public_key(request.public_key)
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - BACKDATE)
+        .not_valid_after(now + lifetime)
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
+        .add_extension(
+            x509.KeyUsage(True, False, False, False, False, False, False, False, False), critical=True
+        )  # digital signature only
+        .add_extension(x509.SubjectAlternativeName([x509.UniformResourceIdentifier(u) for u in request.uris]), False)
+    )
+    return builder.sign(ca_key, hashes.SHA256()).public_bytes(serialization.Encoding.PEM)
+
+
+def node_identity_of(cert_pem: bytes) -> tuple[str, str] | None:
+    """(node name, host NQN) that a certificate names as a node identity (issuer not checked), else ``None``."""
+    try:
+        cert = x509.load_pem_x509_certificate(cert_pem)
+        sans = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    except (ValueError, x509.ExtensionNotFound):
+        return None
+    names = cert.subject.get_attributes_for_oid(NameOID.COMMON_NAME)
+    uris = sans.get_values_for_type(x509.UniformResourceIdentifier)
+    common = str(names[0].value) if len(names) == 1 else ""
+    if not common.startswith(NODE_PREFIX) or len(uris) != 1 or len(list(sans)) != 1 or not valid_host_nqn(uris[0]):
+        return None
+    return common[len(NODE_PREFIX) :], uris[0]
+
+
+def issued_by(peer_pem: bytes, ca_pem: bytes) -> bool:
+    """Whether ``ca_pem``'s key directly signed the certificate ``peer_pem`` (names, not only the signature)."""
+    try:
+        x509.load_pem_x509_certificate(peer_pem).verify_directly_issued_by(x509.load_pem_x509_certificate(ca_pem))
+    except (ValueError, TypeError, InvalidSignature):
+        return False
+    return True
+
+
+def expires(cert_pem: bytes) -> tuple[datetime.datetime, datetime.datetime]:
+    """(not before, not after) of a certificate, UTC."""
+    cert = x509.load_pem_x509_certificate(cert_pem)
+    return cert.not_valid_before_utc, cert.not_valid_after_utc
+
+
+def certifies(cert_pem: bytes, key_pem: bytes) -> bool:
+    """Whether the certificate is for this private key."""
+    try:
+        cert = x509.load_pem_x509_certificate(cert_pem)
+        key = serialization.load_pem_private_key(key_pem, password=None)
+    except ValueError:
+        return False
+    return bool(cert.public_key() == key.public_key())
