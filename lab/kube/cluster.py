@@ -29,7 +29,7 @@ from lab.kube import scratch_cache
 from lab.kube.build import Go, versions
 from lab.kube.control_plane import ControlPlane, KubeError
 from lab.kube.images import build_images
-from lab.kube.node import NODE_IP, KubeNode, qemu_netdev
+from lab.kube.node import KubeNode, qemu_netdev
 from lab.kube.pki import Pair, self_signed_ca, signed
 from lab.machine_cache import machine_cache
 from lab.vm import LabVM, VMExited
@@ -125,16 +125,15 @@ class KubeCluster:
         pki = self.cp.rundir / "driver-pki"
         pki.mkdir(exist_ok=True)
         ca = self.cp.pki.ca
-        server = signed(pki, ca, "agent-server", "/CN=lab", [f"IP:{NODE_IP}"], server=True)
-        client = signed(pki, ca, "controller", "/CN=controller.nvmeof-csi")
-        for name, pair in (("nvmeof-csi-agent-server", server), ("nvmeof-csi-agent-client", client)):
-            self.cp.apply(tls_secret(name, pair, ca.crt))
-        # node identities (docs/install.md): the node CA's key for the controller, its certificate for the
-        # agents, the agents' CA for the nodes; each node's own certificate is issued in the cluster
+        # identities issued in the cluster (docs/install.md): the node CA's key for the controller, its
+        # certificate for agents and nodes (it issues the agents' server and the nodes' client certificates in
+        # the cluster) and for the controller to check agents with; the lab CA signs the controller's own
         node_ca = self_signed_ca(pki, "node-ca", "/CN=nvmeof-csi node CA")
+        client = signed(pki, ca, "controller", "/CN=controller.nvmeof-csi")
+        self.cp.apply(tls_secret("nvmeof-csi-agent-client", client, node_ca.crt))
         self.cp.apply(tls_secret("nvmeof-csi-node-ca", node_ca, node_ca.crt))
         self.cp.apply(ca_config_map("nvmeof-csi-node-ca", node_ca.crt))
-        self.cp.apply(ca_config_map("nvmeof-csi-agent-ca", ca.crt))
+        self.cp.apply(ca_config_map("nvmeof-csi-client-ca", ca.crt))
         print(self.helm("install", RELEASE, str(CHART), "--values", str(LAB_VALUES)), flush=True)
         self.wait_driver_ready()
 

@@ -98,6 +98,18 @@ class KubeNodes:
         boot = str(node.status.node_info.boot_id or "")
         return boot if BOOT_ID.fullmatch(boot) else ""  # a node writes its own status: never let it fail a fence
 
+    def addresses(self, name: str) -> list[str]:
+        """The addresses a Node reports (``status.addresses``; its kubelet writes them), by Node name; ``[]``
+        for a Node the API does not know."""
+        try:
+            node = self._core.read_node(name, _request_timeout=10)
+        except Exception as exc:
+            if getattr(exc, "status", None) == 404:
+                return []
+            raise Unavailable(f"cannot read Node {name}: {_why(exc)}") from exc
+        found = (node.status.addresses or []) if node.status is not None else []
+        return [str(a.address) for a in found]
+
 
 def _why(exc: Exception) -> str:
     status, reason = getattr(exc, "status", None), getattr(exc, "reason", None)

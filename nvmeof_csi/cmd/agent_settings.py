@@ -75,6 +75,16 @@ class AgentSettings:
     tls_cert: Path | None = setting(None, "The server certificate (PEM).", env="AGENT_TLS_CERT")
     tls_key: Path | None = setting(None, "The server key (PEM).", env="AGENT_TLS_KEY")
     tls_ca: Path | None = setting(None, "The CA that signs accepted clients (PEM).", env="AGENT_TLS_CA")
+    identity: str = setting(
+        "files",
+        "`csr`: the server certificate is this agent's own, asked of the controller's signer with a Kubernetes "
+        "CSR (CN agent:<name>, the --listen-tcp address; key and certificate in <state-dir>/identity, renewed "
+        "at 2/3 of its lifetime; needs --tls-ca and --node-name, not --tls-cert/--tls-key); `files`: --tls-*.",
+        env="AGENT_IDENTITY",
+    )
+    node_name: str = setting("", "The Kubernetes node this agent runs on (`spec.nodeName`), for `--identity csr`.")
+    kubeconfig: str = setting("", "With `--identity csr`: a kubeconfig path; empty: the pod's service account.")
+    identity_hours: float = setting(24.0, "Lifetime asked for the agent's own certificate.", low=1, high=8760)
     node_ca: Path | None = setting(
         None,
         "The node CA (PEM): clients it issued are accepted as role node for the host NQN their certificate "
@@ -139,8 +149,15 @@ class AgentSettings:
 
     @property
     def tls(self) -> TlsFiles | None:
-        """The server's mutual-TLS files, or ``None`` (checked together at construction)."""
+        """The server's mutual-TLS files, or ``None`` (checked together at construction; with ``--identity
+        csr`` the agent makes them at start)."""
+        if self.identity == "csr":
+            return None
         return TlsFiles.from_options(self.tls_cert, self.tls_key, self.tls_ca)
+
+    @property
+    def mutual_tls(self) -> bool:
+        return self.tls is not None or self.identity == "csr"
 
     def __post_init__(self) -> None:
         check_ranges(self)
@@ -178,12 +195,23 @@ class AgentSettings:
             if not prefix.strip("/") or ".." in prefix.split("/"):
                 raise ConfigError(f"--dataset-ufs-allow {prefix!r} must name an under-store location (not / or ..)")
 
+    def _check_identity(self) -> None:
+        if self.identity not in ("files", "csr"):
+            raise ConfigError(f"--identity {self.identity!r} must be files or csr")
+        if self.identity == "csr" and (
+            self.tcp_endpoint is None or self.tls_ca is None or self.tls_cert or self.tls_key or not self.node_name
+        ):
+            raise ConfigError(
+                "--identity csr needs --listen-tcp, --tls-ca and --node-name, and no --tls-cert/--tls-key"
+            )
+
     def _check_authz(self) -> None:
-        if self.tls is not None and self.tcp_endpoint is not None and self.authz_file is None:
+        self._check_identity()
+        if self.mutual_tls and self.tcp_endpoint is not None and self.authz_file is None:
             raise ConfigError("--listen-tcp with mutual TLS needs --authz-file (which client identity has which role)")
         if self.authz_file is not None and not self.authz_file.is_file():
             raise ConfigError(f"--authz-file {self.authz_file} is not a readable file")
-        if self.node_ca is not None and (self.tls is None or not self.node_ca.is_file()):
+        if self.node_ca is not None and (not self.mutual_tls or not self.node_ca.is_file()):
             raise ConfigError(f"--node-ca {self.node_ca} must be a readable file, and it needs mutual TLS (--tls-*)")
 
     def _check_tcp(self) -> None:
@@ -191,7 +219,7 @@ class AgentSettings:
             return
         if self.tcp_endpoint.scheme != "tcp":
             raise ConfigError("listen-tcp must be a tcp://HOST:PORT endpoint")
-        if self.tls is None:
+        if not self.mutual_tls:
             if not self.allow_plaintext_loopback:
                 raise ConfigError("TCP needs mutual TLS (--tls-cert/--tls-key/--tls-ca); plaintext is refused")
             if not is_loopback(self.tcp_endpoint.host):

@@ -9,8 +9,11 @@ convergence happens before the first RPC is accepted; unknown objects are logged
 
 from __future__ import annotations
 
+import datetime
+import importlib
 import logging
 import threading
+import time
 
 from prometheus_client import CollectorRegistry
 
@@ -24,14 +27,19 @@ from nvmeof_csi.agent.pool import FileStore
 from nvmeof_csi.agent.readonly import KernelReadOnlyDevices, PlainReadOnlyDevices
 from nvmeof_csi.agent.state import StateStore
 from nvmeof_csi.agent.target_agent import TargetAgent
+from nvmeof_csi.backends.identity_certificate import IdentityCertificate, agent_identity
+from nvmeof_csi.backends.identity_checks import AGENT_SIGNER
+from nvmeof_csi.backends.kube_nodes import api_client
 from nvmeof_csi.cmd.agent_settings import AgentSettings
+from nvmeof_csi.cmd.identity_wiring import keep_issued
 from nvmeof_csi.datasets.client import AlluxioRest, JobServiceLoader
 from nvmeof_csi.datasets.fill import DatasetVolumes
 from nvmeof_csi.datasets.holders import DatasetHolders
 from nvmeof_csi.datasets.hydrate import DatasetMetrics, Hydrator
-from nvmeof_csi.errors import FailedPrecondition
+from nvmeof_csi.errors import DriverError, FailedPrecondition
 from nvmeof_csi.gen import nvmeof_agent_pb2_grpc as pb_grpc
 from nvmeof_csi.host.executor import SubprocessExecutor
+from nvmeof_csi.rpc.endpoints import TlsFiles
 from nvmeof_csi.rpc.metrics import RpcMetrics, serve_metrics
 from nvmeof_csi.rpc.server import bind, bind_mtls, new_threaded_server, run_until_stopped
 
@@ -89,6 +97,29 @@ def start_up(agent: TargetAgent, prune: bool) -> ConvergeReport:
     return report
 
 
+def own_tls(settings: AgentSettings, retry: float = 5.0) -> TlsFiles:
+    """The agent's own server certificate (``--identity csr``): asked of the controller's signer until issued
+    (each failure logged), then kept renewed; the server picks up a renewed one at its next handshake."""
+    assert settings.tcp_endpoint is not None and settings.tls_ca is not None  # checked by the settings
+    api = importlib.import_module("kubernetes.client").CertificatesV1Api(api_client(settings.kubeconfig))
+    cert = IdentityCertificate(
+        api,
+        settings.state_dir / "identity",
+        AGENT_SIGNER,
+        agent_identity(settings.name, settings.tcp_endpoint.host),
+        datetime.timedelta(hours=settings.identity_hours),
+    )
+    while True:
+        try:
+            cert.ensure()
+            break
+        except (DriverError, OSError) as exc:
+            log.warning("agent identity: %s; trying again in %.0fs", exc, retry)
+            time.sleep(retry)
+    keep_issued(cert, lambda: None)
+    return TlsFiles(cert.cert, cert.key, settings.tls_ca)
+
+
 async def serve_agent(settings: AgentSettings, plain_tree: bool = False) -> None:
     registry = CollectorRegistry()
     agent = build_agent(settings, plain_tree, registry)
@@ -116,16 +147,17 @@ async def serve_agent(settings: AgentSettings, plain_tree: bool = False) -> None
         bind(server, settings.unix_endpoint, socket_mode=0o600)  # owner (root) only, from the first moment
         assert settings.unix_endpoint.path is not None
         sockets.append(settings.unix_endpoint.path)
+    tls = own_tls(settings) if settings.identity == "csr" else settings.tls
     if settings.tcp_endpoint is not None:
-        if settings.tls is not None:
-            bind_mtls(server, settings.tcp_endpoint, settings.tls, extra_ca=node_ca or b"")
+        if tls is not None:
+            bind_mtls(server, settings.tcp_endpoint, tls, extra_ca=node_ca or b"", reload=settings.identity == "csr")
         else:  # plaintext: settings allow it on a loopback address only
             bind(server, settings.tcp_endpoint)
     log.info(
         "agent %s serving (%s%s), %d volumes, portals %s",
         agent.name,
         settings.unix_endpoint or "",
-        f" {settings.tcp_endpoint} (mTLS)" if settings.tls else "",
+        f" {settings.tcp_endpoint} (mTLS)" if tls else "",
         len(agent.list_volumes()),
         ", ".join(f"{p.trtype}:{p.traddr}:{p.trsvcid}/{p.group}" for p in agent.portals),
     )

@@ -1,5 +1,6 @@
-"""Node identities in ``nvmeof-csi serve``: the controller's signer (``--node-signer-ca``) and a node's own
-certificate (``--node-identity csr``), each run in a daemon thread.
+"""Identities in ``nvmeof-csi serve`` and ``nvmeof-csi agent``: the controller's signer (``--node-signer-ca``),
+a GPU node's own client certificate (``--node-identity csr``) and an agent's own server certificate (the
+agent's ``--identity csr``), each kept in a daemon thread.
 
 Contract: :func:`start_signer` returns the running signer, or ``None`` without ``--node-signer-ca``; it raises
 ``ConfigError`` when the signer is asked for but the Kubernetes API cannot be reached. :func:`start_node_identity`
@@ -11,16 +12,20 @@ from __future__ import annotations
 
 import datetime
 import importlib
+import ipaddress
 import logging
 import threading
+from collections.abc import Callable
 
 from nvmeof_csi.backends.agent_limits import AgentClients
+from nvmeof_csi.backends.identity_certificate import IdentityCertificate, node_identity
+from nvmeof_csi.backends.identity_checks import AGENT_SIGNER, NODE_SIGNER, Policy, check_agent, check_node
+from nvmeof_csi.backends.identity_signer import IdentitySigner
 from nvmeof_csi.backends.kube_nodes import KubeNodes, api_client
-from nvmeof_csi.backends.node_certificate import NodeCertificate
-from nvmeof_csi.backends.node_signer import NodeSigner, Policy
 from nvmeof_csi.cmd.settings import Settings
 from nvmeof_csi.errors import ConfigError, DriverError
 from nvmeof_csi.service.fencing import NodeFacts
+from nvmeof_csi.topology.fabric_map import load_fabric_map
 
 log = logging.getLogger(__name__)
 
@@ -29,53 +34,74 @@ def _certificates_api(kubeconfig: str) -> object:
     return importlib.import_module("kubernetes.client").CertificatesV1Api(api_client(kubeconfig))
 
 
-def start_signer(settings: Settings, facts: NodeFacts) -> NodeSigner | None:
+def start_signer(settings: Settings, facts: NodeFacts) -> IdentitySigner | None:
     folder = settings.node_signer_ca
     if folder is None:
         return None
-    if not isinstance(facts, KubeNodes):
+    if not isinstance(facts, KubeNodes) or settings.fabric_map is None:
         raise ConfigError(
-            "--node-signer-ca needs the Kubernetes API (the controller's service account or --kubeconfig)"
+            "--node-signer-ca needs the Kubernetes API (the controller's service account or --kubeconfig) and "
+            "--fabric-map"
         )
     ca = ((folder / "tls.crt").read_bytes(), (folder / "tls.key").read_bytes())
     lifetime = datetime.timedelta(hours=settings.node_identity_hours)
-    signer = NodeSigner(
-        _certificates_api(settings.kubeconfig), facts.claimed_by, ca, Policy(settings.node_signer_requester, lifetime)
-    )
+    fabric = load_fabric_map(settings.fabric_map)
+
+    def agent_address(name: str) -> str | None:
+        """The agent's endpoint IP in the map (an identity names an IP address; a DNS endpoint has none)."""
+        entry = fabric.agent(name)
+        try:
+            return str(ipaddress.ip_address(entry.endpoint.host)) if entry is not None else None
+        except ValueError:
+            return None
+
+    node_policy = Policy(settings.node_signer_requester, lifetime)
+    checks = {NODE_SIGNER: lambda spec: check_node(spec, node_policy, facts.claimed_by)}
+    if settings.agent_signer_requester:
+        agent_policy = Policy(settings.agent_signer_requester, lifetime)
+        checks[AGENT_SIGNER] = lambda spec: check_agent(spec, agent_policy, agent_address, facts.addresses)
+    signer = IdentitySigner(_certificates_api(settings.kubeconfig), checks, ca)
     signer.start()
-    log.info("node identity signer running for %s (certificates for %s)", settings.node_signer_requester, lifetime)
+    log.info("identity signer running for %s (certificates for %s)", ", ".join(checks), lifetime)
     return signer
 
 
 def start_node_identity(
     settings: Settings, host_nqn: str, clients: AgentClients, every: float = 600.0, retry: float = 15.0
-) -> NodeCertificate | None:
+) -> IdentityCertificate | None:
     if settings.node_identity != "csr":
         return None
-    cert = NodeCertificate(
+    cert = IdentityCertificate(
         _certificates_api(settings.kubeconfig),
         settings.state_dir / "node" / "identity",
-        settings.node_name,
-        host_nqn,
+        NODE_SIGNER,
+        node_identity(settings.node_name, host_nqn),
         datetime.timedelta(hours=settings.node_identity_hours),
     )
     clients.use_identity(cert.cert, cert.key)
-    threading.Thread(target=_keep, args=(cert, clients, every, retry), name="node-identity", daemon=True).start()
+    keep_issued(cert, clients.reset, every, retry)
     return cert
 
 
-def _keep(cert: NodeCertificate, clients: AgentClients, every: float, retry: float) -> None:
-    stop = threading.Event()  # never set: the thread lives as long as the process
-    while True:
-        try:
-            if cert.ensure():
-                clients.reset()
-                log.info("node identity issued and in use (%s)", cert.cert)
-            wait = every
-        except (DriverError, OSError) as exc:
-            log.warning("node identity: %s; trying again in %.0fs", exc, retry)
-            wait = retry
-        stop.wait(wait)
+def keep_issued(
+    cert: IdentityCertificate, renewed: Callable[[], None], every: float = 600.0, retry: float = 15.0
+) -> None:
+    """Keep ``cert`` issued and renewed in a daemon thread; ``renewed`` runs after each new certificate."""
+
+    def keep() -> None:
+        stop = threading.Event()  # never set: the thread lives as long as the process
+        while True:
+            try:
+                if cert.ensure():
+                    renewed()
+                    log.info("identity issued and in use (%s)", cert.cert)
+                wait = every
+            except (DriverError, OSError) as exc:
+                log.warning("identity: %s; trying again in %.0fs", exc, retry)
+                wait = retry
+            stop.wait(wait)
+
+    threading.Thread(target=keep, name="identity", daemon=True).start()
 
 
-__all__ = ["start_node_identity", "start_signer"]
+__all__ = ["keep_issued", "start_node_identity", "start_signer"]

@@ -160,6 +160,11 @@ class Settings:
         "system:serviceaccount:nvmeof-csi:nvmeof-csi-node",
         "Controller: the only user that may ask for a node identity (the node plugin's service account).",
     )
+    agent_signer_requester: str = setting(
+        "system:serviceaccount:nvmeof-csi:nvmeof-csi-agent",
+        "Controller: the only user that may ask for an agent server identity (the agents' service account); "
+        "empty: agent identities are not issued.",
+    )
     node_identity: str = setting(
         "files",
         "Node: `csr` to ask the controller's signer for this node's own agent client certificate (key made "
@@ -201,8 +206,11 @@ class Settings:
         ca = self.node_signer_ca
         if ca is not None and not ((ca / "tls.crt").is_file() and (ca / "tls.key").is_file()):
             raise ConfigError(f"--node-signer-ca {ca} must hold tls.crt and tls.key (the node CA)")
-        if not self.node_signer_requester.startswith("system:serviceaccount:"):
-            raise ConfigError("--node-signer-requester must be a service account user (system:serviceaccount:NS:NAME)")
+        for flag, user in (("node", self.node_signer_requester), ("agent", self.agent_signer_requester)):
+            if user and not user.startswith("system:serviceaccount:"):
+                raise ConfigError(
+                    f"--{flag}-signer-requester must be a service account (system:serviceaccount:NS:NAME)"
+                )
 
     def _check_kubelet_side(self) -> None:
         for listen in filter(None, (self.health_listen, self.metrics_listen)):

@@ -1,5 +1,9 @@
-"""Node identities as X.509: what a GPU node asks for, what the controller's signer issues, and how an agent
-recognises one (no I/O; the ``cryptography`` library does every cryptographic step).
+"""Node and agent identities as X.509: what a GPU node or a storage node asks for, what the controller's signer
+issues, and how an agent recognises a node (no I/O; the ``cryptography`` library does every cryptographic step).
+
+An **agent identity** is a server certificate of the same CA with CN ``agent:<agent name>`` and exactly one IP
+address name, the address the agent serves on (extended key usage serverAuth only): clients reach an agent by
+that address and check it, so a storage node can serve only as the agent whose address it has.
 
 A node identity is a client certificate issued by the **node CA** (a CA of its own, whose key only the
 controller holds) with subject CN ``node:<Kubernetes node name>`` and exactly one URI subject alternative name:
@@ -18,6 +22,7 @@ returns ``None`` for a certificate that is not a node identity in form (CN, one 
 from __future__ import annotations
 
 import datetime
+import ipaddress
 from dataclasses import dataclass
 
 from cryptography import x509
@@ -30,17 +35,20 @@ from nvmeof_csi.errors import InvalidArgument
 from nvmeof_csi.nvmeof.nqn import valid_host_nqn
 
 NODE_PREFIX = "node:"
+AGENT_PREFIX = "agent:"
 #: certificates are valid from a little before they are issued: clocks of nodes and controller differ
 BACKDATE = datetime.timedelta(minutes=5)
 
 
 @dataclass(frozen=True)
 class Request:
-    """What a checked request asks for: the CN, its URIs (the host NQN) and the public key to certify."""
+    """What a checked request asks for: the CN, its URIs (a node's host NQN), its IP addresses (an agent's) and
+    the public key to certify."""
 
     common_name: str
     uris: tuple[str, ...]
     public_key: ec.EllipticCurvePublicKey | rsa.RSAPublicKey
+    ips: tuple[str, ...] = ()
 
 
 def new_key() -> bytes:
@@ -51,16 +59,25 @@ def new_key() -> bytes:
     )
 
 
-def node_request(key_pem: bytes, node_name: str, host_nqn: str) -> bytes:
-    """The PKCS#10 request (PEM) a node sends: CN ``node:<node_name>``, one URI SAN ``host_nqn``."""
+def _names(uris: tuple[str, ...], ips: tuple[str, ...]) -> list[x509.GeneralName]:
+    return [*map(x509.UniformResourceIdentifier, uris), *(x509.IPAddress(ipaddress.ip_address(ip)) for ip in ips)]
+
+
+def make_request(key_pem: bytes, common_name: str, uris: tuple[str, ...] = (), ips: tuple[str, ...] = ()) -> bytes:
+    """A PKCS#10 request (PEM) for ``common_name`` with these URI and IP address names."""
     key = serialization.load_pem_private_key(key_pem, password=None)
     if not isinstance(key, ec.EllipticCurvePrivateKey):
-        raise InvalidArgument("a node identity key must be an EC key")
+        raise InvalidArgument("an identity key must be an EC key")
     builder = x509.CertificateSigningRequestBuilder().subject_name(
-        x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, NODE_PREFIX + node_name)])
+        x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
     )
-    builder = builder.add_extension(x509.SubjectAlternativeName([x509.UniformResourceIdentifier(host_nqn)]), False)
+    builder = builder.add_extension(x509.SubjectAlternativeName(_names(uris, ips)), False)
     return builder.sign(key, hashes.SHA256()).public_bytes(serialization.Encoding.PEM)
+
+
+def node_request(key_pem: bytes, node_name: str, host_nqn: str) -> bytes:
+    """The request a node sends: CN ``node:<node_name>``, one URI name ``host_nqn``."""
+    return make_request(key_pem, NODE_PREFIX + node_name, uris=(host_nqn,))
 
 
 def read_request(pem: bytes) -> Request:
@@ -81,19 +98,29 @@ def read_request(pem: bytes) -> Request:
     if len(names) != 1 or len(csr.subject) != 1:
         raise InvalidArgument("the subject must be exactly one common name")
     uris: list[str] = []
+    ips: list[str] = []
     for ext in csr.extensions:
         if not isinstance(ext.value, x509.SubjectAlternativeName):
-            raise InvalidArgument(f"the request asks for extension {ext.oid.dotted_string}: only a URI name is allowed")
-        if any(not isinstance(name, x509.UniformResourceIdentifier) for name in ext.value):
-            raise InvalidArgument("the request asks for a DNS, IP or e-mail name: only a URI name is allowed")
+            raise InvalidArgument(f"the request asks for extension {ext.oid.dotted_string}: only names are allowed")
+        if any(not isinstance(name, x509.UniformResourceIdentifier | x509.IPAddress) for name in ext.value):
+            raise InvalidArgument(
+                "the request asks for a DNS or e-mail name: only URI and IP address names are allowed"
+            )
         uris += ext.value.get_values_for_type(x509.UniformResourceIdentifier)
-    return Request(str(names[0].value), tuple(uris), key)
+        ips += [str(ip) for ip in ext.value.get_values_for_type(x509.IPAddress)]
+    return Request(str(names[0].value), tuple(uris), key, tuple(ips))
 
 
 def issue(
-    request: Request, ca_cert_pem: bytes, ca_key_pem: bytes, lifetime: datetime.timedelta, now: datetime.datetime
+    request: Request,
+    ca_cert_pem: bytes,
+    ca_key_pem: bytes,
+    lifetime: datetime.timedelta,
+    now: datetime.datetime,
+    server: bool = False,
 ) -> bytes:
-    """A client certificate (PEM) for ``request``'s key, subject and URIs, signed by the node CA."""
+    """A client certificate (``server``: a server certificate) in PEM for ``request``'s key, subject, URIs and
+    IP addresses, signed by the CA."""
     ca_cert = x509.load_pem_x509_certificate(ca_cert_pem)
     ca_key = serialization.load_pem_private_key(ca_key_pem, password=None)
     if not isinstance(ca_key, ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey):
@@ -107,11 +134,14 @@ def issue(
         .not_valid_before(now - BACKDATE)
         .not_valid_after(now + lifetime)
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
+        .add_extension(
+            x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH if server else ExtendedKeyUsageOID.CLIENT_AUTH]),
+            critical=False,
+        )
         .add_extension(
             x509.KeyUsage(True, False, False, False, False, False, False, False, False), critical=True
         )  # digital signature only
-        .add_extension(x509.SubjectAlternativeName([x509.UniformResourceIdentifier(u) for u in request.uris]), False)
+        .add_extension(x509.SubjectAlternativeName(_names(request.uris, request.ips)), False)
     )
     return builder.sign(ca_key, hashes.SHA256()).public_bytes(serialization.Encoding.PEM)
 
@@ -154,3 +184,16 @@ def certifies(cert_pem: bytes, key_pem: bytes) -> bool:
     except ValueError:
         return False
     return bool(cert.public_key() == key.public_key())
+
+
+def names_of(cert_pem: bytes) -> tuple[str, tuple[str, ...], tuple[str, ...]]:
+    """(CN, URI names, IP address names) of a certificate; ``ValueError`` for one that is not PEM."""
+    cert = x509.load_pem_x509_certificate(cert_pem)
+    cns = cert.subject.get_attributes_for_oid(NameOID.COMMON_NAME)
+    try:
+        sans = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    except x509.ExtensionNotFound:
+        return (str(cns[0].value) if cns else "", (), ())
+    uris = tuple(sans.get_values_for_type(x509.UniformResourceIdentifier))
+    ips = tuple(str(ip) for ip in sans.get_values_for_type(x509.IPAddress))
+    return (str(cns[0].value) if cns else "", uris, ips)

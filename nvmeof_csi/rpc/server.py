@@ -18,8 +18,10 @@ import os
 import signal
 import socket
 import stat
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import cast
 
 import grpc
 
@@ -143,14 +145,36 @@ async def run_until_stopped(
         log.info("stopped")
 
 
-def bind_mtls(server: Server, endpoint: Endpoint, tls: TlsFiles, extra_ca: bytes = b"") -> int:
+def _stamp(tls: TlsFiles) -> tuple[int, int]:
+    return tls.cert.stat().st_mtime_ns, tls.key.stat().st_mtime_ns
+
+
+def bind_mtls(server: Server, endpoint: Endpoint, tls: TlsFiles, extra_ca: bytes = b"", reload: bool = False) -> int:
     """Listen on a TCP ``endpoint`` with mutual TLS: clients must present a certificate that ``tls.ca`` (or the
-    ``extra_ca`` PEM, for instance the node CA) signed."""
-    creds = grpc.ssl_server_credentials(
-        [(tls.key.read_bytes(), tls.cert.read_bytes())],
-        root_certificates=tls.ca.read_bytes().rstrip(b"\n") + b"\n" + extra_ca,
-        require_client_auth=True,
-    )
+    ``extra_ca`` PEM, for instance the node CA) signed. ``reload``: a new certificate and key written over
+    ``tls.cert`` and ``tls.key`` (a renewal) serve every handshake after it."""
+    roots = tls.ca.read_bytes().rstrip(b"\n") + b"\n" + extra_ca
+
+    def config() -> grpc.ServerCertificateConfiguration:
+        return grpc.ssl_server_certificate_configuration([(tls.key.read_bytes(), tls.cert.read_bytes())], roots)
+
+    if not reload:
+        creds = grpc.ssl_server_credentials(
+            [(tls.key.read_bytes(), tls.cert.read_bytes())], root_certificates=roots, require_client_auth=True
+        )
+    else:
+        seen = [_stamp(tls)]
+
+        def fetch() -> grpc.ServerCertificateConfiguration | None:
+            stamp = _stamp(tls)
+            if stamp == seen[0]:
+                return None
+            seen[0] = stamp
+            return config()
+
+        # gRPC documents None from the fetcher as "no change"; grpc-stubs types it without None
+        fetcher = cast("Callable[[], grpc.ServerCertificateConfiguration]", fetch)
+        creds = grpc.dynamic_ssl_server_credentials(config(), fetcher, require_client_authentication=True)
     port = server.add_secure_port(endpoint.grpc_address, creds)
     if port == 0:
         raise FailedPrecondition(f"cannot listen on {endpoint}")

@@ -1,7 +1,8 @@
-"""Each GPU node's own identity towards the agents, issued in the cluster (security round 2, point 2): the
-node plugin asked for it with a CertificateSigningRequest and the controller's signer issued it for this
-node's name and host NQN only; a request the node plugin makes for another node, or for a host NQN that is not
-its node's, is denied with the reason, by the real API server's user info (the pod-bound token's node claim).
+"""Each GPU node's and each agent's own identity, issued in the cluster (security round 2, point 2): the node
+plugin and the agent asked for theirs with a CertificateSigningRequest and the controller's signer issued them
+for this node's name and host NQN, and for this agent's name and address, only; a request either makes for
+another node or agent, or for a host NQN or address that is not theirs, is denied with the reason, by the
+real API server's user info (the pod-bound token's node claim).
 
 The live limits scenario of ``test_kubernetes`` (test_7b) reads the agent with this certificate: there is no
 shared node certificate and no agentAuthz entry for the node any more (``ci/lab-values.yaml``)."""
@@ -16,21 +17,29 @@ import pytest
 from cryptography import x509
 
 from lab.kube.cluster import DRIVER, NAMESPACE, NODE, KubeCluster
-from nvmeof_csi.identity.certs import node_identity_of
+from lab.kube.node import NODE_IP
+from nvmeof_csi.identity.certs import names_of, node_identity_of
 from tests.support.kube import crictl, wait_for
 
 pytestmark = pytest.mark.lab
 
 SIGNER = "csi.nvmeof.io/node-client"
+AGENT_SIGNER = "csi.nvmeof.io/agent-server"
 PYTHON = "/opt/nvmeof-csi/bin/python"
+AGENT = "lab"  # the lab agent's name in ci/lab-values.yaml's fabric map (its node's name)
+FOREIGN_NQN = "nqn.2014-08.org.nvmexpress:uuid:0f0f0f0f-0000-0000-0000-0000000000aa"
 #: run in the node plugin's container, with its own service account token: ask for a (node, NQN) identity
 ASK = """
 import datetime, json, pathlib, sys, tempfile
 from nvmeof_csi.backends.kube_nodes import api_client
-from nvmeof_csi.backends.node_certificate import NodeCertificate
+from nvmeof_csi.backends.identity_certificate import IdentityCertificate, agent_identity, node_identity
+from nvmeof_csi.backends.identity_checks import AGENT_SIGNER, NODE_SIGNER
 from kubernetes.client import CertificatesV1Api
-node, nqn = sys.argv[1], sys.argv[2]
-cert = NodeCertificate(CertificatesV1Api(api_client("")), pathlib.Path(tempfile.mkdtemp()), node, nqn, wait=60)
+kind, name, value = sys.argv[1:4]
+names = node_identity(name, value) if kind == "node" else agent_identity(name, value)
+signer = NODE_SIGNER if kind == "node" else AGENT_SIGNER
+api = CertificatesV1Api(api_client(""))
+cert = IdentityCertificate(api, pathlib.Path(tempfile.mkdtemp()), signer, names, wait=60)
 try:
     cert.ensure()
     print(json.dumps({"issued": True}))
@@ -39,43 +48,67 @@ except Exception as exc:
 """
 
 
-def _node_plugin_exec(kube: KubeCluster, *argv: str) -> str:
-    pods = [p["metadata"]["name"] for p in kube.pods() if p["metadata"]["name"].startswith("nvmeof-csi-node-")]
+def _exec(kube: KubeCluster, pod_prefix: str, container: str, *argv: str) -> str:
+    pods = [p["metadata"]["name"] for p in kube.pods() if p["metadata"]["name"].startswith(pod_prefix)]
     assert len(pods) == 1, pods
     ids = crictl(
-        kube, "ps", "-q", "--state", "Running", "--name", "^nvmeof-csi$",
+        kube, "ps", "-q", "--state", "Running", "--name", f"^{container}$",
         "--label", f"io.kubernetes.pod.name={pods[0]}", "--label", f"io.kubernetes.pod.namespace={NAMESPACE}",
     ).split()  # fmt: skip
-    assert len(ids) == 1, f"node plugin containers of {pods[0]}: {ids}"
+    assert len(ids) == 1, f"{container} containers of {pods[0]}: {ids}"
     return crictl(kube, "exec", ids[0], *argv, timeout=180)
+
+
+def _issued(kube: KubeCluster, signer: str) -> dict[str, Any]:
+    def issued() -> list[dict[str, Any]]:
+        return [c for c in kube.cp.get("csr")["items"]
+                if c["spec"]["signerName"] == signer and c.get("status", {}).get("certificate")]  # fmt: skip
+
+    wait_for(f"an identity of {signer} issued", lambda: bool(issued()), 180)
+    return issued()[0]
+
+
+def _ask(kube: KubeCluster, pod_prefix: str, container: str, *argv: str) -> dict[str, object]:
+    out = _exec(kube, pod_prefix, container, PYTHON, "-c", ASK, *argv)
+    answer: dict[str, object] = json.loads(out.strip().splitlines()[-1])
+    return answer
+
+
+def _denied(kube: KubeCluster, signer: str) -> list[str]:
+    return [c["metadata"]["name"] for c in kube.cp.get("csr")["items"] if c["spec"]["signerName"] == signer
+            and any(k["type"] == "Denied" for k in c["status"].get("conditions", []))]  # fmt: skip
 
 
 def test_the_node_has_its_own_identity_and_cannot_ask_for_another(kube: KubeCluster) -> None:
     nqn = next(d["nodeID"] for d in kube.cp.get("csinode", NODE)["spec"]["drivers"] if d["name"] == DRIVER)
 
-    def issued() -> list[dict[str, Any]]:
-        return [c for c in kube.cp.get("csr")["items"]
-                if c["spec"]["signerName"] == SIGNER and c.get("status", {}).get("certificate")]  # fmt: skip
-
-    wait_for("the node's identity issued", lambda: bool(issued()), 180)
-    csr = issued()[0]
+    csr = _issued(kube, SIGNER)
     assert csr["spec"]["username"] == f"system:serviceaccount:{NAMESPACE}:nvmeof-csi-node", csr["spec"]
     assert csr["spec"]["extra"]["authentication.kubernetes.io/node-name"] == [NODE], csr["spec"]["extra"]
     conditions = {c["type"]: c for c in csr["status"]["conditions"]}
-    assert conditions["Approved"]["reason"] == "NodeIdentityChecked", conditions
+    assert conditions["Approved"]["reason"] == "IdentityChecked", conditions
     pem = base64.b64decode(csr["status"]["certificate"])
     assert node_identity_of(pem) == (NODE, nqn), x509.load_pem_x509_certificate(pem).subject
 
-    def ask(node: str, host_nqn: str) -> dict[str, object]:
-        out = _node_plugin_exec(kube, PYTHON, "-c", ASK, node, host_nqn)
-        answer: dict[str, object] = json.loads(out.strip().splitlines()[-1])
-        return answer
-
-    other = ask("gpu-2", "nqn.2014-08.org.nvmexpress:uuid:0f0f0f0f-0000-0000-0000-0000000000aa")
+    other = _ask(kube, "nvmeof-csi-node-", "nvmeof-csi", "node", "gpu-2", FOREIGN_NQN)
     assert other["issued"] is False and f"requester runs on node '{NODE}'" in str(other["why"]), other
-    foreign = ask(NODE, "nqn.2014-08.org.nvmexpress:uuid:0f0f0f0f-0000-0000-0000-0000000000aa")
+    foreign = _ask(kube, "nvmeof-csi-node-", "nvmeof-csi", "node", NODE, FOREIGN_NQN)
     assert foreign["issued"] is False and "is the node ID of no node" in str(foreign["why"]), foreign
-    denied = [c for c in kube.cp.get("csr")["items"] if c["spec"]["signerName"] == SIGNER and any(
-        k["type"] == "Denied" for k in c["status"].get("conditions", []))]  # fmt: skip
-    assert len(denied) == 2, [c["metadata"]["name"] for c in denied]
-    print(f"node {NODE}: identity issued for {nqn}; requests for gpu-2 and for a foreign NQN denied")
+    as_agent = _ask(kube, "nvmeof-csi-node-", "nvmeof-csi", "agent", NODE, NODE_IP)  # a GPU node posing as agent
+    assert as_agent["issued"] is False and "not the agent" in str(as_agent["why"]), as_agent
+    assert len(_denied(kube, SIGNER)) == 2 and len(_denied(kube, AGENT_SIGNER)) == 1
+    print(f"node {NODE}: identity issued for {nqn}; requests for gpu-2, a foreign NQN and an agent denied")
+
+
+def test_each_agent_serves_with_its_own_identity_and_cannot_ask_for_another(kube: KubeCluster) -> None:
+    csr = _issued(kube, AGENT_SIGNER)
+    assert csr["spec"]["username"] == f"system:serviceaccount:{NAMESPACE}:nvmeof-csi-agent", csr["spec"]
+    assert csr["spec"]["extra"]["authentication.kubernetes.io/node-name"] == [NODE], csr["spec"]["extra"]
+    assert names_of(base64.b64decode(csr["status"]["certificate"])) == (f"agent:{AGENT}", (), (NODE_IP,))
+    before = len(_denied(kube, AGENT_SIGNER))
+    unknown = _ask(kube, "nvmeof-csi-agent-", "agent", "agent", "store-9", NODE_IP)
+    assert unknown["issued"] is False and "'store-9' is not in the controller's fabric map" in str(unknown["why"])
+    moved = _ask(kube, "nvmeof-csi-agent-", "agent", "agent", AGENT, "10.0.2.99")  # the lab agent elsewhere
+    assert moved["issued"] is False and f"agent '{AGENT}' serves on {NODE_IP}" in str(moved["why"]), moved
+    assert len(_denied(kube, AGENT_SIGNER)) == before + 2
+    print(f"agent {AGENT}: server identity issued for {NODE_IP}; requests for another agent or address denied")

@@ -93,3 +93,23 @@ def test_a_node_id_two_csinodes_list_is_claimed_by_both_and_names_no_node() -> N
     assert nodes.claimed_by("nqn.gpu-2") == ["gpu-2", "gpu-3"]
     assert nodes.claimed_by("nqn.gpu-1") == ["gpu-1"] and nodes.claimed_by("nqn.none") == []
     assert nodes.boot_id("nqn.gpu-2") == "" and nodes.out_of_service("nqn.gpu-2") is False  # no guess between two
+
+
+def test_addresses_of_a_node_by_name() -> None:
+    core = Core()
+    core.nodes["storage-1"] = NS(
+        spec=NS(taints=None),
+        status=NS(
+            node_info=None, addresses=[NS(type="InternalIP", address="10.0.0.5"), NS(type="Hostname", address="s1")]
+        ),
+    )
+    nodes = KubeNodes(core, Storage(), DRIVER)
+    assert nodes.addresses("storage-1") == ["10.0.0.5", "s1"]
+    assert nodes.addresses("gone") == []
+
+    def broken(name: str, **_: Any) -> NS:
+        raise ApiError(503)
+
+    core.read_node = broken  # type: ignore[method-assign]
+    with pytest.raises(Unavailable, match="cannot read Node storage-1: HTTP 503"):
+        nodes.addresses("storage-1")

@@ -17,10 +17,28 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import NameOID
 
-from nvmeof_csi.backends.node_certificate import NodeCertificate
-from nvmeof_csi.backends.node_signer import NODE_CLAIM, SIGNER, NodeSigner, Policy, Refused, check
+from nvmeof_csi.backends.identity_certificate import IdentityCertificate, agent_identity, node_identity
+from nvmeof_csi.backends.identity_checks import (
+    AGENT_SIGNER,
+    NODE_CLAIM,
+    NODE_SIGNER,
+    Policy,
+    Refused,
+    check_agent,
+    check_node,
+)
+from nvmeof_csi.backends.identity_signer import IdentitySigner
 from nvmeof_csi.errors import FailedPrecondition, InvalidArgument, Unavailable
-from nvmeof_csi.identity.certs import expires, issued_by, new_key, node_identity_of, node_request, read_request
+from nvmeof_csi.identity.certs import (
+    expires,
+    issued_by,
+    make_request,
+    names_of,
+    new_key,
+    node_identity_of,
+    node_request,
+    read_request,
+)
 from tests.support.node_ca import NOW, make_ca
 
 NODE_SA = "system:serviceaccount:nvmeof-csi:nvmeof-csi-node"
@@ -56,8 +74,8 @@ class CsrApi:
         return self.csrs[name]
 
     def list_certificate_signing_request(self, field_selector: str, **_: Any) -> Any:
-        assert field_selector == f"spec.signerName={SIGNER}"
-        return SimpleNamespace(items=list(self.csrs.values()))
+        signer = field_selector.removeprefix("spec.signerName=")
+        return SimpleNamespace(items=[c for c in self.csrs.values() if c.spec.signer_name == signer])
 
     def patch_certificate_signing_request_approval(self, name: str, body: dict[str, Any], **_: Any) -> None:
         self.csrs[name].status.conditions = [SimpleNamespace(**c) for c in body["status"]["conditions"]]
@@ -82,8 +100,22 @@ def claimed(nqn: str) -> list[str]:
     return CSINODES.get(nqn, [])
 
 
+AGENT_SA = "system:serviceaccount:nvmeof-csi:nvmeof-csi-agent"
+AGENTS = {"store-1": "10.0.0.5", "store-2": "10.0.0.6"}  # the fabric map's endpoint addresses
+NODE_IPS = {"storage-1": ["10.0.0.5", "192.168.1.5"], "storage-2": ["10.0.0.6"]}
+
+
+def signer_of(api: CsrApi, ca: tuple[bytes, bytes], clock: Any) -> IdentitySigner:
+    agent_policy = Policy(AGENT_SA, datetime.timedelta(hours=24))
+    checks = {
+        NODE_SIGNER: lambda s: check_node(s, POLICY, claimed),
+        AGENT_SIGNER: lambda s: check_agent(s, agent_policy, AGENTS.get, lambda n: NODE_IPS.get(n, [])),
+    }
+    return IdentitySigner(api, checks, ca, clock=clock)
+
+
 def test_a_request_from_the_node_for_itself_is_issued_for_its_host_nqn(ca: tuple[bytes, bytes]) -> None:
-    request, lifetime = check(spec(expiration_seconds=3600), POLICY, claimed)
+    request, lifetime = check_node(spec(expiration_seconds=3600), POLICY, claimed)
     assert (request.common_name, request.uris, lifetime) == ("node:gpu-1", (NQN1,), datetime.timedelta(hours=1))
 
 
@@ -100,16 +132,19 @@ def test_a_request_from_the_node_for_itself_is_issued_for_its_host_nqn(ca: tuple
 )
 def test_refused_requests_name_the_fact_that_fails(changed: dict[str, Any], why: str) -> None:
     with pytest.raises(Refused, match=why):
-        check(spec(**changed), POLICY, claimed)
+        check_node(spec(**changed), POLICY, claimed)
 
 
 def test_a_node_cannot_ask_for_another_nodes_host_nqn() -> None:
     with pytest.raises(Refused, match=r"node ID of \['gpu-2'\], not 'gpu-1'"):
-        check(spec(nqn=NQN2), POLICY, claimed)  # gpu-1 asks for gpu-2's NQN under its own name
+        check_node(spec(nqn=NQN2), POLICY, claimed)  # gpu-1 asks for gpu-2's NQN under its own name
     with pytest.raises(Refused, match="no node"):
-        check(spec(nqn="nqn.2014-08.org.nvmexpress:uuid:unregistered"), POLICY, claimed)
+        check_node(spec(nqn="nqn.2014-08.org.nvmexpress:uuid:unregistered"), POLICY, claimed)
+    with_ip = make_request(new_key(), "node:gpu-1", (NQN1,), ("10.0.0.9",))  # a node's name with an address
+    with pytest.raises(Refused, match="no IP address"):
+        check_node(spec(request=base64.b64encode(with_ip).decode()), POLICY, claimed)
     with pytest.raises(Refused, match=r"\['gpu-1', 'gpu-3'\]"):  # two nodes claim it: nobody gets it
-        check(spec(), POLICY, lambda nqn: ["gpu-1", "gpu-3"])
+        check_node(spec(), POLICY, lambda nqn: ["gpu-1", "gpu-3"])
 
 
 def test_requests_with_other_names_or_weak_keys_are_malformed() -> None:
@@ -121,7 +156,7 @@ def test_requests_with_other_names_or_weak_keys_are_malformed() -> None:
         return b.sign(key, hashes.SHA256()).public_bytes(serialization.Encoding.PEM)
 
     ec_key = ec.generate_private_key(ec.SECP256R1())
-    with pytest.raises(InvalidArgument, match="DNS, IP or e-mail"):
+    with pytest.raises(InvalidArgument, match="DNS or e-mail"):
         read_request(csr(ec_key, [x509.UniformResourceIdentifier(NQN1), x509.DNSName("agent-1")]))
     with pytest.raises(InvalidArgument, match="EC P-256 or RSA"):
         read_request(csr(rsa.generate_private_key(65537, 1024), [x509.UniformResourceIdentifier(NQN1)]))
@@ -129,8 +164,10 @@ def test_requests_with_other_names_or_weak_keys_are_malformed() -> None:
 
 def test_the_signer_issues_denies_and_never_redecides(ca: tuple[bytes, bytes], tmp_path: Path) -> None:
     api = CsrApi()
-    signer = NodeSigner(api, claimed, ca, POLICY, clock=lambda: NOW)
-    node = NodeCertificate(api, tmp_path / "id", "gpu-1", NQN1, wait=0, clock=lambda: NOW, sleep=lambda s: None)
+    signer = signer_of(api, ca, lambda: NOW)
+    node = IdentityCertificate(
+        api, tmp_path / "id", NODE_SIGNER, node_identity("gpu-1", NQN1), wait=0, clock=lambda: NOW, sleep=lambda s: None
+    )
     with pytest.raises(Unavailable, match="not issued within"):
         node.ensure()  # nobody signs yet
     assert signer.pass_once() == {"issued": 1, "denied": 0, "left": 0}
@@ -139,7 +176,9 @@ def test_the_signer_issues_denies_and_never_redecides(ca: tuple[bytes, bytes], t
     assert issued_by(cert, ca[0]) and node_identity_of(cert) == ("gpu-1", NQN1)
     assert stat.S_IMODE(node.key.stat().st_mode) == 0o600
     api.node = "gpu-2"  # gpu-2's node plugin asks for gpu-1's identity
-    intruder = NodeCertificate(api, tmp_path / "x", "gpu-1", NQN1, wait=0, clock=lambda: NOW, sleep=lambda s: None)
+    intruder = IdentityCertificate(
+        api, tmp_path / "x", NODE_SIGNER, node_identity("gpu-1", NQN1), wait=0, clock=lambda: NOW, sleep=lambda s: None
+    )
     with pytest.raises(Unavailable):
         intruder.ensure()
     assert signer.pass_once() == {"issued": 0, "denied": 1, "left": 0}
@@ -153,12 +192,14 @@ def test_the_signer_issues_denies_and_never_redecides(ca: tuple[bytes, bytes], t
 
 def test_the_node_renews_at_two_thirds_of_the_lifetime(ca: tuple[bytes, bytes], tmp_path: Path) -> None:
     api, now = CsrApi(), [NOW]
-    signer = NodeSigner(api, claimed, ca, POLICY, clock=lambda: now[0])
+    signer = signer_of(api, ca, lambda: now[0])
 
     def sign(_: float) -> None:
         signer.pass_once()
 
-    node = NodeCertificate(api, tmp_path, "gpu-1", NQN1, datetime.timedelta(hours=3), 5, lambda: now[0], sign)
+    node = IdentityCertificate(
+        api, tmp_path, NODE_SIGNER, node_identity("gpu-1", NQN1), datetime.timedelta(hours=3), 5, lambda: now[0], sign
+    )
     assert node.ensure()
     first = node.cert.read_bytes()
     start, end = expires(first)
@@ -204,3 +245,36 @@ def test_a_node_with_its_own_identity_reads_only_the_agents_ca_from_the_map(tmp_
     clients.reset()
     clients.for_agent("a")
     assert [(e.tls.cert, e.tls.key, e.tls.ca) for e in made] == [(cert, key, ca)] * 2
+
+
+def test_a_storage_node_gets_only_the_identity_of_the_agent_it_hosts(ca: tuple[bytes, bytes], tmp_path: Path) -> None:
+    api = CsrApi()
+    api.user, api.node = AGENT_SA, "storage-1"
+    signer = signer_of(api, ca, lambda: NOW)
+
+    def ask(folder: str, agent: str, address: str) -> IdentityCertificate:
+        cert = IdentityCertificate(
+            api, tmp_path / folder, AGENT_SIGNER, agent_identity(agent, address), wait=0, sleep=lambda s: None
+        )
+        with pytest.raises(Unavailable):
+            cert.ensure()  # created; nobody signed yet
+        return cert
+
+    mine = ask("mine", "store-1", "10.0.0.5")
+    theirs = ask("theirs", "store-2", "10.0.0.6")  # store-2's name and address, asked from storage-1
+    named_theirs = ask("named", "store-2", "10.0.0.5")  # store-2's name with storage-1's own address
+    unknown = ask("unknown", "store-9", "10.0.0.5")
+    assert signer.pass_once() == {"issued": 1, "denied": 3, "left": 0}
+    assert mine.ensure() is True
+    assert names_of(mine.cert.read_bytes()) == ("agent:store-1", (), ("10.0.0.5",))
+    assert issued_by(mine.cert.read_bytes(), ca[0]) and node_identity_of(mine.cert.read_bytes()) is None
+    for cert, why in (
+        (theirs, "10.0.0.6 \\(agent 'store-2'\\) is not an address of the requesting node 'storage-1'"),
+        (named_theirs, "asks for 10.0.0.5 but agent 'store-2' serves on 10.0.0.6"),
+        (unknown, "'store-9' is not in the controller's fabric map"),
+    ):
+        with pytest.raises(FailedPrecondition, match=why):
+            cert.ensure()
+    api.user = NODE_SA  # a node plugin asking for an agent identity
+    ask("by-node", "store-1", "10.0.0.5")
+    assert signer.pass_once()["denied"] == 1
