@@ -30,21 +30,27 @@ AGENT = "lab"  # the lab agent's name in ci/lab-values.yaml's fabric map (its no
 FOREIGN_NQN = "nqn.2014-08.org.nvmexpress:uuid:0f0f0f0f-0000-0000-0000-0000000000aa"
 #: run in the node plugin's container, with its own service account token: ask for a (node, NQN) identity
 ASK = """
-import datetime, json, pathlib, sys, tempfile
+import json, pathlib, sys, tempfile
+from concurrent.futures import ThreadPoolExecutor
 from nvmeof_csi.backends.kube_nodes import api_client
 from nvmeof_csi.backends.identity_certificate import IdentityCertificate, agent_identity, node_identity
 from nvmeof_csi.backends.identity_checks import AGENT_SIGNER, NODE_SIGNER
 from kubernetes.client import CertificatesV1Api
-kind, name, value = sys.argv[1:4]
-names = node_identity(name, value) if kind == "node" else agent_identity(name, value)
-signer = NODE_SIGNER if kind == "node" else AGENT_SIGNER
 api = CertificatesV1Api(api_client(""))
-cert = IdentityCertificate(api, pathlib.Path(tempfile.mkdtemp()), signer, names, wait=60)
-try:
-    cert.ensure()
-    print(json.dumps({"issued": True}))
-except Exception as exc:
-    print(json.dumps({"issued": False, "why": str(exc)}))
+
+def ask(kind, name, value):
+    names = node_identity(name, value) if kind == "node" else agent_identity(name, value)
+    signer = NODE_SIGNER if kind == "node" else AGENT_SIGNER
+    cert = IdentityCertificate(api, pathlib.Path(tempfile.mkdtemp()), signer, names, wait=60)
+    try:
+        cert.ensure()
+        return {"issued": True}
+    except Exception as exc:
+        return {"issued": False, "why": str(exc)}
+
+asks = [sys.argv[i:i + 3] for i in range(1, len(sys.argv), 3)]
+with ThreadPoolExecutor(len(asks)) as pool:
+    print(json.dumps(list(pool.map(lambda a: ask(*a), asks))))
 """
 
 
@@ -68,10 +74,11 @@ def _issued(kube: KubeCluster, signer: str) -> dict[str, Any]:
     return issued()[0]
 
 
-def _ask(kube: KubeCluster, pod_prefix: str, container: str, *argv: str) -> dict[str, object]:
-    out = _exec(kube, pod_prefix, container, PYTHON, "-c", ASK, *argv)
-    answer: dict[str, object] = json.loads(out.strip().splitlines()[-1])
-    return answer
+def _ask(kube: KubeCluster, pod_prefix: str, container: str, *asks: tuple[str, str, str]) -> list[dict[str, object]]:
+    """Each (kind, name, NQN or address) asked at once from the container, with its own service account."""
+    out = _exec(kube, pod_prefix, container, PYTHON, "-c", ASK, *(word for ask in asks for word in ask))
+    answers: list[dict[str, object]] = json.loads(out.strip().splitlines()[-1])
+    return answers
 
 
 def _denied(kube: KubeCluster, signer: str) -> list[str]:
@@ -90,11 +97,13 @@ def test_the_node_has_its_own_identity_and_cannot_ask_for_another(kube: KubeClus
     pem = base64.b64decode(csr["status"]["certificate"])
     assert node_identity_of(pem) == (NODE, nqn), x509.load_pem_x509_certificate(pem).subject
 
-    other = _ask(kube, "nvmeof-csi-node-", "nvmeof-csi", "node", "gpu-2", FOREIGN_NQN)
+    other, foreign, as_agent = _ask(
+        kube, "nvmeof-csi-node-", "nvmeof-csi",
+        ("node", "gpu-2", FOREIGN_NQN), ("node", NODE, FOREIGN_NQN),
+        ("agent", AGENT, NODE_IP),  # a GPU node posing as the agent
+    )  # fmt: skip
     assert other["issued"] is False and f"requester runs on node '{NODE}'" in str(other["why"]), other
-    foreign = _ask(kube, "nvmeof-csi-node-", "nvmeof-csi", "node", NODE, FOREIGN_NQN)
     assert foreign["issued"] is False and "is the node ID of no node" in str(foreign["why"]), foreign
-    as_agent = _ask(kube, "nvmeof-csi-node-", "nvmeof-csi", "agent", NODE, NODE_IP)  # a GPU node posing as agent
     assert as_agent["issued"] is False and "not the agent" in str(as_agent["why"]), as_agent
     assert len(_denied(kube, SIGNER)) == 2 and len(_denied(kube, AGENT_SIGNER)) == 1
     print(f"node {NODE}: identity issued for {nqn}; requests for gpu-2, a foreign NQN and an agent denied")
@@ -106,9 +115,10 @@ def test_each_agent_serves_with_its_own_identity_and_cannot_ask_for_another(kube
     assert csr["spec"]["extra"]["authentication.kubernetes.io/node-name"] == [NODE], csr["spec"]["extra"]
     assert names_of(base64.b64decode(csr["status"]["certificate"])) == (f"agent:{AGENT}", (), (NODE_IP,))
     before = len(_denied(kube, AGENT_SIGNER))
-    unknown = _ask(kube, "nvmeof-csi-agent-", "agent", "agent", "store-9", NODE_IP)
+    unknown, moved = _ask(
+        kube, "nvmeof-csi-agent-", "agent", ("agent", "store-9", NODE_IP), ("agent", AGENT, "10.0.2.99")
+    )  # another agent's name; the lab agent's name at an address that is not its own
     assert unknown["issued"] is False and "'store-9' is not in the controller's fabric map" in str(unknown["why"])
-    moved = _ask(kube, "nvmeof-csi-agent-", "agent", "agent", AGENT, "10.0.2.99")  # the lab agent elsewhere
     assert moved["issued"] is False and f"agent '{AGENT}' serves on {NODE_IP}" in str(moved["why"]), moved
     assert len(_denied(kube, AGENT_SIGNER)) == before + 2
     print(f"agent {AGENT}: server identity issued for {NODE_IP}; requests for another agent or address denied")
