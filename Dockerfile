@@ -1,8 +1,18 @@
 # nvmeof-csi image for users with a registry at hand. The same image is built without a registry by
 # `./dev image` (image/build.py: debootstrap + umoci); both install exactly image/packages.txt.
+# Base images are pinned by digest, and only by digest: pass both (the build refuses a tag alone), e.g.
+#   docker build --build-arg GO_IMAGE=golang:1.26-bookworm@sha256:<digest> \
+#                --build-arg BASE_IMAGE=debian:bookworm-slim@sha256:<digest> -t <registry>/nvmeof-csi:0.1.0 .
+# (`docker buildx imagetools inspect debian:bookworm-slim` prints a tag's current digest.)
+ARG GO_IMAGE
+ARG BASE_IMAGE
 # Stage 1 builds our wheel: its CSI and kubelet stubs are generated from the pinned protos, fetched through
 # the Go module proxy (Go is needed only here).
-FROM golang:1.26-bookworm AS wheel
+FROM ${GO_IMAGE} AS wheel
+ARG GO_IMAGE
+ARG BASE_IMAGE
+RUN for ref in "$GO_IMAGE" "$BASE_IMAGE"; do case "$ref" in *@sha256:????????????????????????????????????????????????????????????????) ;; \
+      *) echo "base image '$ref' is not pinned by digest (NAME@sha256:<64 hex>)" >&2; exit 1 ;; esac; done
 RUN apt-get update \
  && apt-get install -y --no-install-recommends python3 python3-venv \
  && rm -rf /var/lib/apt/lists/*
@@ -10,7 +20,7 @@ COPY . /src
 RUN python3 -m venv /w && /w/bin/pip install --no-cache-dir --upgrade pip \
  && /w/bin/pip wheel --no-cache-dir --no-deps -w /dist /src
 
-FROM debian:bookworm-slim
+FROM ${BASE_IMAGE}
 COPY image/packages.txt image/unused.txt image/constraints.txt /tmp/
 RUN apt-get update \
  && grep -v '^#' /tmp/packages.txt | xargs apt-get install -y --no-install-recommends \
