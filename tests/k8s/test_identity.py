@@ -54,6 +54,30 @@ with ThreadPoolExecutor(len(asks)) as pool:
 """
 
 
+#: run in the node plugin's container: the agent, reached with the node's own issued certificate
+PROBE = """
+import json, sys
+from pathlib import Path
+from nvmeof_csi.agent.client import AgentClient, AgentTarget
+from nvmeof_csi.rpc.endpoints import Endpoint, TlsFiles
+own = Path("/var/lib/nvmeof-csi/node/identity")
+target = AgentTarget("lab", Endpoint.parse(sys.argv[1]), TlsFiles(own / "tls.crt", own / "tls.key", Path("/tls/ca.crt")))
+out = {}
+with AgentClient(target, 30) as agent:
+    out["health"] = bool(agent.health())
+    for what, call in (
+        ("foreign_keys", lambda: agent.get_host_keys("00000000-0000-4000-8000-000000000001", sys.argv[2])),
+        ("create", lambda: agent.create_volume("made-by-a-node", 1 << 20)),
+    ):
+        try:
+            call()
+            out[what] = "ALLOWED"
+        except Exception as exc:
+            out[what] = f"{type(exc).__name__}: {exc}"
+print(json.dumps(out))
+"""
+
+
 def _exec(kube: KubeCluster, pod_prefix: str, container: str, *argv: str) -> str:
     pods = [p["metadata"]["name"] for p in kube.pods() if p["metadata"]["name"].startswith(pod_prefix)]
     assert len(pods) == 1, pods
@@ -106,6 +130,12 @@ def test_the_node_has_its_own_identity_and_cannot_ask_for_another(kube: KubeClus
     assert foreign["issued"] is False and "is the node ID of no node" in str(foreign["why"]), foreign
     assert as_agent["issued"] is False and "not the agent" in str(as_agent["why"]), as_agent
     assert len(_denied(kube, SIGNER)) == 2 and len(_denied(kube, AGENT_SIGNER)) == 1
+    # the issued certificate at work against the real agent: this node, never another host's keys, never more
+    probe = _exec(kube, "nvmeof-csi-node-", "nvmeof-csi", PYTHON, "-c", PROBE, f"tcp://{NODE_IP}:9440", FOREIGN_NQN)
+    seen = json.loads(probe.strip().splitlines()[-1])
+    assert seen["health"] is True, seen
+    assert "PermissionDenied" in seen["foreign_keys"] and "keys of its own host" in seen["foreign_keys"], seen
+    assert "CreateVolume needs role controller; client 'node:lab'" in seen["create"], seen
     print(f"node {NODE}: identity issued for {nqn}; requests for gpu-2, a foreign NQN and an agent denied")
 
 
