@@ -10,7 +10,7 @@ addresses), or when two thirds of its lifetime have passed.
 Contract: :meth:`IdentityCertificate.ensure` returns ``True`` when it wrote a new certificate, ``False`` when the
 one there is good; it raises ``FailedPrecondition`` when the signer denied the request (with the signer's
 reason) and ``Unavailable`` when the API cannot be asked or nothing was issued within ``wait`` seconds.
-Files are replaced atomically (write, fsync, rename): a crash leaves the old pair or the new one.
+Files are replaced with :func:`~nvmeof_csi.host.atomic.write_atomic`: a crash leaves the old file or the new one.
 """
 
 from __future__ import annotations
@@ -18,7 +18,6 @@ from __future__ import annotations
 import base64
 import datetime
 import hashlib
-import os
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -26,20 +25,10 @@ from typing import Any
 
 from nvmeof_csi.backends.identity_checks import AGENT_SIGNER
 from nvmeof_csi.errors import FailedPrecondition, Unavailable
+from nvmeof_csi.host.atomic import write_atomic
 from nvmeof_csi.identity.certs import AGENT_PREFIX, NODE_PREFIX, certifies, expires, make_request, names_of, new_key
 
 RENEW_AT = 2 / 3  # of the lifetime
-
-
-def _write(path: Path, data: bytes, mode: int) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, mode)
-    try:
-        os.write(fd, data)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
 
 
 class IdentityCertificate:
@@ -63,7 +52,7 @@ class IdentityCertificate:
     def _key(self) -> bytes:
         self._folder.mkdir(mode=0o700, parents=True, exist_ok=True)
         if not self.key.exists():
-            _write(self.key, new_key(), 0o600)
+            write_atomic(self.key, new_key(), 0o600)
         return self.key.read_bytes()
 
     def due(self) -> bool:
@@ -109,7 +98,7 @@ class IdentityCertificate:
         except Exception as exc:  # an existing request of this very key and names is the one to wait for
             if getattr(exc, "status", None) != 409:
                 raise Unavailable(f"cannot ask for an identity ({name}): {_why(exc)}") from exc
-        _write(self.cert, self._issued(name), 0o644)
+        write_atomic(self.cert, self._issued(name), 0o644)
         return True
 
     def _issued(self, name: str) -> bytes:
