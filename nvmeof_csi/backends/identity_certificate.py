@@ -9,7 +9,9 @@ addresses), or when two thirds of its lifetime have passed.
 
 Contract: :meth:`IdentityCertificate.ensure` returns ``True`` when it wrote a new certificate, ``False`` when the
 one there is good; it raises ``FailedPrecondition`` when the signer denied the request (with the signer's
-reason) and ``Unavailable`` when the API cannot be asked or nothing was issued within ``wait`` seconds.
+reason) and ``Unavailable`` when the API cannot be asked or nothing was issued within ``wait`` seconds. A call
+after a denial makes a new request (a node that asked before its kubelet registered its node ID is denied
+once, and issued at its next try); a call after anything else finds its own pending request again.
 Files are replaced with :func:`~nvmeof_csi.host.atomic.write_atomic`: a crash leaves the old file or the new one.
 """
 
@@ -48,6 +50,7 @@ class IdentityCertificate:
         self._api, self._folder, self._signer, self._names = certificates, folder, signer, names
         self._lifetime, self._wait, self._clock, self._sleep = lifetime, wait, clock, sleep
         self.cert, self.key = folder / "tls.crt", folder / "tls.key"
+        self._denials = 0
 
     def _key(self) -> bytes:
         self._folder.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -76,9 +79,9 @@ class IdentityCertificate:
         key = self._key()
         common, uris, ips = self._names
         pem = make_request(key, common, uris, ips)
-        # one request per (key, names, certificate it replaces): a retry finds its own request again
+        # one request per (key, names, certificate it replaces, denials so far): a retry finds its own again
         held = self.cert.read_bytes() if self.cert.exists() else b""
-        basis = b"\0".join((key, repr(self._names).encode(), held))
+        basis = b"\0".join((key, repr(self._names).encode(), held, str(self._denials).encode()))
         kind = common.split(":", 1)[0]
         name = f"nvmeof-csi-{kind}-{common.split(':', 1)[-1][:180]}-{hashlib.sha256(basis).hexdigest()[:12]}"
         usage = "server auth" if self._signer == AGENT_SIGNER else "client auth"
@@ -111,6 +114,7 @@ class IdentityCertificate:
             status = csr.status
             for cond in (status.conditions if status else None) or []:
                 if cond.type in ("Denied", "Failed") and cond.status == "True":
+                    self._denials += 1
                     raise FailedPrecondition(f"identity request {name} {cond.type.lower()}: {cond.message}")
             if status and status.certificate:
                 return base64.b64decode(status.certificate)

@@ -278,3 +278,19 @@ def test_a_storage_node_gets_only_the_identity_of_the_agent_it_hosts(ca: tuple[b
     api.user = NODE_SA  # a node plugin asking for an agent identity
     ask("by-node", "store-1", "10.0.0.5")
     assert signer.pass_once()["denied"] == 1
+
+
+def test_a_node_that_asks_before_its_kubelet_registered_it_is_issued_at_its_next_try(
+    ca: tuple[bytes, bytes], tmp_path: Path
+) -> None:
+    api, claims = CsrApi(), {NQN1: list[str]()}  # the CSINode entry is not written yet
+    signer = IdentitySigner(api, {NODE_SIGNER: lambda s: check_node(s, POLICY, lambda n: claims.get(n, []))}, ca)
+
+    def sign(_: float) -> None:
+        signer.pass_once()
+
+    node = IdentityCertificate(api, tmp_path, NODE_SIGNER, node_identity("gpu-1", NQN1), wait=5, sleep=sign)
+    with pytest.raises(FailedPrecondition, match="node ID of no node"):
+        node.ensure()
+    claims[NQN1] = ["gpu-1"]  # kubelet registered the plugin
+    assert node.ensure() is True and len(api.csrs) == 2  # a new request, not the denied one again
