@@ -14,6 +14,7 @@ than the driver guessing.
 from __future__ import annotations
 
 import importlib
+import json
 import re
 import threading
 import time
@@ -59,14 +60,17 @@ class KubeNodes:
             if node_id in self._names and self._clock() - self._read_at < self._ttl:
                 return list(self._names[node_id])
             try:
-                listed = self._storage.list_csi_node(_request_timeout=10)
+                # the list as JSON, not the client's models: those refuse a CSINode without drivers (a node
+                # where no CSI driver registered, such as a storage node), so one such node would hide all
+                raw = self._storage.list_csi_node(_request_timeout=10, _preload_content=False)
+                listed = json.loads(raw.data)
             except Exception as exc:  # the client's errors are many types: each is one answer, "cannot ask"
                 raise Unavailable(f"cannot list CSINodes to find node {node_id!r}: {_why(exc)}") from exc
             names: dict[str, list[str]] = {}
-            for item in listed.items:
-                for d in item.spec.drivers or []:
-                    if d.name == self._driver and d.node_id:
-                        names.setdefault(d.node_id, []).append(str(item.metadata.name))
+            for item in listed.get("items") or []:
+                for d in (item.get("spec") or {}).get("drivers") or []:
+                    if d.get("name") == self._driver and d.get("nodeID"):
+                        names.setdefault(str(d["nodeID"]), []).append(str(item["metadata"]["name"]))
             self._names, self._read_at = {k: sorted(v) for k, v in names.items()}, self._clock()
             return list(self._names.get(node_id, []))
 

@@ -4,6 +4,7 @@ know, and an API that cannot be asked (UNAVAILABLE, never a guess)."""
 
 from __future__ import annotations
 
+import json
 from types import SimpleNamespace as NS
 from typing import Any
 
@@ -23,19 +24,26 @@ class ApiError(Exception):
 
 class Storage:
     def __init__(self) -> None:
-        self.entries = {"gpu-1": [("other.csi.io", "x"), (DRIVER, "nqn.gpu-1")], "gpu-2": [(DRIVER, "nqn.gpu-2")]}
+        self.entries: dict[str, list[tuple[str, str]]] = {
+            "gpu-1": [("other.csi.io", "x"), (DRIVER, "nqn.gpu-1")],
+            "gpu-2": [(DRIVER, "nqn.gpu-2")],
+            "storage-1": [],  # no node plugin: drivers null
+        }
         self.lists = 0
         self.fail = False
 
-    def list_csi_node(self, **_: Any) -> NS:
+    def list_csi_node(self, **kw: Any) -> NS:
+        """The API's JSON, as the client hands it over with ``_preload_content=False``; a node without drivers
+        has ``drivers: null`` (what the client's models refuse)."""
+        assert kw.get("_preload_content") is False
         self.lists += 1
         if self.fail:
             raise ApiError(503)
         items = [
-            NS(metadata=NS(name=n), spec=NS(drivers=[NS(name=d, node_id=i) for d, i in e]))
+            {"metadata": {"name": n}, "spec": {"drivers": [{"name": d, "nodeID": i} for d, i in e] or None}}
             for n, e in self.entries.items()
         ]
-        return NS(items=items)
+        return NS(data=json.dumps({"items": items}).encode())
 
 
 class Core:
