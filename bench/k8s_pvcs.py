@@ -104,10 +104,10 @@ def _controller_pod(kube: KubeCluster) -> dict[str, Any]:
 
 def _controller_create_seconds(kube: KubeCluster) -> tuple[float, int]:
     """(seconds, calls) of CreateVolume in our controller so far, from its /metrics read on the node."""
-    url = f"http://{_controller_pod(kube)['status']['podIP']}:9810/metrics"
-    text = kube.vm.check(
-        [kube.vm.python, "-c", f"import urllib.request as u; print(u.urlopen({url!r}).read().decode())"]
-    )
+    pod = _controller_pod(kube)
+    url = f"http://{pod['status']['podIP']}:9810/metrics"
+    vm = kube.vm(pod["spec"]["nodeName"])
+    text = vm.check([vm.python, "-c", f"import urllib.request as u; print(u.urlopen({url!r}).read().decode())"])
     total = count = 0.0
     for line in text.splitlines():
         if CREATE in line and line.startswith("csi_plugin_operations_seconds_sum"):
@@ -119,9 +119,10 @@ def _controller_create_seconds(kube: KubeCluster) -> tuple[float, int]:
 
 def _throttled(kube: KubeCluster) -> tuple[int, float]:
     """(waits, seconds) of client-side throttling in the Ready controller pod's provisioner log so far."""
-    meta = _controller_pod(kube)["metadata"]
+    pod = _controller_pod(kube)
+    meta = pod["metadata"]
     folder = f"/var/log/pods/{NAMESPACE}_{meta['name']}_{meta['uid']}/csi-provisioner"
-    log = kube.vm.sh(f"cat {folder}/*.log 2>/dev/null", 60).out
+    log = kube.vm(pod["spec"]["nodeName"]).sh(f"cat {folder}/*.log 2>/dev/null", 60).out
     waits = THROTTLED.findall(log)
     return len(waits), sum(float(v) / (1000 if unit == "ms" else 1) for v, unit in waits)
 

@@ -8,8 +8,9 @@ benchmark that fails is reported and the next one still runs; the exit code is 1
 
 ``--smoke`` (CI's bench tier) runs every benchmark's code path once at its smallest sizes: it proves the
 benchmarks still work, and the report it leads to says "smoke: not a measurement". The performance goals are
-judged on the full suite (``./dev bench``, no flag). ``across`` and ``k8s-pvcs`` (many claims at once through
-the real external-provisioner, on the lab Kubernetes cluster) are left out of ``--smoke`` unless named with
+judged on the full suite (``./dev bench``, no flag). ``across``, ``k8s-pvcs`` (many claims at once through
+the real external-provisioner) and ``k8s-spread`` (claims and pods spread over both GPU nodes), the last two on one
+lab Kubernetes cluster, are left out of ``--smoke`` unless named with
 ``--only``: CI runs their smoke in the cluster and k8s tiers, on the clusters those tiers have booted anyway.
 
 usage: python -m bench.suite [--quick | --smoke] [--only NAME ...]
@@ -24,10 +25,23 @@ import traceback
 from collections.abc import Callable
 from functools import partial
 
-from bench import across, dataset, k8s_pvcs, pathloss, provision, qos, scale_agent, scale_controller, scale_node, stage
+from bench import (
+    across,
+    dataset,
+    k8s_pvcs,
+    k8s_spread,
+    pathloss,
+    provision,
+    qos,
+    scale_agent,
+    scale_controller,
+    scale_node,
+    stage,
+)
 from bench.results import in_one_vm
 from lab import Fabric, GuestError, LabError, LabVM
 from lab.cluster import LabCluster
+from lab.kube.cluster import running_cluster
 from lab.stack import GuestDriver, running_stack
 
 #: the benchmarks that share the driver stack: name -> (its argument parser, its run)
@@ -42,9 +56,19 @@ ON_HOST: dict[str, tuple[Callable[[], argparse.ArgumentParser], Callable[[argpar
     "scale-controller": (scale_controller.parser, scale_controller.run_and_report),
     "scale-node": (scale_node.parser, scale_node.run_and_report),
 }
-NAMES = ("provision", *ON_STACK, "dataset", *ON_HOST, "across", "k8s-pvcs")
+NAMES = ("provision", *ON_STACK, "dataset", *ON_HOST, "across", "k8s-pvcs", "k8s-spread")
 #: run on a cluster of their own, left out of --smoke: CI runs their smoke in the tier that boots that cluster
-OWN_CLUSTER = ("across", "k8s-pvcs")
+OWN_CLUSTER = ("across", "k8s-pvcs", "k8s-spread")
+#: the benchmarks on the lab Kubernetes cluster (one boot for all): name -> (its argument parser, its run)
+ON_KUBE = {"k8s-pvcs": (k8s_pvcs.parser, k8s_pvcs.run_on), "k8s-spread": (k8s_spread.parser, k8s_spread.run_on)}
+
+
+def in_kube(names: list[str], flags: list[str]) -> None:
+    """The named Kubernetes benchmarks, one after another, on one lab Kubernetes cluster booted for them."""
+    with running_cluster() as kube:
+        for name in names:
+            make_parser, run_on = ON_KUBE[name]
+            run_on(kube, make_parser().parse_args(flags))
 
 
 def attempt(name: str, step: Callable[[], None], failed: list[str]) -> None:
@@ -149,10 +173,8 @@ def main() -> None:
             attempt(name, partial(host_run, make_parser().parse_args(["--smoke"] if args.smoke else [])), failed)
     if "across" in args.only:
         attempt("across", partial(in_cluster, across.parser().parse_args(flags)), failed)
-    if "k8s-pvcs" in args.only:
-        attempt(
-            "k8s-pvcs", partial(k8s_pvcs.run, k8s_pvcs.parser().parse_args(["--smoke"] if args.smoke else [])), failed
-        )
+    if on_kube := [n for n in ON_KUBE if n in args.only]:
+        attempt(" + ".join(on_kube), partial(in_kube, on_kube, ["--smoke"] if args.smoke else []), failed)
     if failed:
         print(f"bench suite: FAILED {' '.join(failed)}", file=sys.stderr)
         raise SystemExit(1)

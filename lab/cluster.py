@@ -88,9 +88,20 @@ def qmp(path: str, command: str, **arguments: Any) -> Any:
 
 
 class LabCluster:
-    def __init__(self, nodes: Sequence[NodeSpec] = NODES, kernel: str | None = None) -> None:
+    def __init__(
+        self,
+        nodes: Sequence[NodeSpec] = NODES,
+        kernel: str | None = None,
+        scratch_gb: int = 4,
+        scratch_from: Path | None = None,
+        extra_nic: Sequence[str] = (),
+    ) -> None:
+        """``scratch_from``: a saved scratch disk every VM starts from (a copy each; ``scratch_gb`` its size);
+        ``extra_nic``: QEMU arguments of one more NIC in every VM, before the links (the Kubernetes tier's
+        restricted user network to the API server)."""
         self.nodes = {n.name: n for n in nodes}
         self.kernel = kernel
+        self.scratch_gb, self.scratch_from, self.extra_nic = scratch_gb, scratch_from, list(extra_nic)
         self.links = LabLinks(LINKS)
         self.vms: dict[str, LabVM] = {}
         self._closing = threading.Event()
@@ -106,13 +117,21 @@ class LabCluster:
         self.links.create()
         try:
             for node in self.nodes.values():
-                fds, nic = [], []
+                fds, nic = [], list(self.extra_nic)
                 for link in LINKS:
                     fd = self.links.add_port(node.name, link)
                     fds.append(fd)
                     nic += ["-netdev", f"tap,id={link},fd={fd}"]
                     nic += ["-device", f"virtio-net-pci,netdev={link},mac={mac(node, link)}"]
-                vm = LabVM(mem_mb=node.mem_mb, cpus=node.cpus, scratch_gb=4, kernel=self.kernel, nic=nic, pass_fds=fds)
+                vm = LabVM(
+                    mem_mb=node.mem_mb,
+                    cpus=node.cpus,
+                    scratch_gb=self.scratch_gb,
+                    kernel=self.kernel,
+                    nic=nic,
+                    pass_fds=fds,
+                    scratch_from=self.scratch_from,
+                )
                 self.vms[node.name] = vm
             self._each(self.boot)
         except BaseException:

@@ -1,9 +1,10 @@
-"""One lab Kubernetes cluster: the control plane on this host (:mod:`lab.kube.control_plane`), the lab VM as
-its only node (:mod:`lab.kube.node`), and our driver installed with Helm from ``deploy/helm/nvmeof-csi`` and
-its ``ci/lab-values.yaml`` exactly as docs/install.md tells an operator (snapshot CRDs, the namespace, secrets,
-``helm install``).
+"""One lab Kubernetes cluster: the control plane on this host (:mod:`lab.kube.control_plane`), three lab VMs
+as its nodes (``storage-1``, ``gpu-1``, ``gpu-2``: :mod:`lab.kube.layout`, :mod:`lab.kube.node`) on the lab
+cluster's links (:mod:`lab.cluster`, whose faults apply), and our driver installed with Helm from
+``deploy/helm/nvmeof-csi`` and its ``ci/lab-values.yaml`` exactly as docs/install.md tells an operator (snapshot
+CRDs, the namespace, secrets, ``helm install``).
 
-Contract: :func:`running_cluster` yields a :class:`KubeCluster` whose driver pods are Ready; on exit the VM is
+Contract: :func:`running_cluster` yields a :class:`KubeCluster` whose driver pods are Ready; on exit the VMs are
 powered off and every control-plane process stopped. Steps print their durations. ``python -m
 lab.kube.cluster`` brings one up for a person to look at (kubeconfig printed) until Ctrl-C.
 """
@@ -18,17 +19,20 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from functools import partial
 from pathlib import Path
 from typing import Any
 
 from image.build import current as current_image
 from lab.build import REPO
+from lab.cluster import LabCluster, qmp
+from lab.guest_calls import LabError
 from lab.kube import scratch_cache
 from lab.kube.build import Go, versions
 from lab.kube.control_plane import ControlPlane, KubeError
 from lab.kube.images import build_images
+from lab.kube.layout import GPUS, MACHINES
 from lab.kube.node import KubeNode, qemu_netdev
 from lab.kube.pki import Pair, self_signed_ca, signed
 from lab.machine_cache import machine_cache
@@ -36,10 +40,8 @@ from lab.vm import LabVM, VMExited
 
 DRIVER = "csi.nvmeof.io"
 NAMESPACE = "nvmeof-csi"
-NODE = "lab"
 FABRIC = "lab"
 SCRATCH_GB = 24
-NODE_LABELS = {"csi.nvmeof.io/gpu-node": "true", "csi.nvmeof.io/storage-node": "true"}
 
 
 def say(msg: str) -> None:
@@ -100,11 +102,43 @@ def ca_config_map(name: str, ca: Path) -> dict[str, Any]:
 
 
 class KubeCluster:
-    def __init__(self, cp: ControlPlane, vm: LabVM, node: KubeNode) -> None:
-        self.cp, self.vm, self.node = cp, vm, node
+    """The running cluster: the control plane, the lab cluster of VMs (links and faults), a node per VM."""
+
+    def __init__(self, cp: ControlPlane, lab: LabCluster, nodes: Mapping[str, KubeNode]) -> None:
+        self.cp, self.lab, self.nodes = cp, lab, dict(nodes)
+        #: host loopback port -> ``GUEST_IP:PORT`` the VMs reach it at (``running_cluster``'s ``forwards``)
+        self.forwards: dict[str, int] = {}
+
+    def vm(self, node: str) -> LabVM:
+        """The VM of node ``node``."""
+        return self.lab.vm(node)
+
+    def node_of(self, pod: str, namespace: str) -> str:
+        """The node ``pod`` is bound to (``AssertionError`` when it is not scheduled)."""
+        name = self.cp.get("pod", "-n", namespace, pod)["spec"].get("nodeName")
+        assert name, f"pod {namespace}/{pod} is not scheduled"
+        return str(name)
+
+    def ensure_alive(self, doing: str) -> None:
+        for node in self.nodes:
+            self.vm(node).ensure_alive(f"{node}: {doing}")
 
     def kubectl(self, *args: str, stdin: str | None = None, timeout: float = 120, check: bool = True) -> str:
         return self.cp.kubectl(*args, stdin=stdin, timeout=timeout, check=check)
+
+    # -- faults: a node's way to the API server (its storage links stay), and a power cycle -------------------
+    def cut_api(self, node: str) -> None:
+        """``node`` loses its NIC to the API server (QMP ``set_link``: no carrier); undo: :meth:`restore_api`."""
+        qmp(str(self.vm(node).qmp_socket), "set_link", name="kube", up=False)
+
+    def restore_api(self, node: str) -> None:
+        qmp(str(self.vm(node).qmp_socket), "set_link", name="kube", up=True)
+
+    def restart_node(self, node: str) -> None:
+        """Power-cycle ``node``'s VM (same disks, links re-addressed) and bring it back as a Ready node."""
+        self.lab.power_cut(node)
+        timed(f"{node} booted again", lambda: self.lab.boot(node))
+        timed(f"{node} Ready again", self.nodes[node].start)
 
     def helm(self, *args: str, timeout: float = 300) -> str:
         """helm as the cluster admin, in the driver's namespace; stdout, or :class:`KubeError` with stderr."""
@@ -148,7 +182,7 @@ class KubeCluster:
             ("deployment", "snapshot-controller"),
         ):
             while True:
-                self.vm.ensure_alive(f"waiting for {kind}/{name} to roll out")
+                self.ensure_alive(f"waiting for {kind}/{name} to roll out")
                 left = deadline - time.monotonic()
                 step = int(max(1, min(20, left)))
                 try:
@@ -159,52 +193,67 @@ class KubeCluster:
                 except KubeError:
                     if left <= step:
                         raise
+        waiting = set(GPUS)
         while time.monotonic() < deadline:  # the node plugin registers with kubelet once it serves
-            self.vm.ensure_alive("waiting for the node plugin to register")
-            drivers = self.cp.get("csinode", NODE).get("spec", {}).get("drivers") or []
-            if any(d.get("name") == DRIVER for d in drivers):
+            self.ensure_alive("waiting for the node plugins to register")
+            for node in sorted(waiting):
+                csinode = json.loads(self.kubectl("get", "csinode", node, "-o", "json", check=False) or "{}")
+                if any(d.get("name") == DRIVER for d in csinode.get("spec", {}).get("drivers") or []):
+                    waiting.discard(node)
+            if not waiting:
                 return
             time.sleep(2)
-        raise KubeError(f"CSINode {NODE} never listed {DRIVER}\n{self.driver_logs()}")
+        raise KubeError(f"CSINode of {sorted(waiting)} never listed {DRIVER}\n{self.driver_logs()}")
 
     def pods(self, namespace: str = NAMESPACE) -> list[dict[str, Any]]:
         items: list[dict[str, Any]] = self.cp.get("pods", "-n", namespace)["items"]
         return items
 
     def driver_logs(self) -> str:
-        """Every container log of the driver's pods and the kubelet/containerd tails (read in the guest)."""
-        out = [self.node.logs(200)]
-        res = self.vm.sh('for f in /var/log/pods/*/*/*.log; do echo "--- $f"; tail -n 80 "$f"; done', 60)
-        out.append(res.out[-60000:])
+        """Every node's container logs and kubelet/containerd tails (read in its guest), then the control
+        plane's."""
+        out = []
+        for name, node in self.nodes.items():
+            out.append(f"===== node {name}\n{node.logs(200)}")
+            if node.vm.alive():
+                res = node.vm.sh('for f in /var/log/pods/*/*/*.log; do echo "--- $f"; tail -n 80 "$f"; done', 60)
+                out.append(res.out[-40000:])
         for name in ("kube-controller-manager", "kube-scheduler", "kube-apiserver"):
             out.append(f"--- {name}\n{self.cp.log_tail(name, 4000)}")
         return "\n".join(out)
 
 
-def bring_up(cp: ControlPlane, vm: LabVM, images: Mapping[str, Path], tag: str, disk_key: str) -> KubeCluster:
-    """Boot ``vm``, make it the Ready node (``images`` imported, ``tag`` deployed as ``:lab``; a disk that had
-    to import any is saved under ``disk_key``), deploy the driver; the cluster with every driver pod Ready."""
-    timed("lab VM boot", vm.start)
+def bring_up(cp: ControlPlane, lab: LabCluster, images: Mapping[str, Path], tag: str, disk_key: str) -> KubeCluster:
+    """Boot every VM, make each a Ready node (``images`` imported, ``tag`` deployed as ``:lab``; the first GPU
+    node's disk, when it had to import any, is saved under ``disk_key``), deploy the driver; the cluster with
+    every driver pod Ready."""
+    timed("lab VMs boot (" + ", ".join(m.name for m in MACHINES) + ")", lab.start)
     aliases = {"localhost/nvmeof-csi:lab": tag, f"localhost/nvmeof-csi:{NEXT_TAG}": tag}
-    node = KubeNode(vm, cp, images, NODE_LABELS, aliases=aliases, always=[tag])
+    nodes = {m.name: KubeNode(lab.vm(m.name), cp, m, images, aliases=aliases, always=[tag]) for m in MACHINES}
+    saver = nodes[GPUS[0]]
 
     def save_disk(imported: list[str]) -> None:
         # a disk that held every image but the driver's (new with each change of the driver) is the saved one
         if any(ref != tag for ref in imported):
-            timed("node disk saved for the next run", lambda: scratch_cache.save(vm, disk_key))
+            timed("node disk saved for the next run", lambda: scratch_cache.save(saver.vm, disk_key))
 
-    node.on_imported = save_disk
-    timed("node Ready (containerd, images, kubelet)", node.start)
-    say("node: " + ", ".join(f"{what} {seconds}s" for what, seconds in node.phases.items()))
-    cluster = KubeCluster(cp, vm, node)
+    saver.on_imported = save_disk
+    with ThreadPoolExecutor(len(nodes)) as pool:
+        started = {name: pool.submit(timed, f"node {name} Ready", node.start) for name, node in nodes.items()}
+        for name, future in started.items():
+            future.result()
+            say(f"{name}: " + ", ".join(f"{what} {seconds}s" for what, seconds in nodes[name].phases.items()))
+    cluster = KubeCluster(cp, lab, nodes)
     timed("driver installed (helm install, ci/lab-values.yaml) and Ready", cluster.deploy)
     return cluster
 
 
 @contextmanager
-def running_cluster(mem_mb: int = 6144, attempts: int = 2) -> Iterator[KubeCluster]:
-    """The cluster, up; a lab VM that exits while it is being brought up (before the caller has it) is
-    replaced by a fresh one, up to ``attempts`` boots in all, each exit's console printed to stderr."""
+def running_cluster(attempts: int = 2, forwards: Mapping[str, int] | None = None) -> Iterator[KubeCluster]:
+    """The cluster, up; ``forwards`` (``GUEST_IP:PORT`` -> host loopback port) are what the VMs reach of this
+    host besides the API server (the Alluxio ports of ``layout``; what listens there may start later). A VM that
+    exits while it is being brought up (before the caller has it) is replaced,
+    with the whole lab, by a fresh one, up to ``attempts`` boots in all, each exit's console printed to stderr."""
     image = current_image()
     # the driver's base layer is one of the saved disk's images: a changed driver imports its own layer only
     images: Mapping[str, Path] = {
@@ -214,45 +263,41 @@ def running_cluster(mem_mb: int = 6144, attempts: int = 2) -> Iterator[KubeClust
     tag = f"localhost/nvmeof-csi:{image['tag']}"
     all_images = {**images, tag: Path(str(image["tar"]))}
     rundir = Path(tempfile.mkdtemp(prefix="kube-lab-"))
-    cp = ControlPlane(rundir, NODE)
-    vm: LabVM | None = None
+    cp = ControlPlane(rundir, [m.name for m in MACHINES])
+    lab: LabCluster | None = None
     try:
         timed("control plane (etcd, apiserver, controller-manager, scheduler)", cp.start)
         disk_key = scratch_cache.key(images, SCRATCH_GB)  # not the driver image: it changes with every commit
         for attempt in range(1, attempts + 1):
             saved = scratch_cache.cached(disk_key)
-            vm = timed(
-                f"node disk: {f'a copy of {saved}' if saved else f'blank (no saved disk {disk_key} yet)'}",
-                partial(
-                    LabVM,
-                    mem_mb=mem_mb,
-                    cpus=2,
-                    scratch_gb=SCRATCH_GB,
-                    nic=qemu_netdev(cp.api_port),
-                    scratch_from=saved,
-                ),
+            say(f"node disks: {f'copies of {saved}' if saved else f'blank (no saved disk {disk_key} yet)'}")
+            specs = [m.spec for m in MACHINES]
+            lab = LabCluster(
+                specs, scratch_gb=SCRATCH_GB, scratch_from=saved, extra_nic=qemu_netdev(cp.api_port, forwards)
             )
             try:
-                cluster = bring_up(cp, vm, all_images, tag, disk_key)
+                cluster = bring_up(cp, lab, all_images, tag, disk_key)
+                cluster.forwards = dict(forwards or {})
                 break
             except VMExited as gone:
-                # the guest kernel died under TCG before any test ran: nothing of the tier's is lost by a
-                # fresh VM (a fresh scratch disk, the Node object dropped so the new kubelet registers anew)
-                vm.close()
-                vm = None
+                # a guest kernel died under TCG before any test ran: nothing of the tier's is lost by fresh VMs
+                # (fresh scratch disks, the Node objects dropped so that the new kubelets register anew)
+                lab.close()
+                lab = None
                 if attempt == attempts:
                     raise
                 print(
-                    f"kube: the lab VM exited during bring-up (attempt {attempt} of {attempts}); "
-                    f"starting a fresh one. {gone}",
+                    f"kube: a lab VM exited during bring-up (attempt {attempt} of {attempts}); "
+                    f"starting fresh ones. {gone}",
                     file=sys.stderr,
                     flush=True,
                 )
-                cp.kubectl("delete", "node", NODE, "--ignore-not-found", "--wait=false")
+                for m in MACHINES:
+                    cp.kubectl("delete", "node", m.name, "--ignore-not-found", "--wait=false")
         yield cluster
     finally:
-        if vm is not None:
-            vm.close()
+        if lab is not None:
+            lab.close()
         cp.stop()
         say(f"control plane logs in {rundir}")
 
@@ -265,14 +310,18 @@ def main() -> int:
         srv = socket.socket(socket.AF_UNIX)
         srv.bind(str(ctl))
         srv.listen(1)
-        say(f"guest shell: echo CMD | socat - UNIX-CONNECT:{ctl}")
+        say(f"guest shell: echo 'NODE CMD' | socat - UNIX-CONNECT:{ctl}")
         try:
             while True:
                 conn, _ = srv.accept()
                 with conn:
-                    cmd = conn.makefile().readline().strip()
-                    res = cluster.vm.sh(cmd, 600)
-                    conn.sendall(json.dumps({"rc": res.rc}).encode() + b"\n" + res.out.encode() + res.err.encode())
+                    node, _, cmd = conn.makefile().readline().strip().partition(" ")
+                    try:
+                        res = cluster.vm(node).sh(cmd, 600)
+                        reply = json.dumps({"rc": res.rc}).encode() + b"\n" + res.out.encode() + res.err.encode()
+                        conn.sendall(reply)
+                    except (OSError, KeyError, LabError) as exc:  # a caller gone, a node misnamed: the next one
+                        print(f"kube: guest shell: {exc!r}", file=sys.stderr, flush=True)
         except KeyboardInterrupt:
             return 0
 

@@ -30,6 +30,8 @@ GUEST_API = "10.0.2.100"
 GUEST_API_PORT = 6443
 SERVICE_RANGE = "10.0.2.0/28"
 SERVICE_IP = "10.0.2.1"
+#: gang scheduling (the Workload and PodGroup API, beta and off by default in 1.37) for the training Job scenario
+FEATURE_GATES = "--feature-gates=GenericWorkload=true"
 
 
 class KubeError(RuntimeError):
@@ -43,21 +45,25 @@ def free_port() -> int:
 
 
 class ControlPlane:
-    def __init__(self, rundir: Path, node: str = "lab") -> None:
+    def __init__(self, rundir: Path, nodes: Sequence[str]) -> None:
         self.rundir = rundir
-        self.node = node
+        self.nodes = tuple(nodes)
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self.api_port = free_port()
         self.etcd_port, self.etcd_peer = free_port(), free_port()
-        self.pki: KubePki = make_pki(rundir / "pki", node, ["127.0.0.1", GUEST_API, SERVICE_IP])
+        self.pki: KubePki = make_pki(rundir / "pki", self.nodes, ["127.0.0.1", GUEST_API, SERVICE_IP])
         self.admin_config = kubeconfig(rundir / "admin.conf", self.server, self.pki.ca.crt, self.pki.admin)
-        self.kubelet_config = kubeconfig(
-            rundir / "kubelet.conf",
-            f"https://{GUEST_API}:{GUEST_API_PORT}",
-            self.pki.ca.crt,
-            self.pki.kubelet,
-            f"system:node:{node}",
-        )
+        #: node name -> its kubelet's kubeconfig (the API server as the VMs reach it; its own identity)
+        self.kubelet_configs = {
+            node: kubeconfig(
+                rundir / f"kubelet-{node}.conf",
+                f"https://{GUEST_API}:{GUEST_API_PORT}",
+                self.pki.ca.crt,
+                pair,
+                f"system:node:{node}",
+            )
+            for node, pair in self.pki.kubelets.items()
+        }
 
     @property
     def server(self) -> str:
@@ -138,6 +144,8 @@ class ControlPlane:
                 "--enable-admission-plugins=NodeRestriction",
                 "--allow-privileged=true",
                 "--endpoint-reconciler-type=none",
+                FEATURE_GATES,
+                "--runtime-config=scheduling.k8s.io/v1beta1=true",
                 "--v=1",
             ],
         )
@@ -156,6 +164,8 @@ class ControlPlane:
                 f"--secure-port={free_port()}",
                 f"--cert-dir={d / 'kcm-certs'}",
                 f"--service-cluster-ip-range={SERVICE_RANGE}",
+                "--node-monitor-grace-period=20s",  # a node silent for 20 s is NotReady (kubelet posts every 5 s)
+                FEATURE_GATES,
                 "--v=1",
             ],
         )
@@ -169,6 +179,7 @@ class ControlPlane:
                 "--bind-address=127.0.0.1",
                 f"--secure-port={free_port()}",
                 f"--cert-dir={d / 'sched-certs'}",
+                FEATURE_GATES,
                 "--v=1",
             ],
         )

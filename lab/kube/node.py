@@ -1,12 +1,13 @@
-"""The lab VM as a Kubernetes node: containerd (with the CNI bridge) and kubelet, joined to the host's control
-plane through QEMU user networking that only forwards the API server.
+"""A lab VM as a Kubernetes node (:mod:`lab.kube.layout` names them): containerd (with the CNI bridge) and
+kubelet, joined to the host's control plane through QEMU user networking that only forwards the API server.
 
-Guest network (QEMU ``-netdev user,restrict=on``): the node is 10.0.2.15 on ``eth0``; 10.0.2.100:6443 is a
-``guestfwd`` to the API server's loopback port on the host; nothing else leaves the VM. There is no
+Guest network: the NIC with MAC ``KUBE_MAC`` is renamed ``kube``: QEMU ``-netdev user,restrict=on``, where the VM is
+10.0.2.15 and 10.0.2.100:6443 is a ``guestfwd`` to the API server's loopback port on the host; nothing else leaves
+the VM that way. The node's own address is its ``mgmt`` link's (the lab cluster's links). There is no
 kube-proxy: the ``kubernetes`` Service's address (10.0.2.1, the first of the lab's service range) is put on the
 node's loopback and relayed to the API server by socat, which is all in-cluster clients need.
 
-Contract: :meth:`KubeNode.start` returns once the Node object is Ready (raises :class:`KubeError` with the
+Contract: :meth:`KubeNode.start` returns once this node's Node object is Ready (raises :class:`KubeError` with the
 kubelet/containerd log tails); every image the tier needs is imported into containerd's ``k8s.io`` namespace
 first (no registry is ever contacted: kubelet's pulls are ``IfNotPresent`` on present images).
 """
@@ -18,40 +19,32 @@ import time
 from collections.abc import Callable, Collection, Mapping
 from pathlib import Path
 
+from lab.fabric import RDMA_MODULES
 from lab.kube.build import binary
 from lab.kube.control_plane import GUEST_API, GUEST_API_PORT, SERVICE_IP, ControlPlane, KubeError
+from lab.kube.layout import KUBE_MAC, KubeMachine, routes
 from lab.target import GuestProcess
 from lab.vm import LabVM
 
-NODE_IP = "10.0.2.15"
-POD_CIDR = "10.88.0.0/16"
+KUBE_IP = "10.0.2.15"  # the VM on its user network (the same in every VM: each has a user network of its own)
 LOGS = "/scratch/kube"
 CONTAINERD_SOCK = "/run/containerd/containerd.sock"
 KUBELET_SOCK = "/var/lib/kubelet/pod-resources/kubelet.sock"
-MODULES = (
-    "overlay",
-    "veth",
-    "bridge",
-    "virtio_net",
-    "loop",  # kubelet: CNI bridge; loop for block volumes
-    "nvmet",
-    "nvmet-tcp",
-    "nvme-tcp",
-)  # the node set-up of docs/install.md
-#: the node's NVMe host identity, as an operator would provision it; the chart's ci/lab-values.yaml names it
-HOST_ID = "6c61622d-6e6f-4465-8000-000000000001"
-HOST_NQN = f"nqn.2014-08.org.nvmexpress:uuid:{HOST_ID}"
+MODULES = ("overlay", "veth", "bridge", "virtio_net", "loop", "nvmet", "nvmet-tcp", "nvme-tcp")
+"""kubelet: CNI bridge; loop for block volumes; the node set-up of docs/install.md (RDMA ones on RDMA nodes)"""
 
 
-def qemu_netdev(api_port: int) -> list[str]:
-    """QEMU arguments: a user-mode NIC that reaches nothing but the API server's host loopback port (a
-    ``guestfwd`` to a command runs one socat per guest connection; a ``tcp:`` target would be one connection)."""
+def qemu_netdev(api_port: int, forwards: Mapping[str, int] | None = None) -> list[str]:
+    """QEMU arguments: a user-mode NIC that reaches nothing but the API server's host loopback port and, for each
+    ``GUEST_IP:PORT`` of ``forwards``, that host loopback port (the storage node's way to the host's Alluxio);
+    a ``guestfwd`` to a command runs one socat per guest connection (a ``tcp:`` target would be one)."""
+    fwds = {f"{GUEST_API}:{GUEST_API_PORT}": api_port, **(forwards or {})}
+    rules = ",".join(f"guestfwd=tcp:{at}-cmd:socat - TCP:127.0.0.1:{port}" for at, port in fwds.items())
     return [
         "-netdev",
-        f"user,id=kube,restrict=on,net=10.0.2.0/24,host=10.0.2.2,"
-        f"guestfwd=tcp:{GUEST_API}:{GUEST_API_PORT}-cmd:socat - TCP:127.0.0.1:{api_port}",
+        f"user,id=kube,restrict=on,net=10.0.2.0/24,host=10.0.2.2,{rules}",
         "-device",
-        "virtio-net-pci,netdev=kube",
+        f"virtio-net-pci,netdev=kube,mac={KUBE_MAC}",
     ]
 
 
@@ -78,23 +71,17 @@ state = "/run/containerd"
 """
 
 
-CNI_CONFIG = json.dumps(
-    {
-        "cniVersion": "1.0.0",
-        "name": "lab",
-        "plugins": [
-            {
-                "type": "bridge",
-                "bridge": "cni0",
-                "isGateway": True,
-                "ipMasq": False,
-                "hairpinMode": True,
-                "ipam": {"type": "host-local", "ranges": [[{"subnet": POD_CIDR}]], "routes": [{"dst": "0.0.0.0/0"}]},
-            },
-        ],
-    },
-    indent=1,
-)
+def cni_config(pod_cidr: str) -> str:
+    """The node's CNI bridge on ``pod_cidr``, without masquerade (other nodes route pod ranges)."""
+    bridge = {
+        "type": "bridge",
+        "bridge": "cni0",
+        "isGateway": True,
+        "ipMasq": False,
+        "hairpinMode": True,
+        "ipam": {"type": "host-local", "ranges": [[{"subnet": pod_cidr}]], "routes": [{"dst": "0.0.0.0/0"}]},
+    }
+    return json.dumps({"cniVersion": "1.0.0", "name": "lab", "plugins": [bridge]}, indent=1)
 
 
 def kubelet_config(ca: str) -> str:
@@ -125,8 +112,8 @@ class KubeNode:
         self,
         vm: LabVM,
         cp: ControlPlane,
+        machine: KubeMachine,
         images: Mapping[str, Path],
-        labels: Mapping[str, str],
         aliases: Mapping[str, str] | None = None,
         always: Collection[str] = (),
     ) -> None:
@@ -134,7 +121,8 @@ class KubeNode:
         imported reference (the driver image is built with its package version and deployed as ``:lab``);
         ``always``: references imported even when containerd holds them (the driver's image keeps its tag,
         the package version, while its content changes with the code)."""
-        self.vm, self.cp, self.images, self.labels = vm, cp, images, labels
+        self.vm, self.cp, self.machine, self.images = vm, cp, machine, images
+        self.name = machine.name
         self.aliases, self.always = dict(aliases or {}), frozenset(always)
         self.containerd = GuestProcess(vm, "containerd", [], CONTAINERD_SOCK, f"{LOGS}/containerd.log")
         self.kubelet = GuestProcess(vm, "kubelet", [], KUBELET_SOCK, f"{LOGS}/kubelet.log")
@@ -152,13 +140,24 @@ class KubeNode:
     def prepare(self) -> None:
         """Kernel modules, the network, mounts (shared propagation; containerd and the pool on the scratch
         disk), cgroup controllers, and the config files."""
-        for m in MODULES:
-            self.vm.check(["modprobe", m])
+        m = self.machine
+        for module in (*MODULES, *(RDMA_MODULES if m.rdma else ())):
+            self.vm.check(["modprobe", module])
+        nic = self._sh(f"grep -l '^{KUBE_MAC}$' /sys/class/net/*/address").strip().split("/")[-2]
+        if nic != "kube":
+            self._sh(f"ip link set dev {nic} name kube")
+        pod_routes = "".join(f" && ip route replace {cidr} via {via} dev mgmt" for cidr, via in routes(m))
         self._sh(
-            f"ip link set lo up && ip link set eth0 up && ip addr add {NODE_IP}/24 dev eth0 && "
-            f"ip route add default via 10.0.2.2 && ip addr add {SERVICE_IP}/32 dev lo && "
-            "sysctl -qw net.ipv4.ip_forward=1"
+            f"ip addr replace {m.node_ip}/24 dev mgmt && "
+            f"ip link set lo up && ip link set kube up && ip addr replace {KUBE_IP}/24 dev kube && "
+            f"ip route replace default via 10.0.2.2 dev kube && ip addr replace {SERVICE_IP}/32 dev lo && "
+            f"sysctl -qw net.ipv4.ip_forward=1{pod_routes}"
         )
+        if m.rdma:  # soft-RoCE on both fabric links: what makes this node publish transport-rdma=true
+            shown = self._sh("rdma link show")
+            for link in ("fa", "fb"):
+                if f"rxe_{link}" not in shown:
+                    self._sh(f"rdma link add rxe_{link} type rxe netdev {link}")
         self._sh(
             f"rm -rf {LOGS} && mkdir -p {LOGS} /scratch/containerd /var/lib/containerd /var/lib/kubelet "
             "/srv/nvmeof-pool /scratch/nvmeof-pool /etc/cni/net.d /etc/containerd /etc/kubernetes "
@@ -174,18 +173,16 @@ class KubeNode:
         cni_bin = str(binary("bridge").parent)
         pause = next(ref for ref in self.images if ref.startswith("localhost/pause:"))
         self.vm.write("/etc/containerd/config.toml", containerd_config(cni_bin, pause))
-        self.vm.write("/etc/cni/net.d/10-lab.conflist", CNI_CONFIG)
+        self.vm.write("/etc/cni/net.d/10-lab.conflist", cni_config(m.pod_cidr))
         self.vm.write(
             "/etc/crictl.yaml",
             f"runtime-endpoint: unix://{CONTAINERD_SOCK}\nimage-endpoint: unix://{CONTAINERD_SOCK}\ntimeout: 60\n",
         )
         self.vm.write("/etc/kubernetes/kubelet.yaml", kubelet_config(str(self.cp.pki.ca.crt)))
-        self.vm.write("/etc/nvme/hostnqn", HOST_NQN + "\n")
-        self.vm.write("/etc/nvme/hostid", HOST_ID + "\n")
-        self.vm.write(
-            "/etc/nvmeof-csi/agent.env",
-            'NVMEOF_CSI_AGENT_PORTALS="1:tcp:127.0.0.1:4420:a 2:tcp:127.0.0.2:4421:b"\nNVMEOF_CSI_AGENT_NAME=lab\n',
-        )
+        self.vm.write("/etc/nvme/hostnqn", m.host_nqn + "\n")
+        self.vm.write("/etc/nvme/hostid", m.host_id + "\n")
+        if m.storage:
+            self.vm.write("/etc/nvmeof-csi/agent.env", m.agent_env())
 
     def start(self, timeout: float = 600) -> float:
         """Bring the node up; returns the seconds from containerd's start to Node Ready (each step's seconds in
@@ -218,26 +215,26 @@ class KubeNode:
         step("images imported" if imported else "images found on the saved disk")
         if self.on_imported is not None:
             self.on_imported(imported)
+        m = self.machine
         self.kubelet.argv = [
             str(binary("kubelet")),
             "--config=/etc/kubernetes/kubelet.yaml",
-            f"--kubeconfig={self.cp.kubelet_config}",
-            f"--hostname-override={self.cp.node}",
-            f"--node-ip={NODE_IP}",
+            f"--kubeconfig={self.cp.kubelet_configs[self.name]}",
+            f"--hostname-override={self.name}",
+            f"--node-ip={m.node_ip}",
             "--v=2",
-            "--node-labels=" + ",".join(f"{k}={v}" for k, v in self.labels.items()),
+            "--node-labels=" + ",".join(f"{k}={v}" for k, v in m.labels.items()),
         ]
         self.kubelet.start(timeout=300)
         step("kubelet serving")
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            self.vm.ensure_alive("waiting for the Node to be Ready")
-            nodes = self.cp.get("nodes").get("items", [])
-            for node in nodes:
-                conds = {c["type"]: c["status"] for c in node["status"].get("conditions", [])}
-                if conds.get("Ready") == "True":
-                    step("Node Ready")
-                    return time.monotonic() - t0
+            self.vm.ensure_alive(f"waiting for Node {self.name} to be Ready")
+            node = json.loads(self.cp.kubectl("get", "node", self.name, "-o", "json", check=False) or "{}")
+            conds = {c["type"]: c["status"] for c in node.get("status", {}).get("conditions", [])}
+            if conds.get("Ready") == "True":
+                step("Node Ready")
+                return time.monotonic() - t0
             time.sleep(2)
         raise KubeError(f"node not Ready in {timeout:.0f}s\n{self.logs()}")
 

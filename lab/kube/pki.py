@@ -1,5 +1,5 @@
 """The lab cluster's PKI, made with the openssl CLI: one CA, the API server's serving certificate, a client
-certificate per control-plane identity, the kubelet's, and the service-account signing key pair.
+certificate per control-plane identity, each node's kubelet's, and the service-account signing key pair.
 
 Contract: :func:`make_pki` writes everything under ``folder`` (mode 0600 keys) and returns the paths; the
 identities are Kubernetes' own (``system:masters`` admin, ``system:kube-controller-manager``,
@@ -35,7 +35,7 @@ class KubePki:
     admin: Pair
     controller_manager: Pair
     scheduler: Pair
-    kubelet: Pair
+    kubelets: dict[str, Pair]  # node name -> its kubelet's client certificate
     sa_key: Path
     sa_pub: Path
 
@@ -83,8 +83,8 @@ def self_signed_ca(folder: Path, name: str, subject: str) -> Pair:
     return ca
 
 
-def make_pki(folder: Path, node: str, api_ips: Sequence[str]) -> KubePki:
-    """A fresh PKI for one lab cluster; ``api_ips`` are the addresses the API server is reached at."""
+def make_pki(folder: Path, nodes: Sequence[str], api_ips: Sequence[str]) -> KubePki:
+    """A fresh PKI for one lab cluster of ``nodes``; ``api_ips`` are the addresses the API server is reached at."""
     folder.mkdir(parents=True, exist_ok=True)
     ca = self_signed_ca(folder, "ca", "/CN=nvmeof-csi-lab-ca")
     sans = [f"IP:{ip}" for ip in api_ips] + [
@@ -104,7 +104,7 @@ def make_pki(folder: Path, node: str, api_ips: Sequence[str]) -> KubePki:
         admin=signed(folder, ca, "admin", "/O=system:masters/CN=nvmeof-csi-lab-admin"),
         controller_manager=signed(folder, ca, "controller-manager", "/CN=system:kube-controller-manager"),
         scheduler=signed(folder, ca, "scheduler", "/CN=system:kube-scheduler"),
-        kubelet=signed(folder, ca, "kubelet", f"/O=system:nodes/CN=system:node:{node}"),
+        kubelets={n: signed(folder, ca, f"kubelet-{n}", f"/O=system:nodes/CN=system:node:{n}") for n in nodes},
         sa_key=sa_key,
         sa_pub=sa_pub,
     )

@@ -10,15 +10,19 @@ from collections.abc import Generator, Iterator
 import pytest
 
 from lab import BuildError, BuildInfo
+from lab.alluxio import PORT_KEYS, free_ports
 from lab.kube.build import KubeBuildError, binary
 from lab.kube.cluster import KubeCluster, helm_binary, running_cluster
 from lab.kube.control_plane import KubeError
+from lab.kube.layout import ALLUXIO_JOB, ALLUXIO_PROXY
 from tests.support.env import need
 from tests.support.lab import pytest_sessionfinish, report
 
 __all__ = ["kube", "pytest_sessionfinish", "report"]
 
 CLUSTER = pytest.StashKey[KubeCluster]()  # the session's cluster, for the failure hook (hooks get no fixtures)
+ALLUXIO_PORTS = pytest.StashKey[dict[str, int]]()  # the host ports the VMs' Alluxio forwards lead to
+PROXY_PORT, JOB_PORT = "alluxio.proxy.web.port", "alluxio.job.master.web.port"
 
 
 @pytest.fixture(scope="session")
@@ -31,8 +35,12 @@ def kube(request: pytest.FixtureRequest) -> Iterator[KubeCluster]:
         need(False, str(err))
     capture = request.config.pluginmanager.getplugin("capturemanager")
     with contextlib.ExitStack() as stack:
+        # the Alluxio ports the VMs reach (the data set scenario starts Alluxio on them when it runs)
+        ports = dict(zip(PORT_KEYS, free_ports(len(PORT_KEYS)), strict=True))
+        forwards = {ALLUXIO_PROXY: ports[PROXY_PORT], ALLUXIO_JOB: ports[JOB_PORT]}
         with capture.global_and_fixture_disabled():  # the start-up steps print their durations
-            cluster = stack.enter_context(running_cluster())
+            cluster = stack.enter_context(running_cluster(forwards=forwards))
+        request.config.stash[ALLUXIO_PORTS] = ports
         request.config.stash[CLUSTER] = cluster
         try:
             yield cluster

@@ -1,10 +1,11 @@
 """What the Kubernetes tier's install, upgrade and uninstall scenarios read: the driver's pods, a steady writer's
-progress, and everything of the driver left on the node (nvmet subsystems, NVMe controllers, CSI mounts, staging
+progress, and everything of the driver left on the nodes (nvmet subsystems, NVMe controllers, CSI mounts, staging
 records, backing files) or in the API server once the release is gone."""
 
 from __future__ import annotations
 
-from lab.kube.cluster import DRIVER, NAMESPACE, NODE, KubeCluster
+from lab.kube.cluster import DRIVER, NAMESPACE, KubeCluster
+from lab.kube.layout import GPUS
 from tests.support.kube import NS, container_exec, crictl
 
 PART_OF = "app.kubernetes.io/part-of=nvmeof-csi"
@@ -38,28 +39,30 @@ def delete_workloads(kube: KubeCluster) -> None:
 
 
 def node_leftovers(kube: KubeCluster) -> list[str]:
-    """What of the driver's work is still on the node: one line per kind found (empty: nothing)."""
+    """What of the driver's work is still on any node: one line per node and kind found (empty: nothing)."""
     found = []
-    subsystems = kube.vm.check(["ls", "/sys/kernel/config/nvmet/subsystems"], 10).split()
-    controllers = kube.vm.run(["ls", "/sys/class/nvme"], 10).out.split()
-    mounts = [
-        ln
-        for ln in kube.vm.check(["cat", "/proc/mounts"], 10).splitlines()
-        if "kubernetes.io~csi" in ln or "/plugins/kubernetes.io/csi" in ln
-    ]
-    records = kube.vm.sh("ls /var/lib/nvmeof-csi/staging/ 2>/dev/null | grep '[.]json$'; true", 30).out.split()
-    pool = kube.vm.sh(
-        "ls /srv/nvmeof-pool/volumes /srv/nvmeof-pool/snapshots 2>/dev/null | grep -v ':$'; true", 30
-    ).out.split()
-    for what, items in (
-        ("nvmet subsystems", subsystems),
-        ("NVMe controllers", controllers),
-        ("CSI mounts", mounts),
-        ("staging records", records),
-        ("backing files", pool),
-    ):
-        if items:
-            found.append(f"{what}: {items}")
+    for node in kube.nodes:
+        vm = kube.vm(node)
+        subsystems = vm.run(["ls", "/sys/kernel/config/nvmet/subsystems"], 10).out.split()
+        controllers = vm.run(["ls", "/sys/class/nvme"], 10).out.split()
+        mounts = [
+            ln
+            for ln in vm.check(["cat", "/proc/mounts"], 10).splitlines()
+            if "kubernetes.io~csi" in ln or "/plugins/kubernetes.io/csi" in ln
+        ]
+        records = vm.sh("ls /var/lib/nvmeof-csi/staging/ 2>/dev/null | grep '[.]json$'; true", 30).out.split()
+        pool = vm.sh(
+            "ls /srv/nvmeof-pool/volumes /srv/nvmeof-pool/snapshots 2>/dev/null | grep -v ':$'; true", 30
+        ).out.split()
+        for what, items in (
+            ("nvmet subsystems", subsystems),
+            ("NVMe controllers", controllers),
+            ("CSI mounts", mounts),
+            ("staging records", records),
+            ("backing files", pool),
+        ):
+            if items:
+                found.append(f"{node}: {what}: {items}")
     return found
 
 
@@ -73,9 +76,12 @@ def release_leftovers(kube: KubeCluster) -> list[str]:
     named += kube.kubectl("get", "csistoragecapacities", "-n", NAMESPACE, "-o", "name").split()
     if named:
         found.append(f"objects: {named}")
-    drivers = kube.cp.get("csinode", NODE).get("spec", {}).get("drivers") or []
-    if any(d.get("name") == DRIVER for d in drivers):
-        found.append(f"CSINode {NODE} still lists {DRIVER}")
-    if containers := crictl(kube, "ps", "-q", "--label", f"io.kubernetes.pod.namespace={NAMESPACE}").split():
-        found.append(f"containers of namespace {NAMESPACE}: {containers}")
+    for node in GPUS:
+        drivers = kube.cp.get("csinode", node).get("spec", {}).get("drivers") or []
+        if any(d.get("name") == DRIVER for d in drivers):
+            found.append(f"CSINode {node} still lists {DRIVER}")
+    for node in kube.nodes:
+        label = f"io.kubernetes.pod.namespace={NAMESPACE}"
+        if containers := crictl(kube, node, "ps", "-q", "--label", label).split():
+            found.append(f"{node}: containers of namespace {NAMESPACE}: {containers}")
     return found

@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 from cryptography import x509
 
-from lab.kube.cluster import DRIVER, NAMESPACE, NODE, KubeCluster
-from lab.kube.node import NODE_IP
+from lab.kube.cluster import DRIVER, NAMESPACE, KubeCluster
+from lab.kube.layout import BY_NAME, GPUS, STORAGE
 from nvmeof_csi.identity.certs import names_of, node_identity_of
 from tests.support.kube import crictl, wait_for
 
@@ -26,7 +26,9 @@ pytestmark = pytest.mark.lab
 SIGNER = "csi.nvmeof.io/node-client"
 AGENT_SIGNER = "csi.nvmeof.io/agent-server"
 PYTHON = "/opt/nvmeof-csi/bin/python"
-AGENT = "lab"  # the lab agent's name in ci/lab-values.yaml's fabric map (its node's name)
+AGENT = STORAGE  # the lab agent's name in ci/lab-values.yaml's fabric map (its node's name)
+AGENT_IP = BY_NAME[STORAGE].node_ip  # where it serves: its node's address
+NODE = GPUS[0]  # the GPU node whose node plugin is looked at
 FOREIGN_NQN = "nqn.2014-08.org.nvmexpress:uuid:0f0f0f0f-0000-0000-0000-0000000000aa"
 #: run in the node plugin's container, with its own service account token: ask for a (node, NQN) identity
 ASK = """
@@ -61,7 +63,7 @@ from pathlib import Path
 from nvmeof_csi.agent.client import AgentClient, AgentTarget
 from nvmeof_csi.rpc.endpoints import Endpoint, TlsFiles
 own = Path("/var/lib/nvmeof-csi/node/identity")
-target = AgentTarget("lab", Endpoint.parse(sys.argv[1]), TlsFiles(own / "tls.crt", own / "tls.key", Path("/tls/ca.crt")))
+target = AgentTarget("storage-1", Endpoint.parse(sys.argv[1]), TlsFiles(own / "tls.crt", own / "tls.key", Path("/tls/ca.crt")))
 out = {}
 with AgentClient(target, 30) as agent:
     out["health"] = bool(agent.health())
@@ -78,29 +80,36 @@ print(json.dumps(out))
 """
 
 
-def _exec(kube: KubeCluster, pod_prefix: str, container: str, *argv: str) -> str:
-    pods = [p["metadata"]["name"] for p in kube.pods() if p["metadata"]["name"].startswith(pod_prefix)]
+def _exec(kube: KubeCluster, node: str, pod_prefix: str, container: str, *argv: str) -> str:
+    pods = [p["metadata"]["name"] for p in kube.pods()
+            if p["metadata"]["name"].startswith(pod_prefix) and p["spec"].get("nodeName") == node]  # fmt: skip
     assert len(pods) == 1, pods
     ids = crictl(
-        kube, "ps", "-q", "--state", "Running", "--name", f"^{container}$",
+        kube, node, "ps", "-q", "--state", "Running", "--name", f"^{container}$",
         "--label", f"io.kubernetes.pod.name={pods[0]}", "--label", f"io.kubernetes.pod.namespace={NAMESPACE}",
     ).split()  # fmt: skip
     assert len(ids) == 1, f"{container} containers of {pods[0]}: {ids}"
-    return crictl(kube, "exec", ids[0], *argv, timeout=180)
+    return crictl(kube, node, "exec", ids[0], *argv, timeout=180)
 
 
-def _issued(kube: KubeCluster, signer: str) -> dict[str, Any]:
+def _issued(kube: KubeCluster, signer: str, node: str) -> dict[str, Any]:
+    """The first request of ``signer`` made from ``node`` and issued."""
+
     def issued() -> list[dict[str, Any]]:
         return [c for c in kube.cp.get("csr")["items"]
-                if c["spec"]["signerName"] == signer and c.get("status", {}).get("certificate")]  # fmt: skip
+                if c["spec"]["signerName"] == signer and c.get("status", {}).get("certificate")
+                and c["spec"]["extra"].get("authentication.kubernetes.io/node-name") == [node]]  # fmt: skip
 
     wait_for(f"an identity of {signer} issued", lambda: bool(issued()), 180)
     return issued()[0]
 
 
-def _ask(kube: KubeCluster, pod_prefix: str, container: str, *asks: tuple[str, str, str]) -> list[dict[str, object]]:
-    """Each (kind, name, NQN or address) asked at once from the container, with its own service account."""
-    out = _exec(kube, pod_prefix, container, PYTHON, "-c", ASK, *(word for ask in asks for word in ask))
+def _ask(
+    kube: KubeCluster, node: str, pod_prefix: str, container: str, *asks: tuple[str, str, str]
+) -> list[dict[str, object]]:
+    """Each (kind, name, NQN or address) asked at once from the container on ``node``, with its own service
+    account."""
+    out = _exec(kube, node, pod_prefix, container, PYTHON, "-c", ASK, *(word for ask in asks for word in ask))
     answers: list[dict[str, object]] = json.loads(out.strip().splitlines()[-1])
     return answers
 
@@ -113,7 +122,7 @@ def _denied(kube: KubeCluster, signer: str) -> list[str]:
 def test_the_node_has_its_own_identity_and_cannot_ask_for_another(kube: KubeCluster) -> None:
     nqn = next(d["nodeID"] for d in kube.cp.get("csinode", NODE)["spec"]["drivers"] if d["name"] == DRIVER)
 
-    csr = _issued(kube, SIGNER)
+    csr = _issued(kube, SIGNER, NODE)
     assert csr["spec"]["username"] == f"system:serviceaccount:{NAMESPACE}:nvmeof-csi-node", csr["spec"]
     assert csr["spec"]["extra"]["authentication.kubernetes.io/node-name"] == [NODE], csr["spec"]["extra"]
     conditions = {c["type"]: c for c in csr["status"]["conditions"]}
@@ -121,34 +130,36 @@ def test_the_node_has_its_own_identity_and_cannot_ask_for_another(kube: KubeClus
     pem = base64.b64decode(csr["status"]["certificate"])
     assert node_identity_of(pem) == (NODE, nqn), x509.load_pem_x509_certificate(pem).subject
 
+    denied = len(_denied(kube, SIGNER)), len(_denied(kube, AGENT_SIGNER))
     other, foreign, as_agent = _ask(
-        kube, "nvmeof-csi-node-", "nvmeof-csi",
-        ("node", "gpu-2", FOREIGN_NQN), ("node", NODE, FOREIGN_NQN),
-        ("agent", AGENT, NODE_IP),  # a GPU node posing as the agent
+        kube, NODE, "nvmeof-csi-node-", "nvmeof-csi",
+        ("node", GPUS[1], FOREIGN_NQN), ("node", NODE, FOREIGN_NQN),
+        ("agent", AGENT, AGENT_IP),  # a GPU node posing as the agent
     )  # fmt: skip
     assert other["issued"] is False and f"requester runs on node '{NODE}'" in str(other["why"]), other
     assert foreign["issued"] is False and "is the node ID of no node" in str(foreign["why"]), foreign
     assert as_agent["issued"] is False and "not the agent" in str(as_agent["why"]), as_agent
-    assert len(_denied(kube, SIGNER)) == 2 and len(_denied(kube, AGENT_SIGNER)) == 1
+    assert (len(_denied(kube, SIGNER)), len(_denied(kube, AGENT_SIGNER))) == (denied[0] + 2, denied[1] + 1)
     # the issued certificate at work against the real agent: this node, never another host's keys, never more
-    probe = _exec(kube, "nvmeof-csi-node-", "nvmeof-csi", PYTHON, "-c", PROBE, f"tcp://{NODE_IP}:9440", FOREIGN_NQN)
+    probe = _exec(
+        kube, NODE, "nvmeof-csi-node-", "nvmeof-csi", PYTHON, "-c", PROBE, f"tcp://{AGENT_IP}:9440", FOREIGN_NQN
+    )
     seen = json.loads(probe.strip().splitlines()[-1])
     assert seen["health"] is True, seen
     assert "PermissionDenied" in seen["foreign_keys"] and "keys of its own host" in seen["foreign_keys"], seen
-    assert "CreateVolume needs role controller; client 'node:lab'" in seen["create"], seen
-    print(f"node {NODE}: identity issued for {nqn}; requests for gpu-2, a foreign NQN and an agent denied")
+    assert f"CreateVolume needs role controller; client 'node:{NODE}'" in seen["create"], seen
+    print(f"node {NODE}: identity issued for {nqn}; requests for {GPUS[1]}, a foreign NQN and an agent denied")
 
 
 def test_each_agent_serves_with_its_own_identity_and_cannot_ask_for_another(kube: KubeCluster) -> None:
-    csr = _issued(kube, AGENT_SIGNER)
+    csr = _issued(kube, AGENT_SIGNER, STORAGE)
     assert csr["spec"]["username"] == f"system:serviceaccount:{NAMESPACE}:nvmeof-csi-agent", csr["spec"]
-    assert csr["spec"]["extra"]["authentication.kubernetes.io/node-name"] == [NODE], csr["spec"]["extra"]
-    assert names_of(base64.b64decode(csr["status"]["certificate"])) == (f"agent:{AGENT}", (), (NODE_IP,))
+    assert names_of(base64.b64decode(csr["status"]["certificate"])) == (f"agent:{AGENT}", (), (AGENT_IP,))
     before = len(_denied(kube, AGENT_SIGNER))
     unknown, moved = _ask(
-        kube, "nvmeof-csi-agent-", "agent", ("agent", "store-9", NODE_IP), ("agent", AGENT, "10.0.2.99")
+        kube, STORAGE, "nvmeof-csi-agent-", "agent", ("agent", "store-9", AGENT_IP), ("agent", AGENT, "10.0.2.99")
     )  # another agent's name; the lab agent's name at an address that is not its own
     assert unknown["issued"] is False and "'store-9' is not in the controller's fabric map" in str(unknown["why"])
-    assert moved["issued"] is False and f"agent '{AGENT}' serves on {NODE_IP}" in str(moved["why"]), moved
+    assert moved["issued"] is False and f"agent '{AGENT}' serves on {AGENT_IP}" in str(moved["why"]), moved
     assert len(_denied(kube, AGENT_SIGNER)) == before + 2
-    print(f"agent {AGENT}: server identity issued for {NODE_IP}; requests for another agent or address denied")
+    print(f"agent {AGENT}: server identity issued for {AGENT_IP}; requests for another agent or address denied")

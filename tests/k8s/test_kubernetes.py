@@ -1,5 +1,5 @@
 """Kubernetes 1.37 drives the driver: the scheduler, kubelet and the real CSI sidecars are the clients, on the
-real kernel fabric in the lab VM. Every scenario's claims and pods are applied at once (``started``), so their
+real kernel fabric between the lab VMs (the agent on ``storage-1``, workloads on ``gpu-1`` and ``gpu-2``). Every scenario's claims and pods are applied at once (``started``), so their
 provisioning, attaching, staging and pod starts run side by side as they would in a cluster, and each scenario
 then checks its own; any one of them runs alone too (``pytest tests/k8s -k test_5``). Each prints its
 duration."""
@@ -12,15 +12,15 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from bench import k8s_pvcs
-from lab.kube.cluster import CHART, DRIVER, FABRIC, LAB_VALUES, NAMESPACE, NEXT_TAG, NODE, RELEASE, KubeCluster
-from tests.k8s.lifecycle import delete_workloads, driver_pods, node_leftovers, progress, release_leftovers
-from tests.k8s.workloads import FAST, READ, SC, SLOW, TOPOLOGY_KEY, workloads
+from bench import k8s_pvcs, k8s_spread
+from lab.kube.cluster import CHART, DRIVER, FABRIC, LAB_VALUES, NEXT_TAG, RELEASE, KubeCluster
+from lab.kube.layout import GPUS, MACHINES, STORAGE
+from tests.k8s.lifecycle import driver_pods, progress
+from tests.k8s.workloads import FAST, RDMA_KEY, READ, SC, SLOW, TOPOLOGY_KEY, workloads
 from tests.support.kube import (
     NS,
     container_exec,
-    crictl,
-    gone,
+    container_id,
     job,
     job_pod,
     phase,
@@ -62,12 +62,20 @@ def test_1_driver_deployed(kube: KubeCluster) -> None:
     for p in pods:
         conds = {c["type"]: c["status"] for c in p["status"].get("conditions", [])}
         assert conds.get("Ready") == "True", f"{p['metadata']['name']} not Ready: {p['status']}"
-    csinode = kube.cp.get("csinode", NODE)
-    drivers = {d["name"]: d for d in csinode["spec"]["drivers"] or []}
-    assert DRIVER in drivers, f"CSINode {NODE} lists {list(drivers)}"
-    assert TOPOLOGY_KEY in drivers[DRIVER]["topologyKeys"], drivers[DRIVER]
-    labels = kube.cp.get("node", NODE)["metadata"]["labels"]
-    assert labels.get(TOPOLOGY_KEY) == FABRIC, labels
+    placed = {(p["metadata"]["labels"].get("app.kubernetes.io/name"), p["spec"]["nodeName"]) for p in pods}
+    expected = {("nvmeof-csi-agent", STORAGE), ("nvmeof-csi-controller", STORAGE)}
+    assert expected | {("nvmeof-csi-node", g) for g in GPUS} <= placed, placed
+    for m in MACHINES:
+        drivers = {d["name"]: d for d in kube.cp.get("csinode", m.name)["spec"]["drivers"] or []}
+        labels = kube.cp.get("node", m.name)["metadata"]["labels"]
+        if m.storage:  # no node plugin on the storage node: it publishes no topology
+            assert DRIVER not in drivers and TOPOLOGY_KEY not in labels, (m.name, drivers, labels)
+            continue
+        assert DRIVER in drivers, f"CSINode {m.name} lists {list(drivers)}"
+        assert drivers[DRIVER]["nodeID"] == m.host_nqn, drivers[DRIVER]
+        assert TOPOLOGY_KEY in drivers[DRIVER]["topologyKeys"], drivers[DRIVER]
+        assert labels.get(TOPOLOGY_KEY) == FABRIC, labels
+        assert labels.get(RDMA_KEY) == ("true" if m.rdma else "false"), (m.name, labels)
 
 
 def test_2_training_job_writes_and_a_second_pod_reads(started: KubeCluster) -> None:
@@ -107,7 +115,8 @@ def test_3_unreachable_fabric_stays_pending_with_a_reason(started: KubeCluster) 
         return None
 
     message = wait_for("the scheduler's reason", reason, 120)
-    assert "0/1 nodes are available" in message, message
+    assert f"0/{len(MACHINES)} nodes are available" in message, message
+    assert f"{len(GPUS)} node(s) didn't find available persistent volumes to bind" in message, message
     time.sleep(10)  # still nothing: not bound, not scheduled, no volume created (the others were meanwhile)
     assert phase(kube, "pod", "nowhere") == "Pending"
     assert phase(kube, "pvc", "nowhere") == "Pending"
@@ -185,6 +194,14 @@ def test_6b_claims_at_once_benchmark_smoke(started: KubeCluster, report: Callabl
     assert row["count"] == 10 and row["controller_create_calls"] >= 10, row
 
 
+def test_6c_spread_benchmark_smoke(started: KubeCluster, report: Callable[[str, str], None]) -> None:
+    """``bench/k8s_spread.py`` in its smoke mode: 4 claims and pods spread over both GPU nodes, all Running, then
+    all deleted; claim -> Bound and pod -> Running (median, p95) go to the report."""
+    doc = k8s_spread.run_on(started, k8s_spread.parser().parse_args(["--smoke"]))
+    report("bench k8s-spread (smoke)", str(doc))
+    assert doc["pods_per_node"] == dict.fromkeys(sorted(GPUS), 2), doc
+
+
 def test_7b_attributes_class_change_moves_the_running_pods_iops(started: KubeCluster) -> None:
     """The QoS issue's Kubernetes scenario: a VolumeAttributesClass change on a bound PVC reaches
     ControllerModifyVolume through the real external-resizer; the running pod's io.max and its measured read
@@ -192,19 +209,20 @@ def test_7b_attributes_class_change_moves_the_running_pods_iops(started: KubeClu
     kube = started
     wait_for("pod tuned-io Running", lambda: phase(kube, "pod", "tuned-io") == "Running", 900)
     uid = kube.cp.get("pod", "-n", NS, "tuned-io")["metadata"]["uid"]
-    cgroup = kube.vm.sh(
+    vm = kube.vm(kube.node_of("tuned-io", NS))
+    cgroup = vm.sh(
         f"ls -d /sys/fs/cgroup/kubepods/*/pod{uid} /sys/fs/cgroup/kubepods/pod{uid} 2>/dev/null", 10
     ).out.split()
     assert len(cgroup) == 1, f"pod cgroup of {uid}: {cgroup}"
 
     def io_max() -> str:
-        return kube.vm.check(["cat", f"{cgroup[0]}/io.max"], 10).strip()
+        return vm.check(["cat", f"{cgroup[0]}/io.max"], 10).strip()
 
     def measured(seconds: float = 15.0) -> float:
         device = io_max().split()[0]
 
         def rios() -> int:
-            for line in kube.vm.check(["cat", f"{cgroup[0]}/io.stat"], 10).splitlines():
+            for line in vm.check(["cat", f"{cgroup[0]}/io.stat"], 10).splitlines():
                 if line.startswith(device + " "):
                     return int(dict(f.split("=") for f in line.split()[1:])["rios"])
             return 0
@@ -216,7 +234,7 @@ def test_7b_attributes_class_change_moves_the_running_pods_iops(started: KubeClu
 
     wait_for(f"io.max riops={SLOW}", lambda: f"riops={SLOW}" in io_max(), 120)
     slow = measured()
-    container = crictl(kube, "ps", "-q", "--label", "io.kubernetes.pod.name=tuned-io").strip()
+    container = container_id(kube, "tuned-io")
     t0 = time.monotonic()
     kube.kubectl(
         "-n",
@@ -243,7 +261,7 @@ def test_7b_attributes_class_change_moves_the_running_pods_iops(started: KubeClu
     )
     assert SLOW * 0.8 <= slow <= SLOW * 1.1, slow
     assert FAST * 0.8 <= fast <= FAST * 1.1, fast
-    assert crictl(kube, "ps", "-q", "--label", "io.kubernetes.pod.name=tuned-io").strip() == container
+    assert container_id(kube, "tuned-io") == container
     kube.kubectl("-n", NS, "delete", "pod/tuned-io", "--wait=true", timeout=300)
 
 
@@ -259,7 +277,8 @@ def test_7_helm_upgrade_under_io(started: KubeCluster, report: Callable[[str, st
     wait_for("pod steady-io Running", lambda: phase(kube, "pod", "steady-io") == "Running", 900)
     wait_for("I/O under way", lambda: progress(kube, "steady-io")[0] > 5, 120)
     before = driver_pods(kube)
-    container = crictl(kube, "ps", "-q", "--label", "io.kubernetes.pod.name=steady-io").strip()
+    vm = kube.vm(kube.node_of("steady-io", NS))
+    container = container_id(kube, "steady-io")
     at_upgrade, t0 = progress(kube, "steady-io"), time.monotonic()
     kube.helm(
         "upgrade", RELEASE, str(CHART), "--values", str(LAB_VALUES), "--set", f"images.driver.tag={NEXT_TAG}",
@@ -284,33 +303,10 @@ def test_7_helm_upgrade_under_io(started: KubeCluster, report: Callable[[str, st
     assert images == {f"localhost/nvmeof-csi:{NEXT_TAG}"}, images
     assert written[1] == 0, f"{written[1]} failed writes in the workload during the upgrade"
     assert written[0] > at_upgrade[0] + 10, (at_upgrade, written)
-    assert crictl(kube, "ps", "-q", "--label", "io.kubernetes.pod.name=steady-io").strip() == container
-    assert pv_of(kube, "steady") in kube.vm.check(["cat", "/proc/mounts"], 10)
+    assert container_id(kube, "steady-io") == container
+    assert pv_of(kube, "steady") in vm.check(["cat", "/proc/mounts"], 10)
     history = json.loads(kube.helm("history", RELEASE, "-o", "json"))
     assert [h["status"] for h in history] == ["superseded", "deployed"], history
     kube.kubectl("-n", NS, "delete", "pod/steady-io", "--wait=true", timeout=300)
-    mounts = kube.vm.check(["cat", "/proc/mounts"], 10)
+    mounts = vm.check(["cat", "/proc/mounts"], 10)
     assert "steady" not in mounts and pv_of(kube, "steady") not in mounts
-
-
-def test_8_everything_deleted_leaves_nothing(kube: KubeCluster) -> None:
-    delete_workloads(kube)
-    wait_for("no PersistentVolume", lambda: gone(kube, "pv"), 600)
-    wait_for("no VolumeAttachment", lambda: gone(kube, "volumeattachments"), 600)
-    wait_for("no VolumeSnapshotContent", lambda: gone(kube, "volumesnapshotcontents"), 300)
-    assert not node_leftovers(kube)
-    assert crictl(kube, "ps", "-q", "--label", f"io.kubernetes.pod.namespace={NS}").strip() == ""
-
-
-def test_9_helm_uninstall_leaves_nothing(kube: KubeCluster, report: Callable[[str, str], None]) -> None:
-    """After the claims are gone, ``helm uninstall`` leaves no object of the release, no CSINode entry, no
-    driver container, and nothing of the driver's on the node."""
-    delete_workloads(kube)
-    wait_for("no PersistentVolume", lambda: gone(kube, "pv"), 600)
-    assert release_leftovers(kube), "the release is not installed: nothing to uninstall"
-    t0 = time.monotonic()
-    print(kube.helm("uninstall", RELEASE, "--wait", "--timeout=300s", timeout=360))
-    wait_for("nothing of the release left", lambda: not release_leftovers(kube) or None, 300, 3)
-    report("helm uninstall", f"nothing of the release left {time.monotonic() - t0:.0f}s after it began")
-    assert not node_leftovers(kube)
-    kube.kubectl("delete", "namespace", NAMESPACE, "--wait=true", timeout=300)  # the Secrets and leases

@@ -9,6 +9,7 @@ from tests.support.kube import NS, job, pod, pvc
 
 SC = "lab-tcp"
 TOPOLOGY_KEY = "topology.csi.nvmeof.io/fabric"
+RDMA_KEY = "topology.csi.nvmeof.io/transport-rdma"
 WRITE = (
     "set -e; dd if=/dev/urandom of=/data/blob bs=1M count=32 2>/dev/null; sync; "
     "sha256sum /data/blob | cut -d' ' -f1 > /dev/termination-log"

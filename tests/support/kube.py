@@ -1,6 +1,6 @@
 """Kubernetes objects and waits for the Kubernetes tier: manifests as dicts (applied with kubectl), polling
 with a deadline, and commands inside a running container through crictl in the node (the API server cannot
-reach the kubelet: the VM forwards only the API server's port)."""
+reach the kubelet: each VM forwards only the API server's port)."""
 
 from __future__ import annotations
 
@@ -124,16 +124,29 @@ def wait_job(kube: KubeCluster, name: str, timeout: float = 900) -> dict[str, An
     return wait_for(f"job {name} succeeded", done, timeout)
 
 
-def crictl(kube: KubeCluster, *args: str, timeout: float = 120) -> str:
-    return kube.vm.check(
+def crictl(kube: KubeCluster, node: str, *args: str, timeout: float = 120) -> str:
+    """crictl in ``node``'s VM; its stdout."""
+    return kube.vm(node).check(
         [str(binary("crictl")), "--runtime-endpoint", f"unix://{CONTAINERD_SOCK}", *args], timeout=timeout
     )
 
 
+def pod_crictl(kube: KubeCluster, pod_name: str, *args: str, timeout: float = 120) -> str:
+    """crictl in the VM of the node ``pod_name`` (namespace ``NS``) runs on."""
+    return crictl(kube, kube.node_of(pod_name, NS), *args, timeout=timeout)
+
+
+def container_id(kube: KubeCluster, pod_name: str) -> str:
+    """The id of the running container of ``pod_name`` (one container)."""
+    return pod_crictl(kube, pod_name, "ps", "-q", "--label", f"io.kubernetes.pod.name={pod_name}").strip()
+
+
 def container_exec(kube: KubeCluster, pod_name: str, argv: Sequence[str], timeout: float = 120) -> str:
-    """``argv`` inside the running container of ``pod_name`` (crictl exec in the node); its stdout."""
+    """``argv`` inside the running container of ``pod_name`` (crictl exec in its node); its stdout."""
+    node = kube.node_of(pod_name, NS)
     ids = crictl(
         kube,
+        node,
         "ps",
         "-q",
         "--state",
@@ -144,7 +157,7 @@ def container_exec(kube: KubeCluster, pod_name: str, argv: Sequence[str], timeou
         f"io.kubernetes.pod.namespace={NS}",
     ).split()
     assert len(ids) == 1, f"{pod_name}: running containers {ids}"
-    return crictl(kube, "exec", ids[0], *argv, timeout=timeout)
+    return crictl(kube, node, "exec", ids[0], *argv, timeout=timeout)
 
 
 def gone(kube: KubeCluster, *args: str) -> bool:

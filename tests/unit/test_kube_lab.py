@@ -16,7 +16,8 @@ from lab.build import BuildInfo
 from lab.kube import scratch_cache
 from lab.kube.build import components, versions
 from lab.kube.control_plane import GUEST_API, GUEST_API_PORT, SERVICE_IP, SERVICE_RANGE
-from lab.kube.node import CNI_CONFIG, NODE_IP, POD_CIDR, containerd_config, kubelet_config, qemu_netdev
+from lab.kube.layout import MACHINES, routes
+from lab.kube.node import KUBE_IP, cni_config, containerd_config, kubelet_config, qemu_netdev
 
 
 def test_every_component_is_pinned_in_versions_env(tmp_path: Path) -> None:
@@ -31,18 +32,21 @@ def test_every_component_is_pinned_in_versions_env(tmp_path: Path) -> None:
 
 
 def test_vm_network_reaches_only_the_api_server() -> None:
-    args = qemu_netdev(41234)
+    args = qemu_netdev(41234, {"10.0.2.101:39999": 41235})
     netdev = args[args.index("-netdev") + 1]
     opts = netdev.split(",")
     assert "restrict=on" in opts
     forwards = [o for o in opts if o.startswith(("guestfwd=", "hostfwd="))]
-    assert forwards == [f"guestfwd=tcp:{GUEST_API}:{GUEST_API_PORT}-cmd:socat - TCP:127.0.0.1:41234"]
+    assert forwards == [
+        f"guestfwd=tcp:{GUEST_API}:{GUEST_API_PORT}-cmd:socat - TCP:127.0.0.1:41234",
+        "guestfwd=tcp:10.0.2.101:39999-cmd:socat - TCP:127.0.0.1:41235",
+    ]
 
 
 def test_service_ip_is_the_first_of_the_range_and_not_the_node() -> None:
     base = SERVICE_RANGE.split("/")[0].rsplit(".", 1)
     assert f"{base[0]}.{int(base[1]) + 1}" == SERVICE_IP
-    assert NODE_IP != SERVICE_IP != GUEST_API
+    assert KUBE_IP != SERVICE_IP != GUEST_API
 
 
 def test_containerd_config_is_valid_toml_with_our_sandbox_and_cni() -> None:
@@ -55,10 +59,20 @@ def test_containerd_config_is_valid_toml_with_our_sandbox_and_cni() -> None:
 
 
 def test_cni_bridge_does_not_masquerade_and_uses_the_pod_range() -> None:
-    conf = json.loads(CNI_CONFIG)
+    conf = json.loads(cni_config("10.88.11.0/24"))
     bridge = conf["plugins"][0]
     assert bridge["type"] == "bridge" and bridge["ipMasq"] is False
-    assert bridge["ipam"]["ranges"] == [[{"subnet": POD_CIDR}]]
+    assert bridge["ipam"]["ranges"] == [[{"subnet": "10.88.11.0/24"}]]
+
+
+def test_nodes_have_their_own_addresses_pod_ranges_and_host_identities_and_route_to_each_other() -> None:
+    for field in ("name", "node_ip", "pod_cidr", "host_id", "host_nqn"):
+        values = [getattr(m, field) for m in MACHINES]
+        assert len(set(values)) == len(values), (field, values)
+    assert sum(m.storage for m in MACHINES) == 1 and any(m.rdma and not m.storage for m in MACHINES)
+    for m in MACHINES:
+        assert {cidr for cidr, _ in routes(m)} == {o.pod_cidr for o in MACHINES} - {m.pod_cidr}
+        assert all(via.startswith("10.99.10.") and via != m.node_ip for _, via in routes(m))
 
 
 def test_kubelet_config_refuses_anonymous_and_uses_cgroupfs() -> None:
@@ -142,8 +156,9 @@ def test_the_node_imports_what_it_lacks_and_always_the_driver_image(
         for name, tag in (("pause", "p1"), ("workload", "w1"), ("nvmeof-csi", "0.1.0"))
     }
     vm = CtrVM({"localhost/pause:p1", "localhost/nvmeof-csi:0.1.0"})  # a saved disk with an older driver image
-    node = node_mod.KubeNode(vm, None, images, {}, always=["localhost/nvmeof-csi:0.1.0"])  # type: ignore[arg-type]
+    machine = MACHINES[1]
+    node = node_mod.KubeNode(vm, None, machine, images, always=["localhost/nvmeof-csi:0.1.0"])  # type: ignore[arg-type]
     assert node.import_images() == ["localhost/nvmeof-csi:0.1.0", "localhost/workload:w1"]
     assert sorted(vm.imported) == ["localhost/nvmeof-csi:0.1.0", "localhost/workload:w1"]
-    without = node_mod.KubeNode(CtrVM(set(images)), None, images, {})  # type: ignore[arg-type]
+    without = node_mod.KubeNode(CtrVM(set(images)), None, machine, images)  # type: ignore[arg-type]
     assert without.import_images() == []

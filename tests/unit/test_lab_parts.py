@@ -10,7 +10,8 @@ import sys
 import threading
 import time
 from pathlib import Path
-from types import ModuleType
+from types import ModuleType, SimpleNamespace
+from typing import Any
 
 import pytest
 
@@ -117,8 +118,8 @@ def test_the_cluster_replaces_a_vm_that_exits_during_bring_up_once(
 
     events: list[str] = []
 
-    class FakeVM:
-        def __init__(self, **_: object) -> None:
+    class FakeLab:
+        def __init__(self, *_: object, **__: object) -> None:
             events.append("vm")
 
         def close(self) -> None:
@@ -141,7 +142,7 @@ def test_the_cluster_replaces_a_vm_that_exits_during_bring_up_once(
             return ""
 
     outcomes: list[Exception | None] = [VMExited("Oops: int3 in sched_clock_cpu"), None]
-    sentinel = object()  # the cluster bring_up made
+    sentinel: Any = SimpleNamespace()  # the cluster bring_up made
 
     def bring_up(cp: object, vm: object, images: object, tag: str, disk_key: str) -> object:
         assert disk_key == "k"
@@ -158,15 +159,16 @@ def test_the_cluster_replaces_a_vm_that_exits_during_bring_up_once(
     )
     monkeypatch.setattr(cluster, "build_images", lambda: {})
     monkeypatch.setattr(cluster, "ControlPlane", FakeCP)
-    monkeypatch.setattr(cluster, "LabVM", FakeVM)
-    monkeypatch.setattr(cluster, "qemu_netdev", lambda port: [])
+    monkeypatch.setattr(cluster, "LabCluster", FakeLab)
+    monkeypatch.setattr(cluster, "qemu_netdev", lambda port, forwards: [])
     monkeypatch.setattr(cluster, "bring_up", bring_up)
     monkeypatch.setattr("lab.kube.scratch_cache.key", lambda images, gb: "k")
     monkeypatch.setattr("lab.kube.scratch_cache.cached", lambda key: None)
     with cluster.running_cluster() as up:
         assert up is sentinel
-    assert events == ["cp", "vm", "bring-up", "close", "delete node", "vm", "bring-up", "close", "cp-stop"]
-    assert "starting a fresh one" in capsys.readouterr().err
+    deletes = ["delete node"] * 3  # every node of the first lab
+    assert events == ["cp", "vm", "bring-up", "close", *deletes, "vm", "bring-up", "close", "cp-stop"]
+    assert "starting fresh ones" in capsys.readouterr().err
     events.clear()
     outcomes[:] = [VMExited("first"), VMExited("second")]
     with pytest.raises(VMExited, match="second"), cluster.running_cluster():

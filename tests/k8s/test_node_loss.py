@@ -1,0 +1,111 @@
+"""A lost node is fenced (Kubernetes across machines, point 5; node fencing's proof with a real API server): a
+StatefulSet writer on ``gpu-1``; ``gpu-1`` is cut from the control plane only (its NIC to the API server loses
+its link) so that it goes NotReady while its storage links keep working and its writer keeps writing; the
+operator applies the out-of-service taint; the pod is recreated and Running on ``gpu-2`` with its data, the
+external-attacher's ControllerUnpublish of ``gpu-1`` fenced it (the controller reads the taint: Kubernetes 1.37's
+attacher sends no CSI 1.14 reason), so from then on every write of ``gpu-1``'s writer fails, O_DIRECT and
+buffered; after ``gpu-1`` is power-cycled and the taint removed, a new pod uses ``gpu-1`` again.
+
+The writer keeps its counts in the container's own filesystem (``/tmp``), read through the node's VM channel,
+which no fault here touches. Without fencing (``--fence-on none`` on the controller) this test fails: the
+unpublish only drops ``gpu-1`` from ``allowed_hosts`` and its live controllers keep writing."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+
+import pytest
+
+from lab.kube.cluster import KubeCluster
+from lab.kube.layout import BY_NAME, GPUS
+from tests.k8s.test_moves import KEEP, allowed_hosts, attached_to, stateful_set
+from tests.support.kube import NS, container_exec, container_id, crictl, phase, pod, pvc, wait_for
+
+pytestmark = pytest.mark.lab
+
+FIRST, SECOND = GPUS
+TAINT = "node.kubernetes.io/out-of-service=nodeshutdown:NoExecute"
+#: KEEP's data, then writes for ever, O_DIRECT and buffered (fsync); (tries, O_DIRECT writes that succeeded,
+#: buffered ones that did) in /tmp/progress, never on the volume. A write that hangs counts as no success.
+WRITER = KEEP.replace(
+    "sleep 100000",
+    "i=0; d=0; b=0; while true; do i=$((i+1)); "
+    "dd if=/dev/urandom of=/data/direct bs=64k count=4 oflag=direct 2>/dev/null && d=$((d+1)); "
+    "dd if=/dev/urandom of=/data/buffered bs=64k count=4 conv=fsync 2>/dev/null && b=$((b+1)); "
+    'echo "$i $d $b" > /tmp/progress.new; mv /tmp/progress.new /tmp/progress; sleep 0.2; done',
+)
+
+
+def progress(kube: KubeCluster, node: str, container: str) -> tuple[int, int, int]:
+    """(tries, O_DIRECT successes, buffered successes) of the writer's container on ``node``, read through
+    containerd on that node (no API server involved)."""
+    i, d, b = crictl(kube, node, "exec", container, "cat", "/tmp/progress", timeout=60).split()
+    return int(i), int(d), int(b)
+
+
+@pytest.fixture
+def writer(kube: KubeCluster) -> Iterator[str]:
+    kube.cp.apply(stateful_set("lost", WRITER, FIRST))
+    try:
+        wait_for("lost-0 Running", lambda: phase(kube, "pod", "lost-0") == "Running", 600, 3)
+        assert kube.node_of("lost-0", NS) == FIRST
+        wait_for("writes under way", lambda: container_exec(kube, "lost-0", ["cat", "/tmp/progress"]), 120)
+        yield "lost-0"
+    finally:
+        kube.restore_api(FIRST)
+        kube.kubectl("taint", "node", FIRST, "node.kubernetes.io/out-of-service-", check=False)
+        kube.kubectl("-n", NS, "delete", "statefulset/lost", "pod/back", "pvc/back", "--ignore-not-found",
+                     "--wait=true", timeout=300)  # fmt: skip
+        kube.kubectl("-n", NS, "delete", "pod/lost-0", "--ignore-not-found", "--force", "--wait=true", timeout=300)
+        kube.kubectl("-n", NS, "delete", "pvc/data-lost-0", "--ignore-not-found", "--wait=true", timeout=300)
+
+
+def test_a_node_cut_from_the_control_plane_is_fenced_and_its_pod_moves_with_its_data(
+    kube: KubeCluster, writer: str, report: Callable[[str, str], None]
+) -> None:
+    written = container_exec(kube, writer, ["cat", "/data/written"]).strip()
+    container = container_id(kube, writer)
+    pv = str(kube.cp.get("pvc", "-n", NS, "data-lost-0")["spec"]["volumeName"])
+    old_uid = kube.cp.get("pod", "-n", NS, writer)["metadata"]["uid"]
+    kube.cut_api(FIRST)
+    t_cut = time.monotonic()
+
+    def not_ready() -> bool:
+        conds = {c["type"]: c["status"] for c in kube.cp.get("node", FIRST)["status"].get("conditions", [])}
+        return conds.get("Ready") != "True"
+
+    wait_for(f"{FIRST} NotReady", not_ready, 300, 3)
+    before = progress(kube, FIRST, container)
+    time.sleep(3)
+    during = progress(kube, FIRST, container)  # cut off and still writing, every write landing
+    assert during[1] > before[1] and during[2] > before[2], (before, during)
+    kube.kubectl("taint", "node", FIRST, TAINT)
+    t_taint = time.monotonic()
+
+    def moved() -> bool:
+        p = kube.cp.get("pod", "-n", NS, writer)
+        return bool(p["metadata"]["uid"] != old_uid and p["status"].get("phase") == "Running")
+
+    wait_for("lost-0 Running again", moved, 900, 3)
+    running = time.monotonic() - t_taint
+    assert kube.node_of(writer, NS) == SECOND
+    assert attached_to(kube, pv) == [SECOND]
+    hosts = allowed_hosts(kube, pv)
+    assert BY_NAME[FIRST].host_nqn not in hosts and BY_NAME[SECOND].host_nqn in hosts, hosts
+    found = wait_for("the moved pod read its data", lambda: container_exec(kube, writer, ["cat", "/tmp/found"]), 120)
+    assert found.strip() == written and len(written) == 64, (found, written)
+    # gpu-1's writer, still running and still connected by its storage links: from the fence on, nothing lands
+    fenced = progress(kube, FIRST, container)
+    time.sleep(20)
+    after = progress(kube, FIRST, container)
+    print(f"{FIRST} after the fence (tries, O_DIRECT ok, buffered ok): {fenced} -> {after} in 20 s")
+    assert after[1:] == fenced[1:], (fenced, after)
+    report("taint to moved pod Running", f"{running:.1f}s (cut to taint {t_taint - t_cut:.1f}s)")
+    # the node comes back: power-cycled, its way to the API restored, the taint removed; it takes new pods
+    kube.restart_node(FIRST)
+    kube.kubectl("taint", "node", FIRST, "node.kubernetes.io/out-of-service-")
+    back = pod("back", "back", "set -e; echo ok > /data/ok; sync; cat /data/ok > /dev/termination-log")
+    back["spec"]["nodeSelector"] = {"kubernetes.io/hostname": FIRST}
+    kube.cp.apply({"apiVersion": "v1", "kind": "List", "items": [pvc("back", "lab-tcp"), back]})
+    wait_for("pod back Succeeded on the returned node", lambda: phase(kube, "pod", "back") == "Succeeded", 600, 3)
