@@ -18,7 +18,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
@@ -148,9 +148,9 @@ class KubeCluster:
             raise KubeError(f"helm {' '.join(args)}: {res.stderr.strip()[-2000:]}")
         return res.stdout
 
-    def deploy(self) -> None:
-        """Snapshot CRDs, the namespace, the agent's TLS secrets, then ``helm install`` with the lab's values;
-        waits for every driver pod Ready."""
+    def deploy(self, helm_args: Sequence[str] = ()) -> None:
+        """Snapshot CRDs, the namespace, the agent's TLS secrets, then ``helm install`` with the lab's values (and
+        ``helm_args``); waits for every driver pod Ready."""
         for crd in snapshot_crds():
             self.kubectl("apply", "--server-side", "-f", str(crd))
         self.kubectl("wait", "--for=condition=Established", "crd", "--all", "--timeout=120s")
@@ -168,7 +168,7 @@ class KubeCluster:
         self.cp.apply(tls_secret("nvmeof-csi-node-ca", node_ca, node_ca.crt))
         self.cp.apply(ca_config_map("nvmeof-csi-node-ca", node_ca.crt))
         self.cp.apply(ca_config_map("nvmeof-csi-client-ca", ca.crt))
-        print(self.helm("install", RELEASE, str(CHART), "--values", str(LAB_VALUES)), flush=True)
+        print(self.helm("install", RELEASE, str(CHART), "--values", str(LAB_VALUES), *helm_args), flush=True)
         self.wait_driver_ready()
 
     def wait_driver_ready(self, timeout: float = 900) -> None:
@@ -223,7 +223,9 @@ class KubeCluster:
         return "\n".join(out)
 
 
-def bring_up(cp: ControlPlane, lab: LabCluster, images: Mapping[str, Path], tag: str, disk_key: str) -> KubeCluster:
+def bring_up(
+    cp: ControlPlane, lab: LabCluster, images: Mapping[str, Path], tag: str, disk_key: str, helm_args: Sequence[str]
+) -> KubeCluster:
     """Boot every VM, make each a Ready node (``images`` imported, ``tag`` deployed as ``:lab``; the first GPU
     node's disk, when it had to import any, is saved under ``disk_key``), deploy the driver; the cluster with
     every driver pod Ready."""
@@ -244,14 +246,17 @@ def bring_up(cp: ControlPlane, lab: LabCluster, images: Mapping[str, Path], tag:
             future.result()
             say(f"{name}: " + ", ".join(f"{what} {seconds}s" for what, seconds in nodes[name].phases.items()))
     cluster = KubeCluster(cp, lab, nodes)
-    timed("driver installed (helm install, ci/lab-values.yaml) and Ready", cluster.deploy)
+    timed("driver installed (helm install, ci/lab-values.yaml) and Ready", lambda: cluster.deploy(helm_args))
     return cluster
 
 
 @contextmanager
-def running_cluster(attempts: int = 2, forwards: Mapping[str, int] | None = None) -> Iterator[KubeCluster]:
+def running_cluster(
+    attempts: int = 2, forwards: Mapping[str, int] | None = None, helm_args: Sequence[str] = ()
+) -> Iterator[KubeCluster]:
     """The cluster, up; ``forwards`` (``GUEST_IP:PORT`` -> host loopback port) are what the VMs reach of this
-    host besides the API server (the Alluxio ports of ``layout``; what listens there may start later). A VM that
+    host besides the API server (the Alluxio ports of ``layout``; what listens there may start later);
+    ``helm_args`` go to ``helm install`` after the lab's values. A VM that
     exits while it is being brought up (before the caller has it) is replaced,
     with the whole lab, by a fresh one, up to ``attempts`` boots in all, each exit's console printed to stderr."""
     image = current_image()
@@ -276,7 +281,7 @@ def running_cluster(attempts: int = 2, forwards: Mapping[str, int] | None = None
                 specs, scratch_gb=SCRATCH_GB, scratch_from=saved, extra_nic=qemu_netdev(cp.api_port, forwards)
             )
             try:
-                cluster = bring_up(cp, lab, all_images, tag, disk_key)
+                cluster = bring_up(cp, lab, all_images, tag, disk_key, helm_args)
                 cluster.forwards = dict(forwards or {})
                 break
             except VMExited as gone:

@@ -8,9 +8,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from lab.alluxio import AlluxioCluster, AlluxioError
 from nvmeof_csi.datasets.client import AlluxioRest
-from tests.support.datasets import Alluxio, make_dataset
+from tests.support.datasets import Alluxio, make_dataset, start_alluxio
 
 
 @pytest.fixture(scope="session")
@@ -18,12 +17,7 @@ def alluxio(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Alluxio]:
     base = tmp_path_factory.mktemp("alluxio")
     ufs = base / "ufs"
     dataset = make_dataset(base / "datasets" / "train")  # outside the root UFS: mounted by dataset.uri
-    cluster = AlluxioCluster(base / "cluster", ufs)
-    try:
-        cluster.start()
-    except AlluxioError as err:
-        cluster.stop()
-        pytest.fail(f"Alluxio did not start: {err}")
+    cluster = start_alluxio(base / "cluster", ufs)
     try:
         yield Alluxio(cluster, AlluxioRest(cluster.proxy_url, cluster.job_url), ufs, dataset)
     finally:

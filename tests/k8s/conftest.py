@@ -5,6 +5,7 @@ control-plane logs attached to its report. Under CI=true a cluster that cannot s
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Generator, Iterator
 
 import pytest
@@ -25,6 +26,13 @@ ALLUXIO_PORTS = pytest.StashKey[dict[str, int]]()  # the host ports the VMs' All
 PROXY_PORT, JOB_PORT = "alluxio.proxy.web.port", "alluxio.job.master.web.port"
 
 
+def fence_on() -> list[str]:
+    """``LAB_FENCE_ON`` (e.g. ``none``) sets the controller's ``--fence-on``: the node loss scenario then shows
+    what happens without fencing (it fails: ``LAB_FENCE_ON=none pytest tests/k8s -m lab -k node_loss``)."""
+    value = os.environ.get("LAB_FENCE_ON", "")
+    return ["--set-json", f'controller.extraArgs=["--fence-on={value}"]'] if value else []
+
+
 @pytest.fixture(scope="session")
 def kube(request: pytest.FixtureRequest) -> Iterator[KubeCluster]:
     try:
@@ -39,7 +47,7 @@ def kube(request: pytest.FixtureRequest) -> Iterator[KubeCluster]:
         ports = dict(zip(PORT_KEYS, free_ports(len(PORT_KEYS)), strict=True))
         forwards = {ALLUXIO_PROXY: ports[PROXY_PORT], ALLUXIO_JOB: ports[JOB_PORT]}
         with capture.global_and_fixture_disabled():  # the start-up steps print their durations
-            cluster = stack.enter_context(running_cluster(forwards=forwards))
+            cluster = stack.enter_context(running_cluster(forwards=forwards, helm_args=fence_on()))
         request.config.stash[ALLUXIO_PORTS] = ports
         request.config.stash[CLUSTER] = cluster
         try:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 import pytest
 
@@ -66,20 +67,29 @@ def stateful_set(name: str, script: str, prefer: str) -> dict[str, object]:
     }
 
 
+@contextmanager
+def stateful_pod(kube: KubeCluster, name: str, script: str, ready: str) -> Iterator[str]:
+    """StatefulSet ``name`` (``script``, preferring ``gpu-1``) with its pod Running on ``gpu-1`` and its file
+    ``ready`` made; the pod's name. Afterwards ``gpu-1`` is uncordoned and the set, its pod and claim removed."""
+    kube.cp.apply(stateful_set(name, script, FIRST))
+    pod_name = f"{name}-0"
+    try:
+        wait_for(f"{pod_name} Running", lambda: phase(kube, "pod", pod_name) == "Running", 600, 3)
+        assert kube.node_of(pod_name, NS) == FIRST
+        wait_for(f"{ready} in {pod_name}", lambda: container_exec(kube, pod_name, ["cat", ready]).strip(), 120)
+        yield pod_name
+    finally:
+        kube.kubectl("uncordon", FIRST, check=False)
+        kube.kubectl("-n", NS, "delete", f"statefulset/{name}", "--ignore-not-found", "--wait=true", timeout=300)
+        kube.kubectl("-n", NS, "delete", f"pod/{pod_name}", "--ignore-not-found", "--wait=true", timeout=300)
+        kube.kubectl("-n", NS, "delete", f"pvc/data-{pod_name}", "--ignore-not-found", "--wait=true", timeout=300)
+
+
 @pytest.fixture
 def mover(kube: KubeCluster) -> Iterator[str]:
     """StatefulSet ``mover`` Running on ``gpu-1`` with its data written; removed afterwards."""
-    kube.cp.apply(stateful_set("mover", KEEP, FIRST))
-    try:
-        wait_for("mover-0 Running", lambda: phase(kube, "pod", "mover-0") == "Running", 600, 3)
-        assert kube.node_of("mover-0", NS) == FIRST
-        wait_for("data written", lambda: container_exec(kube, "mover-0", ["cat", "/tmp/found"]).strip(), 120)
-        yield "mover-0"
-    finally:
-        kube.kubectl("uncordon", FIRST, check=False)
-        kube.kubectl("-n", NS, "delete", "statefulset/mover", "--ignore-not-found", "--wait=true", timeout=300)
-        kube.kubectl("-n", NS, "delete", "pod/mover-0", "--ignore-not-found", "--wait=true", timeout=300)
-        kube.kubectl("-n", NS, "delete", "pvc/data-mover-0", "--ignore-not-found", "--wait=true", timeout=300)
+    with stateful_pod(kube, "mover", KEEP, "/tmp/found") as name:
+        yield name
 
 
 def allowed_hosts(kube: KubeCluster, pv: str) -> list[str]:

@@ -7,8 +7,8 @@ attacher sends no CSI 1.14 reason), so from then on every write of ``gpu-1``'s w
 buffered; after ``gpu-1`` is power-cycled and the taint removed, a new pod uses ``gpu-1`` again.
 
 The writer keeps its counts in the container's own filesystem (``/tmp``), read through the node's VM channel,
-which no fault here touches. Without fencing (``--fence-on none`` on the controller) this test fails: the
-unpublish only drops ``gpu-1`` from ``allowed_hosts`` and its live controllers keep writing."""
+which no fault here touches. Without fencing (``LAB_FENCE_ON=none``: the controller's ``--fence-on none``) it
+fails: the unpublish only drops ``gpu-1`` from ``allowed_hosts`` and its live controllers keep writing."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ import pytest
 
 from lab.kube.cluster import KubeCluster
 from lab.kube.layout import BY_NAME, GPUS
-from tests.k8s.test_moves import KEEP, allowed_hosts, attached_to, stateful_set
+from tests.k8s.test_moves import KEEP, allowed_hosts, attached_to, stateful_pod
 from tests.support.kube import NS, container_exec, container_id, crictl, phase, pod, pvc, wait_for
 
 pytestmark = pytest.mark.lab
@@ -46,19 +46,15 @@ def progress(kube: KubeCluster, node: str, container: str) -> tuple[int, int, in
 
 @pytest.fixture
 def writer(kube: KubeCluster) -> Iterator[str]:
-    kube.cp.apply(stateful_set("lost", WRITER, FIRST))
-    try:
-        wait_for("lost-0 Running", lambda: phase(kube, "pod", "lost-0") == "Running", 600, 3)
-        assert kube.node_of("lost-0", NS) == FIRST
-        wait_for("writes under way", lambda: container_exec(kube, "lost-0", ["cat", "/tmp/progress"]), 120)
-        yield "lost-0"
-    finally:
-        kube.restore_api(FIRST)
-        kube.kubectl("taint", "node", FIRST, "node.kubernetes.io/out-of-service-", check=False)
-        kube.kubectl("-n", NS, "delete", "statefulset/lost", "pod/back", "pvc/back", "--ignore-not-found",
-                     "--wait=true", timeout=300)  # fmt: skip
-        kube.kubectl("-n", NS, "delete", "pod/lost-0", "--ignore-not-found", "--force", "--wait=true", timeout=300)
-        kube.kubectl("-n", NS, "delete", "pvc/data-lost-0", "--ignore-not-found", "--wait=true", timeout=300)
+    """StatefulSet ``lost`` writing on ``gpu-1``; afterwards ``gpu-1``'s way to the API and its taint are
+    restored before the set and the returned node's pod are removed."""
+    with stateful_pod(kube, "lost", WRITER, "/tmp/progress") as name:
+        try:
+            yield name
+        finally:
+            kube.restore_api(FIRST)
+            kube.kubectl("taint", "node", FIRST, "node.kubernetes.io/out-of-service-", check=False)
+            kube.kubectl("-n", NS, "delete", "pod/back", "pvc/back", "--ignore-not-found", "--wait=true", timeout=300)
 
 
 def test_a_node_cut_from_the_control_plane_is_fenced_and_its_pod_moves_with_its_data(

@@ -2,7 +2,8 @@
 point 2): ``gpu-1`` has soft-RoCE and ``gpu-2`` only TCP, so pods on the ``transport: rdma`` class land on
 ``gpu-1`` every time, steered by the CSIStorageCapacity the external-provisioner publishes per segment from our
 GetCapacity (the ``transport-rdma=false`` segment has none of that class); a claim larger than the capacity
-stays Pending with the scheduler's reason. Each test sets up what it needs and removes it."""
+stays Pending with the scheduler's reason, and so does a pod that needs more volumes on one node than the limit
+each node plugin publishes in its CSINode. Each test sets up what it needs and removes it."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from functools import partial
 
 import pytest
 
-from lab.kube.cluster import NAMESPACE, KubeCluster
+from lab.kube.cluster import DRIVER, NAMESPACE, KubeCluster
 from lab.kube.layout import BY_NAME, GPUS
 from tests.k8s.workloads import RDMA_KEY
 from tests.support.kube import NS, pod, pvc, termination_message, wait_for
@@ -18,6 +19,7 @@ from tests.support.kube import NS, pod, pvc, termination_message, wait_for
 pytestmark = pytest.mark.lab
 
 RDMA_SC = "lab-rdma"
+LIMIT = 16  # the node plugin's --max-volumes-per-node in ci/lab-values.yaml
 TRIES = 3
 CHECK = (
     "set -e; dd if=/dev/urandom of=/data/blob bs=1M count=4 2>/dev/null; sync; "
@@ -97,16 +99,42 @@ def test_a_claim_larger_than_the_capacity_stays_pending_with_the_reason(kube: Ku
             }
         )
 
-        def reason() -> str | None:
-            for cond in kube.cp.get("pod", "-n", NS, "huge")["status"].get("conditions", []):
-                if cond["type"] == "PodScheduled" and cond["status"] == "False" and cond.get("message"):
-                    return str(cond["message"])
-            return None
-
         objects = kube.kubectl("get", "csistoragecapacities", "-n", NAMESPACE, "-o", "yaml")
-        message = wait_for(f"the scheduler's reason (capacities: {objects})", reason, 180)
+        message = wait_for(f"the scheduler's reason (capacities: {objects})", partial(_unscheduled, kube, "huge"), 180)
         print(f"claim of {too_big >> 30} GiB against {caps}: {message}")
         assert f"{len(GPUS)} node(s) did not have enough free storage" in message, message
         assert kube.cp.get("pvc", "-n", NS, "huge")["status"]["phase"] == "Pending"
     finally:
         _cleanup(kube, "huge")
+
+
+def test_the_per_node_volume_limit_keeps_a_pod_with_more_volumes_pending(kube: KubeCluster) -> None:
+    """The node plugin's ``--max-volumes-per-node`` (``ci/lab-values.yaml``) is in each GPU node's CSINode, and
+    the scheduler holds a pod that would need more volumes on one node than that, naming the limit; none of its
+    WaitForFirstConsumer claims gets a volume."""
+    limits = {
+        g: next(d for d in kube.cp.get("csinode", g)["spec"]["drivers"] if d["name"] == DRIVER)["allocatable"]["count"]
+        for g in GPUS
+    }
+    assert limits == dict.fromkeys(GPUS, LIMIT), limits
+    names = [f"many-{i}" for i in range(LIMIT + 1)]
+    many = pod("many", names[0], "true")
+    many["spec"]["volumes"] = [{"name": n, "persistentVolumeClaim": {"claimName": n}} for n in names]
+    many["spec"]["containers"][0]["volumeMounts"] = [{"name": n, "mountPath": f"/{n}"} for n in names]
+    try:
+        kube.cp.apply({"apiVersion": "v1", "kind": "List", "items": [*(pvc(n, "lab-tcp") for n in names), many]})
+        message = wait_for("the scheduler's reason", lambda: _unscheduled(kube, "many"), 180)
+        print(f"a pod with {LIMIT + 1} volumes, limit {LIMIT} per node: {message}")
+        assert f"{len(GPUS)} node(s) exceed max volume count" in message, message
+        phases = {kube.cp.get("pvc", "-n", NS, n)["status"]["phase"] for n in names}
+        assert phases == {"Pending"}, phases
+    finally:
+        kube.kubectl("-n", NS, "delete", "pod/many", *(f"pvc/{n}" for n in names), "--ignore-not-found",
+                     "--wait=true", timeout=300)  # fmt: skip
+
+
+def _unscheduled(kube: KubeCluster, name: str) -> str | None:
+    for cond in kube.cp.get("pod", "-n", NS, name)["status"].get("conditions", []):
+        if cond["type"] == "PodScheduled" and cond["status"] == "False" and cond.get("message"):
+            return str(cond["message"])
+    return None

@@ -16,12 +16,11 @@ from typing import Any
 import pytest
 import yaml
 
-from lab.alluxio import AlluxioCluster, AlluxioError
 from lab.build import REPO
 from lab.kube.cluster import DRIVER, KubeCluster
 from lab.kube.layout import GPUS
 from tests.k8s.conftest import ALLUXIO_PORTS
-from tests.support.datasets import make_dataset
+from tests.support.datasets import make_dataset, start_alluxio
 from tests.support.kube import GPU_NODE, NS, WORKLOAD, termination_message, wait_for
 
 pytestmark = pytest.mark.lab
@@ -48,13 +47,7 @@ def dataset(
     made = make_dataset(root, files=FILES)
     (root / "SHA256SUMS").write_text("".join(f"{digest}  {rel}\n" for rel, digest in sorted(made.checksums.items())))
     base = tmp_path_factory.mktemp("alluxio")
-    ports: dict[str, int] = request.config.stash[ALLUXIO_PORTS]
-    cluster = AlluxioCluster(base / "cluster", base / "ufs", ports=dict(ports))
-    try:
-        cluster.start()
-    except AlluxioError as err:
-        cluster.stop()
-        pytest.fail(f"Alluxio did not start: {err}")
+    cluster = start_alluxio(base / "cluster", base / "ufs", request.config.stash[ALLUXIO_PORTS])
     try:
         yield len(made.checksums)
     finally:
@@ -121,7 +114,7 @@ def test_gang_of_two_reads_one_dataset_on_two_nodes_all_or_nothing(kube: KubeClu
         kube.kubectl("cordon", GPUS[1])
         kube.cp.apply({"apiVersion": "v1", "kind": "List", "items": [d for d in docs if d is not claim]})
         wait_for("both workers created", lambda: len(workers(kube, job)) == 2, 120)
-        time.sleep(40)  # one node free for one worker: the gang of two must not start at all
+        time.sleep(30)  # one node free for one worker: the gang of two must not start at all
         held = workers(kube, job)
         assert all(not p["spec"].get("nodeName") for p in held), [p["spec"].get("nodeName") for p in held]
         assert all(p["status"].get("phase") == "Pending" for p in held), [p["status"] for p in held]

@@ -8,7 +8,9 @@ import random
 from dataclasses import dataclass
 from pathlib import Path
 
-from lab.alluxio import AlluxioCluster
+import pytest
+
+from lab.alluxio import AlluxioCluster, AlluxioError
 from nvmeof_csi.datasets.client import AlluxioRest
 
 FILES = 1000
@@ -44,3 +46,14 @@ def make_dataset(root: Path, files: int = FILES, seed: int = 7) -> Dataset:
         path.write_bytes(data)
         checksums[rel] = hashlib.sha256(data).hexdigest()
     return Dataset(root, checksums)
+
+
+def start_alluxio(base: Path, ufs: Path, ports: dict[str, int] | None = None) -> AlluxioCluster:
+    """A started Alluxio cluster in ``base`` over ``ufs`` (on ``ports`` when given); the test fails with the
+    servers' log tails when it cannot start (nothing is left running)."""
+    cluster = AlluxioCluster(base, ufs, ports=dict(ports or {}))
+    try:
+        return cluster.start()
+    except AlluxioError as err:
+        cluster.stop()
+        pytest.fail(f"Alluxio did not start: {err}")

@@ -144,7 +144,7 @@ def test_the_cluster_replaces_a_vm_that_exits_during_bring_up_once(
     outcomes: list[Exception | None] = [VMExited("Oops: int3 in sched_clock_cpu"), None]
     sentinel: Any = SimpleNamespace()  # the cluster bring_up made
 
-    def bring_up(cp: object, vm: object, images: object, tag: str, disk_key: str) -> object:
+    def bring_up(cp: object, vm: object, images: object, tag: str, disk_key: str, helm_args: object) -> object:
         assert disk_key == "k"
         events.append("bring-up")
         outcome = outcomes.pop(0)
