@@ -21,10 +21,16 @@ RUN python3 -m venv /w && /w/bin/pip install --no-cache-dir --upgrade pip \
  && /w/bin/pip wheel --no-cache-dir --no-deps -w /dist /src
 
 FROM ${BASE_IMAGE}
+ARG KTLS_UTILS_VERSION=1.0.0-1
 COPY image/packages.txt image/unused.txt image/constraints.txt /tmp/
+# tlshd (NVMe/TCP TLS handshakes) from Debian trixie's ktls-utils: it runs on bookworm's libraries (image/base.py)
 RUN apt-get update \
  && grep -v '^#' /tmp/packages.txt | xargs apt-get install -y --no-install-recommends \
- && rm -rf /var/lib/apt/lists/* /tmp/packages.txt
+ && echo 'deb http://deb.debian.org/debian trixie main' > /etc/apt/sources.list.d/trixie.list \
+ && apt-get update && cd /tmp && apt-get download "ktls-utils=${KTLS_UTILS_VERSION}" \
+ && dpkg-deb -x /tmp/ktls-utils_*.deb /tmp/ktls && cp /tmp/ktls/usr/sbin/tlshd /usr/sbin/tlshd \
+ && printf '[debug]\nloglevel=2\ntls=0\nnl=0\n[authenticate]\nkeyrings=.nvme\n[authenticate.client]\n[authenticate.server]\n' > /etc/tlshd.conf \
+ && rm -rf /etc/apt/sources.list.d/trixie.list /tmp/ktls /tmp/ktls-utils_*.deb /var/lib/apt/lists/* /tmp/packages.txt
 COPY --from=wheel /dist /tmp/dist
 RUN python3 -m venv /opt/nvmeof-csi \
  && /opt/nvmeof-csi/bin/pip install --no-cache-dir -c /tmp/constraints.txt /tmp/dist/*.whl \

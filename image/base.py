@@ -26,6 +26,9 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from lab.machine_cache import machine_cache
+from lab.tlshd import CONF_TEXT as TLSHD_CONF
+from lab.tlshd import ensure_tlshd
+from lab.tlshd import version as tlshd_version
 
 REPO = Path(__file__).resolve().parent.parent
 CACHE = machine_cache() / "image"
@@ -35,7 +38,7 @@ CONSTRAINTS = REPO / "image" / "constraints.txt"
 MIRROR = "http://deb.debian.org/debian"
 PREFIX = "/opt/nvmeof-csi"
 #: bump when how the base is made changes (its inputs' files are hashed as well)
-RECIPE = "base 1: debootstrap minbase, venv with the dependencies, unused.txt applied, pip removed"
+RECIPE = "base 2: debootstrap minbase, venv with the dependencies, unused.txt applied, pip removed, tlshd"
 #: pip settings of the build host that the install inside the root honours too
 PIP_PASSED = ("PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL", "PIP_DEFAULT_TIMEOUT")
 CHROOT_ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "HOME": "/root", "LANG": "C.UTF-8"}
@@ -84,7 +87,7 @@ def unused(kind: str) -> list[str]:
 
 
 def key() -> str:
-    digest = hashlib.sha256(f"{RECIPE}\n{dependencies()}\n".encode())
+    digest = hashlib.sha256(f"{RECIPE}\n{dependencies()}\n{tlshd_version()}\n".encode())
     digest.update(PACKAGES.read_bytes())
     digest.update(UNUSED.read_bytes())
     digest.update(CONSTRAINTS.read_bytes())
@@ -208,6 +211,13 @@ def slim(root: Path) -> None:
         (root / PREFIX.lstrip("/") / "bin" / tool).unlink(missing_ok=True)
 
 
+def add_tlshd(root: Path) -> None:
+    """``/usr/sbin/tlshd`` (Debian trixie's ktls-utils, the lab's cached copy: ``lab/tlshd.py``) and an
+    ``/etc/tlshd.conf`` that links the kernel's ``.nvme`` keyring, for the chart's handshake daemon container."""
+    shutil.copy2(ensure_tlshd(), root / "usr" / "sbin" / "tlshd")
+    (root / "etc" / "tlshd.conf").write_text(TLSHD_CONF)
+
+
 def pack(root: Path, out: Path, tag: str) -> None:
     """``root`` as a one-layer OCI image ``out/oci:tag`` (and ``out/base.oci.tar``)."""
     layout = out / "oci"
@@ -234,6 +244,7 @@ def base() -> Path:
         work = Path(tmp)
         root = debootstrapped(work)
         install_dependencies(root)
+        add_tlshd(root)
         slim(root)
         staged = work / "out"
         staged.mkdir()

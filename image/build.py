@@ -8,7 +8,9 @@ base is keyed by its own inputs, the image by the base's key and every source fi
 so a fresh clone on the same machine reuses both and only a changed input rebuilds (a changed driver: its own
 layer only, seconds). The result is ``<cache>/image/<key>/oci`` (an OCI layout, tag = the package version)
 and ``nvmeof-csi.oci.tar`` (the same layout as a tar, for ``ctr images import``), described by ``image.json``,
-which also names the base (``base_ref``, ``base_tar``): a node that holds the base unpacks only our layer.
+which also names the base (``base_ref``, ``base_tar``) and ``slim_tar`` (``nvmeof-csi.slim.oci.tar``: the same
+image without the base's blobs, importable where containerd holds the base): a node that holds the base
+imports and unpacks only our layer.
 Needs root (debootstrap, chroot). Usage: ``python -m image.build [--force]``.
 """
 
@@ -93,7 +95,8 @@ def install_driver(root: Path, work: Path) -> None:
 
 def add_layer(base_dir: Path, out: Path, tag: str, work: Path) -> None:
     """The base image with one more layer (our package, from :func:`install_driver`) as ``out/oci:tag``, the
-    driver as entrypoint, and ``out/nvmeof-csi.oci.tar``."""
+    driver as entrypoint, ``out/nvmeof-csi.oci.tar``, and ``out/nvmeof-csi.slim.oci.tar`` (without the base's
+    blobs)."""
     layout = out / "oci"
     shutil.copytree(base_dir / "oci", layout, symlinks=True)
     run(["umoci", "tag", "--image", f"{layout}:{base_key()}", tag])
@@ -125,6 +128,15 @@ def add_layer(base_dir: Path, out: Path, tag: str, work: Path) -> None:
     run(["umoci", "gc", "--layout", str(layout)])
     shutil.rmtree(bundle)
     run(["tar", "-C", str(layout), "-cf", str(out / "nvmeof-csi.oci.tar"), "."])
+    # the same image without the base's blobs: a node that holds the base imports only what is ours (under TCG,
+    # containerd hashes every blob of a tar it imports, the 80 MiB base layer too: 15 s against 1.4 s)
+    slim = work / "slim"
+    shutil.copytree(layout, slim, symlinks=True)
+    shared = {blob.name for blob in (base_dir / "oci" / "blobs" / "sha256").iterdir()}
+    for blob in (slim / "blobs" / "sha256").iterdir():
+        if blob.name in shared:
+            blob.unlink()
+    run(["tar", "-C", str(slim), "-cf", str(out / "nvmeof-csi.slim.oci.tar"), "."])
 
 
 def build(force: bool = False) -> dict[str, object]:
@@ -149,6 +161,7 @@ def build(force: bool = False) -> dict[str, object]:
         "size_mib": round(size / 2**20, 1),
         "base_ref": f"localhost/nvmeof-csi-base:{base_key()}",
         "base_tar": str(base_dir / "base.oci.tar"),
+        "slim_tar": str(out / "nvmeof-csi.slim.oci.tar"),  # the image's own blobs only (the base's left out)
         "inputs": key,
         "seconds": round(time.monotonic() - start, 1),
     }

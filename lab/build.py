@@ -41,12 +41,14 @@ INIT_SCRIPT = LAB_DIR / "guest" / "init.sh"
 PACKAGES = (
     "qemu-system-x86", "qemu-utils", "nvme-cli", "rdma-core", "ibverbs-utils", "fio", "busybox-static", "cpio",
     "kmod", "iproute2", "xfsprogs", "e2fsprogs", "udev", "util-linux", "socat", "dmsetup",
+    "tcpdump", "keyutils", "libnl-genl-3-200",  # NVMe/TCP TLS: the capture proof, keyctl, tlshd's libraries
 )
 
 #: Modules in the initramfs (with their dependencies). Everything the guest may load must be here.
 MODULES = (
     "virtio_pci", "virtio_console", "virtio_blk", "9p", "9pnet_virtio", "overlay", "configfs",
     "nvme-core", "nvme-fabrics", "nvme-tcp", "nvme-rdma", "nvmet", "nvmet-tcp", "nvmet-rdma",
+    "tls", "gcm", "ghash-generic", "aesni-intel",  # kernel TLS (AES-GCM): tlshd hands it the NVMe/TCP session
     "rdma_rxe", "rdma_ucm", "ib_uverbs", "ib_umad", "dummy",
     "crc32c_generic", "crc32_generic", "crc32-pclmul", "crc32c-intel",
     "xfs", "ext4", "loop", "null_blk",

@@ -29,6 +29,7 @@ class Portal:
     trtype: str
     traddr: str
     trsvcid: int
+    tls: bool = False  # a portal that requires TLS 1.3 (the agent's ``:tls`` portals)
 
 
 @dataclass(frozen=True)

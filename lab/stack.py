@@ -103,10 +103,10 @@ class GuestDriver:
 
 
 @contextmanager
-def running_stack(vm: LabVM, log_level: str = "INFO", rdma: bool = False) -> Iterator[GuestDriver]:
+def running_stack(vm: LabVM, log_level: str = "INFO", rdma: bool = False, tls: bool = False) -> Iterator[GuestDriver]:
     """The agent (with ``rdma``: also two soft-RoCE portals, set up before the driver starts so that its node
     reports ``transport-rdma``) and the driver."""
-    with running_agent(vm, rdma=rdma) as agent:
+    with running_agent(vm, rdma=rdma, tls=tls) as agent:
         driver = GuestDriver(vm, agent, log_level)
         driver.release()
         driver.start()

@@ -16,6 +16,7 @@ from typing import Any
 
 from lab.build import REPO
 from lab.fabric import Fabric, Portal
+from lab.tlshd import ensure_tlshd, start_tlshd
 from lab.vm import GuestTimeout, LabError, LabVM, Pending
 
 AGENT_SOCK = "/run/nvmeof-csi/agent.sock"
@@ -106,7 +107,8 @@ class GuestTargetAgent:
             AGENT_METRICS,
         ]
         for portal, group in zip(self.portals, self.groups, strict=True):
-            argv += ["--portal", f"{portal.port_id}:{portal.trtype}:{portal.traddr}:{portal.trsvcid}:{group}"]
+            tls = ":tls" if portal.tls else ""
+            argv += ["--portal", f"{portal.port_id}:{portal.trtype}:{portal.traddr}:{portal.trsvcid}:{group}{tls}"]
         return [*argv, *self.extra_args, *(["--prune"] if prune else [])]
 
     def start(self, prune: bool = False, timeout: float = 180) -> float:
@@ -155,6 +157,8 @@ TWO_PORTALS = (Portal(1, "tcp", "127.0.0.1", 4420), Portal(2, "tcp", "127.0.0.2"
 #: soft-RoCE portals, each on its own dummy netdev and rxe device (so a path can be black-holed by address)
 TWO_RDMA_PORTALS = (Portal(3, "rdma", "169.254.77.1", 4420), Portal(4, "rdma", "169.254.77.2", 4421))
 RXE_NETDEVS = ("rdum1", "rdum2")
+#: NVMe/TCP portals that require TLS 1.3 (``tls: psk`` volumes only; groups a and b)
+TWO_TLS_PORTALS = (Portal(5, "tcp", "127.0.0.3", 4430, tls=True), Portal(6, "tcp", "127.0.0.4", 4431, tls=True))
 
 
 def setup_rdma_portals(vm: LabVM) -> None:
@@ -164,15 +168,17 @@ def setup_rdma_portals(vm: LabVM) -> None:
 
 
 @contextmanager
-def running_agent(vm: LabVM, fabric: str = "lab", rdma: bool = False) -> Iterator[GuestTargetAgent]:
-    """A fresh agent with two TCP portals (groups a and b) -- with ``rdma`` also two soft-RoCE portals (groups a
-    and b) -- and a fabric map naming it at ``FABRIC_MAP``; afterwards the agent is stopped and configfs,
-    controllers and its state are wiped."""
+def running_agent(vm: LabVM, fabric: str = "lab", rdma: bool = False, tls: bool = False) -> Iterator[GuestTargetAgent]:
+    """A fresh agent with two TCP portals (groups a and b) -- with ``rdma`` also two soft-RoCE portals, with ``tls``
+    two TLS portals and a running tlshd (groups a and b each) -- and a fabric map naming it at ``FABRIC_MAP``;
+    afterwards the agent is stopped and configfs, controllers and its state are wiped."""
     lab_fabric = Fabric(vm)
     lab_fabric.clear()
-    portals = [*TWO_PORTALS, *(TWO_RDMA_PORTALS if rdma else ())]
+    portals = [*TWO_PORTALS, *(TWO_RDMA_PORTALS if rdma else ()), *(TWO_TLS_PORTALS if tls else ())]
     if rdma:
         setup_rdma_portals(vm)
+    if tls:
+        start_tlshd(vm, ensure_tlshd())
     agent = GuestTargetAgent(vm, portals, groups=["a", "b"] * (len(portals) // 2))
     agent.wipe()
     agent.start()

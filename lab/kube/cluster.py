@@ -224,14 +224,22 @@ class KubeCluster:
 
 
 def bring_up(
-    cp: ControlPlane, lab: LabCluster, images: Mapping[str, Path], tag: str, disk_key: str, helm_args: Sequence[str]
+    cp: ControlPlane,
+    lab: LabCluster,
+    images: Mapping[str, Path],
+    tag: str,
+    disk_key: str,
+    helm_args: Sequence[str],
+    slim: Mapping[str, tuple[str, Path]],
 ) -> KubeCluster:
-    """Boot every VM, make each a Ready node (``images`` imported, ``tag`` deployed as ``:lab``; the first GPU
-    node's disk, when it had to import any, is saved under ``disk_key``), deploy the driver; the cluster with
-    every driver pod Ready."""
+    """Boot every VM, make each a Ready node (``images`` imported, ``slim`` as :class:`KubeNode` takes it, ``tag``
+    deployed as ``:lab``; the first GPU node's disk, when it had to import any, is saved under ``disk_key``),
+    deploy the driver; the cluster with every driver pod Ready."""
     timed("lab VMs boot (" + ", ".join(m.name for m in MACHINES) + ")", lab.start)
     aliases = {"localhost/nvmeof-csi:lab": tag, f"localhost/nvmeof-csi:{NEXT_TAG}": tag}
-    nodes = {m.name: KubeNode(lab.vm(m.name), cp, m, images, aliases=aliases, always=[tag]) for m in MACHINES}
+    nodes = {
+        m.name: KubeNode(lab.vm(m.name), cp, m, images, aliases=aliases, always=[tag], slim=slim) for m in MACHINES
+    }
     saver = nodes[GPUS[0]]
 
     def save_disk(imported: list[str]) -> None:
@@ -267,6 +275,7 @@ def running_cluster(
     }
     tag = f"localhost/nvmeof-csi:{image['tag']}"
     all_images = {**images, tag: Path(str(image["tar"]))}
+    slim = {tag: (str(image["base_ref"]), Path(str(image["slim_tar"])))}  # where the base is, our blobs only
     rundir = Path(tempfile.mkdtemp(prefix="kube-lab-"))
     cp = ControlPlane(rundir, [m.name for m in MACHINES])
     lab: LabCluster | None = None
@@ -281,7 +290,7 @@ def running_cluster(
                 specs, scratch_gb=SCRATCH_GB, scratch_from=saved, extra_nic=qemu_netdev(cp.api_port, forwards)
             )
             try:
-                cluster = bring_up(cp, lab, all_images, tag, disk_key, helm_args)
+                cluster = bring_up(cp, lab, all_images, tag, disk_key, helm_args, slim)
                 cluster.forwards = dict(forwards or {})
                 break
             except VMExited as gone:

@@ -116,14 +116,19 @@ class KubeNode:
         images: Mapping[str, Path],
         aliases: Mapping[str, str] | None = None,
         always: Collection[str] = (),
+        slim: Mapping[str, tuple[str, Path]] | None = None,
     ) -> None:
         """``images``: reference -> OCI tar (its one tag is the reference's); ``aliases``: extra reference ->
         imported reference (the driver image is built with its package version and deployed as ``:lab``);
-        ``always``: references imported even when containerd holds them (the driver's image keeps its tag,
-        the package version, while its content changes with the code)."""
+        ``always``: references imported at the node's first start even when containerd holds them (the driver's
+        image keeps its tag, the package version, while its content changes with the code); a later start (a
+        power cycle keeps the disk) finds them as this run imported them; ``slim``: reference -> (the reference it
+        builds on, a tar of its own blobs only), imported from that tar when containerd holds what it builds on
+        (the driver's image on its base: containerd hashes every blob of a tar it imports)."""
         self.vm, self.cp, self.machine, self.images = vm, cp, machine, images
         self.name = machine.name
         self.aliases, self.always = dict(aliases or {}), frozenset(always)
+        self.slim = dict(slim or {})
         self.containerd = GuestProcess(vm, "containerd", [], CONTAINERD_SOCK, f"{LOGS}/containerd.log")
         self.kubelet = GuestProcess(vm, "kubelet", [], KUBELET_SOCK, f"{LOGS}/kubelet.log")
         self.phases: dict[str, float] = {}
@@ -252,11 +257,15 @@ class KubeNode:
         proves each reference is there; returns the references imported."""
         held = set(self.ctr("images", "ls", "-q").split())
         todo = {ref: tar for ref, tar in self.images.items() if ref not in held or ref in self.always}
+        tars = {
+            ref: self.slim[ref][1] if ref in self.slim and self.slim[ref][0] in held else tar
+            for ref, tar in todo.items()
+        }
         pending = [
             self.vm.submit(
                 self.ctr_argv("images", "import", "--base-name", ref.rsplit(":", 1)[0], str(tar)), timeout=900
             )
-            for ref, tar in todo.items()
+            for ref, tar in tars.items()
         ]
         for job in pending:
             job.check()
@@ -266,6 +275,7 @@ class KubeNode:
             raise KubeError(f"not in containerd after importing: {', '.join(missing)}")
         for alias, ref in self.aliases.items():
             self.ctr("images", "tag", "--force", ref, alias)
+        self.always = frozenset()  # containerd holds this run's images now, on a disk a power cycle keeps
         return sorted(todo)
 
     def logs(self, lines: int = 60) -> str:

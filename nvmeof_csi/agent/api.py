@@ -286,8 +286,8 @@ class AgentServicer(pb_grpc.AgentServicer):
                 f"client {who.identity!r} may fetch the keys of its own host ({who.host_nqn}) only, "
                 f"not of {request.host_nqn}"
             )
-        key, ctrl_key = self._agent.host_keys(_uuid(request.volume_uuid, "volume_uuid"), request.host_nqn)
-        return pb.HostKeys(dhchap_secret=key, dhchap_ctrl_secret=ctrl_key)
+        key, ctrl_key, psk = self._agent.host_keys(_uuid(request.volume_uuid, "volume_uuid"), request.host_nqn)
+        return pb.HostKeys(dhchap_secret=key, dhchap_ctrl_secret=ctrl_key, tls_psk=psk)
 
     def RotateHostKey(self, request: pb.RotateHostKeyRequest, context: Ctx) -> pb.RotateHostKeyResponse:
         require(request.host_nqn, "host_nqn")

@@ -217,6 +217,9 @@ class Nvmet(ConfigfsTree):
             "addr_traddr": spec.traddr,
             "addr_trsvcid": str(spec.trsvcid),
         }
+        if spec.tls or self._read(f"{port}/addr_tsas") not in ("", "none"):  # a TLS port, or one that was
+            wanted |= {"addr_tsas": "tls1.3" if spec.tls else "none"}
+            wanted |= {"addr_treq": "required" if spec.tls else "not specified"}
         if all(self._read(f"{port}/{k}") == v for k, v in wanted.items()):
             return
         linked = self.linked(spec.port_id)
@@ -272,6 +275,7 @@ class Nvmet(ConfigfsTree):
             port = self._port(port_id)
             ports[str(port_id)] = {
                 "addr": [self._read(f"{port}/{k}") for k in ("addr_trtype", "addr_traddr", "addr_trsvcid")],
+                "tls": self._read(f"{port}/addr_tsas") == "tls1.3",
                 "subsystems": self.linked(port_id),
                 "ana": self.ana_state(port_id),
             }

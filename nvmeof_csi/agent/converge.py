@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from nvmeof_csi.agent.filler import needs_fill
-from nvmeof_csi.agent.parts import NSID, AgentParts
+from nvmeof_csi.agent.parts import NSID, AgentParts, portals_for
 from nvmeof_csi.agent.portals import PortSpec
 from nvmeof_csi.agent.readonly import ReadOnlyExports
 from nvmeof_csi.agent.snapshots import SnapshotOps
@@ -83,7 +83,7 @@ def _plan_ports(state: AgentState, layout: Layout, tree: Mapping[str, Any]) -> l
     for portal in layout.portals:
         seen = tree["ports"].get(str(portal.port_id))
         want = [portal.trtype, portal.traddr, str(portal.trsvcid)]
-        if seen is None or seen["addr"] != want:
+        if seen is None or seen["addr"] != want or seen.get("tls", False) != portal.tls:
             actions.append(Action(PORT, str(portal.port_id), f"port {portal.port_id}: {':'.join(want)}"))
         ana = state.ana.get(portal.group, "optimized")
         if (seen["ana"] if seen else "optimized") != ana:
@@ -119,9 +119,11 @@ def volume_drift(rec: VolumeRecord, layout: Layout, observed: Observed) -> str:
     writers = [h for h in rec.hosts if h not in rec.readonly_hosts]
     if sorted(sub["hosts"]) != sorted(writers) or not set(rec.hosts) <= set(observed.tree["hosts"]):
         return "allowed hosts differ"
-    port_ids = [str(p.port_id) for p in layout.portals]
+    port_ids = [str(p.port_id) for p in portals_for(rec, layout.portals)]
     if any(nqn not in observed.tree["ports"].get(port, {}).get("subsystems", []) for port in port_ids):
         return "not linked to every portal"
+    if any(nqn in seen.get("subsystems", []) for port, seen in observed.tree["ports"].items() if port not in port_ids):
+        return "linked to a portal of the other kind (TLS / clear text)"
     return ReadOnlyExports.drift(rec, observed.tree, port_ids)
 
 

@@ -3,13 +3,13 @@
 Contract: :func:`volume_health` returns ``(status, reason, message)`` triples (status ``degraded``,
 ``inaccessible`` or ``data-loss``; reason CamelCase, unique per status), empty when nothing is known to be
 wrong: the volume not ready (being filled or deleted), its backing file missing (data loss), its subsystem or
-namespace missing or disabled, ports it should be linked to but is not (some: degraded, all: inaccessible), and
-a pool below :data:`POOL_LOW` free (thin volumes may fail writes).
+namespace missing or disabled, ports of its kind (TLS or clear text) it should be linked to but is not (some:
+degraded, all: inaccessible), and a pool below :data:`POOL_LOW` free (thin volumes may fail writes).
 """
 
 from __future__ import annotations
 
-from nvmeof_csi.agent.parts import NSID, AgentParts
+from nvmeof_csi.agent.parts import NSID, AgentParts, portals_for
 from nvmeof_csi.agent.state import READY, VolumeRecord
 from nvmeof_csi.nvmeof.nqn import volume_nqn
 
@@ -32,8 +32,9 @@ def volume_health(parts: AgentParts, rec: VolumeRecord) -> list[Issue]:
         return issues
     if NSID not in nvmet.namespaces(nqn) or not nvmet.namespace_enabled(nqn, NSID):
         issues.append((INACCESSIBLE, "NamespaceDisabled", f"namespace {NSID} of {nqn} is missing or disabled"))
-    unlinked = [p for p in parts.portals if nqn not in nvmet.linked(p.port_id)]
-    if unlinked and len(unlinked) == len(parts.portals):
+    own = portals_for(rec, parts.portals)  # a TLS volume's portals are the TLS ones, a clear volume's the others
+    unlinked = [p for p in own if nqn not in nvmet.linked(p.port_id)]
+    if unlinked and len(unlinked) == len(own):
         issues.append((INACCESSIBLE, "NoPortLinked", f"{nqn} is linked to none of the agent's ports"))
     elif unlinked:
         names = ", ".join(f"{p.trtype}:{p.traddr}:{p.trsvcid}" for p in unlinked)

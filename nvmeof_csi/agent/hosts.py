@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import logging
 
-from nvmeof_csi.agent.parts import AgentParts, VolumeView
+from nvmeof_csi.agent.parts import AgentParts, VolumeView, wants_tls
 from nvmeof_csi.agent.portals import ANA_STATES, PortSpec
 from nvmeof_csi.agent.readonly import ReadOnlyExports
 from nvmeof_csi.agent.state import VolumeRecord
@@ -27,6 +27,7 @@ from nvmeof_csi.errors import AlreadyExists, FailedPrecondition, InvalidArgument
 from nvmeof_csi.nvmeof.context import check_auth
 from nvmeof_csi.nvmeof.dhchap import generate_key, parse_key
 from nvmeof_csi.nvmeof.nqn import check_host_nqn, volume_nqn
+from nvmeof_csi.nvmeof.tlspsk import generate_psk
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +59,7 @@ class HostOps:
             if not secret:
                 secret, ctrl_secret = self._issued(rec, host_nqn)
             self._check_keys(rec, host_nqn, secret, ctrl_secret)
+            rec = self._with_psk(rec, host_nqn)
             p.nvmet.ensure_host(host_nqn, secret, ctrl_secret)  # fails early if a secret cannot be honoured
             if readonly:  # fails early if this node cannot make a device that refuses writes
                 ReadOnlyExports(p).attach(rec)
@@ -76,8 +78,17 @@ class HostOps:
             if readonly:
                 ReadOnlyExports(p).ensure(rec)
             else:
+                p.put_psks(rec, volume_nqn(vol_uuid), [host_nqn])
                 p.nvmet.allow(volume_nqn(vol_uuid), host_nqn)
             return p.view(rec)
+
+    def _with_psk(self, rec: VolumeRecord, host_nqn: str) -> VolumeRecord:
+        """``rec`` with ``host_nqn``'s TLS PSK (``tls: psk`` volumes; saved before any kernel sees it): the one this
+        agent issued to that host before, on any volume, else a new random one. Caller holds the host's key."""
+        if not wants_tls(rec) or rec.tls_keys.get(host_nqn):
+            return rec
+        psk = next((v.tls_keys[host_nqn] for v in self._p.live_volumes() if v.tls_keys.get(host_nqn)), "")
+        return self._p.state.put_volume(rec.evolve(tls_keys={**rec.tls_keys, host_nqn: psk or generate_psk()}))
 
     def _issued(self, rec: VolumeRecord, host_nqn: str) -> tuple[str, str]:
         """The keys this agent gives ``host_nqn`` on ``rec`` (``auth`` volumes only): the ones it already issued
@@ -90,13 +101,14 @@ class HostOps:
                 return other.hosts[host_nqn], other.ctrl_keys.get(host_nqn, "")
         return generate_key(), generate_key() if mode == "dhchap-bidirectional" else ""
 
-    def host_keys(self, vol_uuid: str, host_nqn: str) -> tuple[str, str]:
-        """(key, controller key) issued to ``host_nqn`` on a volume that allows it; ``NotFound`` otherwise."""
+    def host_keys(self, vol_uuid: str, host_nqn: str) -> tuple[str, str, str]:
+        """(key, controller key, TLS PSK) issued to ``host_nqn`` on a volume that allows it; ``NotFound``
+        otherwise."""
         check_host_nqn(host_nqn)
         rec = self._p.volume(vol_uuid)
         if host_nqn not in rec.hosts:
             raise NotFound(f"host {host_nqn} is not allowed on volume {vol_uuid}")
-        return rec.hosts[host_nqn], rec.ctrl_keys.get(host_nqn, "")
+        return rec.hosts[host_nqn], rec.ctrl_keys.get(host_nqn, ""), rec.tls_keys.get(host_nqn, "")
 
     def rotate_host_key(self, host_nqn: str, controller_key: bool = False) -> list[str]:
         """A new random key (the host's, or its controller key) on every volume that gives ``host_nqn`` one, saved

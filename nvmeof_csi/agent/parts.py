@@ -12,7 +12,7 @@ from __future__ import annotations
 import threading
 import time
 from bisect import bisect_right
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
@@ -23,7 +23,9 @@ from nvmeof_csi.agent.portals import PortSpec
 from nvmeof_csi.agent.readonly import ReadOnlyDevices
 from nvmeof_csi.agent.state import DELETING, StateStore, VolumeRecord
 from nvmeof_csi.errors import NotFound
+from nvmeof_csi.host.keyring import NvmeKeyring, handshake_daemon_running
 from nvmeof_csi.nvmeof.nqn import check_host_nqn, namespace_nguid, volume_nqn
+from nvmeof_csi.nvmeof.tlspsk import identity, parse_psk
 from nvmeof_csi.rpc.locks import KeyedMutex
 
 NSID = 1
@@ -57,6 +59,8 @@ class AgentParts:
     readonly_devices: ReadOnlyDevices | None = None  # None: read-only grants are refused (``agent/readonly.py``)
     keys: KeyedMutex = field(default_factory=KeyedMutex)
     ports_lock: threading.Lock = field(default_factory=threading.Lock)
+    keyring: NvmeKeyring = field(default_factory=NvmeKeyring)  # TLS PSKs for ``tls: psk`` volumes
+    handshake_daemon: Callable[[], bool] = handshake_daemon_running  # is tlshd running on this machine
 
     def view(self, rec: VolumeRecord) -> VolumeView:
         ana = self.state.current.ana
@@ -65,9 +69,25 @@ class AgentParts:
             volume_nqn(rec.uuid),
             rec.uuid,
             namespace_nguid(rec.uuid),
-            [(p, ana.get(p.group, "optimized")) for p in self.portals],
+            [(p, ana.get(p.group, "optimized")) for p in portals_for(rec, self.portals)],
             self.filler.progress(rec.uuid) if self.filler else "",
         )
+
+    def export(self, rec: VolumeRecord, nqn: str, hosts: Iterable[str]) -> None:
+        """Put each of ``hosts``' TLS PSK for subsystem ``nqn`` in this kernel's keyring (``tls: psk`` volumes),
+        then link ``nqn`` to ``rec``'s portals and off every portal of the other kind (``portals_for``)."""
+        self.put_psks(rec, nqn, hosts)
+        mine = portals_for(rec, self.portals)
+        for portal in self.portals:
+            if portal in mine:
+                self.nvmet.link(portal.port_id, nqn)
+            else:
+                self.nvmet.unlink(portal.port_id, nqn)
+
+    def put_psks(self, rec: VolumeRecord, nqn: str, hosts: Iterable[str]) -> None:
+        for host_nqn in hosts:
+            if rec.tls_keys.get(host_nqn):
+                self.keyring.put_psk(identity(host_nqn, nqn), parse_psk(rec.tls_keys[host_nqn]))
 
     def writers(self, rec: VolumeRecord) -> list[str]:
         """The hosts allowed on the volume's own (writable) subsystem: every grant that is not read-only."""
@@ -120,3 +140,12 @@ class AgentParts:
 
     def capacity_bytes(self) -> int:
         return self.capacity_limit or self.store.usage().total_bytes
+
+
+def wants_tls(rec: VolumeRecord) -> bool:
+    return rec.parameters.get("tls", "none") == "psk"
+
+
+def portals_for(rec: VolumeRecord, portals: Sequence[PortSpec]) -> list[PortSpec]:
+    """The portals that export ``rec``: the TLS portals for a ``tls: psk`` volume, else the clear-text ones."""
+    return [p for p in portals if p.tls == wants_tls(rec)]

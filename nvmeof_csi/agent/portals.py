@@ -1,5 +1,10 @@
-"""A target portal as the agent is configured with it (``--portal ID:TRTYPE:TRADDR:TRSVCID[:GROUP]``), and the
-ANA states a portal group can be in.
+"""A target portal as the agent is configured with it (``--portal ID:TRTYPE:TRADDR:TRSVCID[:GROUP[:tls]]``), and
+the ANA states a portal group can be in.
+
+A portal serves either TLS or clear text, never both: a ``tls`` portal (NVMe/TCP only) requires TLS 1.3 of every
+connection (``addr_tsas`` tls1.3, ``addr_treq`` required) and exports only the volumes created with ``tls: psk``;
+every other portal exports only the clear-text volumes. An agent that serves both has a portal of each kind per
+path (for example ``1:tcp:10.0.0.5:4420:a``, ``3:tcp:10.0.0.5:4430:a:tls``).
 
 Contract: :class:`PortSpec` validates on construction and :meth:`PortSpec.parse` raises ``InvalidArgument``
 naming the portal text.
@@ -25,6 +30,7 @@ class PortSpec:
     traddr: str
     trsvcid: int
     group: str = "a"
+    tls: bool = False
 
     def __post_init__(self) -> None:
         if self.trtype not in TRANSPORTS:
@@ -33,6 +39,8 @@ class PortSpec:
             raise InvalidArgument(f"portal id {self.port_id} must be within 1..65534")
         if not 0 < self.trsvcid < 65536:
             raise InvalidArgument(f"portal {self.port_id}: service id {self.trsvcid} must be a TCP port")
+        if self.tls and self.trtype != "tcp":
+            raise InvalidArgument(f"portal {self.port_id}: TLS is for NVMe/TCP portals only, not {self.trtype}")
 
     @property
     def adrfam(self) -> str:
@@ -40,7 +48,7 @@ class PortSpec:
 
     @classmethod
     def parse(cls, text: str) -> PortSpec:
-        """``ID:TRTYPE:TRADDR:TRSVCID[:GROUP]``, e.g. ``1:tcp:10.0.0.5:4420:a`` (IPv6 in brackets)."""
+        """``ID:TRTYPE:TRADDR:TRSVCID[:GROUP[:tls]]``, e.g. ``1:tcp:10.0.0.5:4420:a`` (IPv6 in brackets)."""
         rest = text
         addr = ""
         if "[" in text:
@@ -48,9 +56,10 @@ class PortSpec:
             addr, _, tail = after.partition("]")
             rest = before + "ADDR" + tail
         parts = rest.split(":")
-        if len(parts) not in (4, 5):
-            raise InvalidArgument(f"portal {text!r} must be ID:TRTYPE:TRADDR:TRSVCID[:GROUP]")
+        if len(parts) not in (4, 5, 6) or (len(parts) == 6 and parts[5] != "tls"):
+            raise InvalidArgument(f"portal {text!r} must be ID:TRTYPE:TRADDR:TRSVCID[:GROUP[:tls]]")
         try:
-            return cls(int(parts[0]), parts[1], addr or parts[2], int(parts[3]), parts[4] if len(parts) == 5 else "a")
+            group = parts[4] if len(parts) >= 5 else "a"
+            return cls(int(parts[0]), parts[1], addr or parts[2], int(parts[3]), group, len(parts) == 6)
         except ValueError as exc:
             raise InvalidArgument(f"portal {text!r}: ID and TRSVCID must be numbers") from exc

@@ -162,8 +162,7 @@ class ReadOnlyExports:
             p.nvmet.allow(nqn, host_nqn)
         for host_nqn in set(p.nvmet.allowed_hosts(nqn)) - set(rec.readonly_hosts):
             p.nvmet.deny(nqn, host_nqn)
-        for portal in p.portals:
-            p.nvmet.link(portal.port_id, nqn)
+        p.export(rec, nqn, rec.readonly_hosts)
 
     def remove(self, rec: VolumeRecord) -> None:
         p, nqn = self._p, readonly_nqn(rec.uuid)

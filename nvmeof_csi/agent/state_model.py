@@ -45,6 +45,7 @@ class VolumeRecord:
     status: str = CREATING
     created_at: float = 0.0
     fenced: Mapping[str, FenceMark] = field(default_factory=dict)  # host NQN -> its fence (``agent/fencing.py``)
+    tls_keys: Mapping[str, str] = field(default_factory=dict)  # host NQN -> NVMe/TCP TLS PSK (``tls: psk`` volumes)
 
     def evolve(self, **changes: Any) -> VolumeRecord:
         return replace(self, **changes)
@@ -55,6 +56,7 @@ class VolumeRecord:
             self,
             hosts={k: v for k, v in self.hosts.items() if k != host_nqn},
             ctrl_keys={k: v for k, v in self.ctrl_keys.items() if k != host_nqn},
+            tls_keys={k: v for k, v in self.tls_keys.items() if k != host_nqn},
             readonly_hosts=tuple(h for h in self.readonly_hosts if h != host_nqn),
         )
 

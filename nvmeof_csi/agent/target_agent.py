@@ -33,6 +33,7 @@ from nvmeof_csi.agent.snapshots import SnapshotOps
 from nvmeof_csi.agent.state import SnapshotRecord, StateStore, VolumeRecord
 from nvmeof_csi.agent.volumes import VolumeOps
 from nvmeof_csi.errors import InvalidArgument, NotFound
+from nvmeof_csi.host.keyring import NvmeKeyring, handshake_daemon_running
 
 
 class TargetAgent:
@@ -50,6 +51,8 @@ class TargetAgent:
         sleep: Callable[[float], None] = time.sleep,
         high_water: float = 90.0,
         readonly_devices: ReadOnlyDevices | None = None,
+        keyring: NvmeKeyring | None = None,
+        handshake_daemon: Callable[[], bool] = handshake_daemon_running,
     ) -> None:
         ids = [p.port_id for p in portals]
         if len(set(ids)) != len(ids):
@@ -66,6 +69,8 @@ class TargetAgent:
             filler,
             high_water,
             readonly_devices=readonly_devices,
+            keyring=keyring or NvmeKeyring(),
+            handshake_daemon=handshake_daemon,
         )
         self._volumes = VolumeOps(self._parts)
         self._snapshots = SnapshotOps(self._parts)
@@ -180,7 +185,7 @@ class TargetAgent:
     ) -> VolumeView:
         return self._hosts.allow_host(vol_uuid, host_nqn, secret, readonly, ctrl_secret)
 
-    def host_keys(self, vol_uuid: str, host_nqn: str) -> tuple[str, str]:
+    def host_keys(self, vol_uuid: str, host_nqn: str) -> tuple[str, str, str]:
         return self._hosts.host_keys(vol_uuid, host_nqn)
 
     def rotate_host_key(self, host_nqn: str, controller_key: bool = False) -> list[str]:

@@ -33,8 +33,10 @@ from nvmeof_csi.errors import (
     OutOfRange,
     Unavailable,
 )
+from nvmeof_csi.host.keyring import NO_DAEMON, NO_KEYRING
 from nvmeof_csi.nvmeof.context import check_auth
 from nvmeof_csi.nvmeof.nqn import namespace_nguid, readonly_nqn, volume_nqn
+from nvmeof_csi.nvmeof.tlspsk import check_tls
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +75,7 @@ class VolumeOps:
                         found = self._finish_creating(found)
                 return p.view(found)
             self._check_auth(parameters)
+            self._check_tls(parameters)
             source_size = self._source_size(source_volume, source_snapshot)
             if capacity_bytes < source_size:
                 raise OutOfRange(f"capacity {capacity_bytes} is smaller than the source's {source_size} bytes")
@@ -102,6 +105,23 @@ class VolumeOps:
                 f"agent {self._p.name} cannot create a volume with auth {mode!r}: "
                 f"{NO_TARGET_AUTH} (kernel {os.uname().release})"
             )
+
+    def _check_tls(self, parameters: Mapping[str, str]) -> None:
+        """A ``tls: psk`` volume only over NVMe/TCP, on an agent with a TLS portal, a kernel keyring for PSKs and
+        a running TLS handshake daemon."""
+        if check_tls(parameters.get("tls", "none")) == "none":
+            return
+        p = self._p
+        if parameters.get("transport", "tcp") != "tcp":
+            raise InvalidArgument("parameter 'tls: psk' is for transport tcp only (NVMe/TCP TLS)")
+        if not p.keyring.available():
+            raise FailedPrecondition(
+                f"agent {p.name} cannot create a TLS volume: {NO_KEYRING} (kernel {os.uname().release})"
+            )
+        if not any(portal.tls for portal in p.portals):
+            raise FailedPrecondition(f"agent {p.name} has no TLS portal (--portal ID:tcp:ADDR:PORT:GROUP:tls)")
+        if not p.handshake_daemon():
+            raise FailedPrecondition(f"agent {p.name} cannot create a TLS volume: {NO_DAEMON}")
 
     def _fresh_uuid(self, vol_uuid: str, name: str) -> str:
         """``vol_uuid`` (reserved by the controller) unless a record here holds it already; else a random one."""
@@ -206,8 +226,7 @@ class VolumeOps:
             p.nvmet.allow(nqn, host_nqn)
         for host_nqn in set(p.nvmet.allowed_hosts(nqn)) - set(p.writers(rec)):
             p.nvmet.deny(nqn, host_nqn)
-        for portal in p.portals:
-            p.nvmet.link(portal.port_id, nqn)
+        p.export(rec, nqn, p.writers(rec))
         ReadOnlyExports(p).ensure(rec)
         if rec.status != READY:  # not flushed unless a fill would have to run again (see agent.state)
             rec = p.state.put_volume(rec.evolve(status=READY), flush_renames=filler is not None)

@@ -129,4 +129,4 @@ class AgentHostKeys:
                 "fabric map (--fabric-map), so the node cannot fetch the keys the agent issued to it"
             )
         keys = client.get_host_keys(ref.uuid, self._host)
-        return HostKeys(keys.dhchap_secret, keys.dhchap_ctrl_secret)
+        return HostKeys(keys.dhchap_secret, keys.dhchap_ctrl_secret, keys.tls_psk)

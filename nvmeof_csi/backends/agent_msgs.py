@@ -1,6 +1,6 @@
 """The agent's messages as the service layer's types (no I/O): a volume with the volume context a node needs
 (NQN, namespace UUID, transport, the portals of that transport, the StorageClass tunables, auth mode and I/O
-limits), its accessible topology and content source; a snapshot."""
+limits, TLS mode), its accessible topology and content source; a snapshot."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from nvmeof_csi.backends.agent_api import transport_of
 from nvmeof_csi.gen import nvmeof_agent_pb2 as pb
 from nvmeof_csi.nvmeof.context import Portal, VolumeContext, check_auth, tunables_from
 from nvmeof_csi.nvmeof.qos import limits_from
+from nvmeof_csi.nvmeof.tlspsk import check_tls
 from nvmeof_csi.service.contracts import ContentSource, Fence, Snapshot, Volume, VolumeRef
 from nvmeof_csi.topology.fabric_map import AgentEntry
 from nvmeof_csi.topology.placement import volume_segment
@@ -23,6 +24,7 @@ def volume_of(entry: AgentEntry, vol: pb.Volume) -> Volume:
         tunables=tunables_from(vol.parameters),
         agent=entry.name,
         auth=check_auth(vol.parameters.get("auth", "none")),
+        tls=check_tls(vol.parameters.get("tls", "none")),
         qos=limits_from(vol.parameters),
     ).to_dict()
     source = None

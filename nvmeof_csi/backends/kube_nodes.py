@@ -8,23 +8,29 @@ older than ``ttl`` seconds. Least privilege (``deploy/``): ``get`` on nodes, ``l
 Contract: :meth:`KubeNodes.out_of_service` is ``False`` for a node the API does not know (no CSINode entry, or
 its Node is gone: nothing to fence it by) and :meth:`KubeNodes.boot_id` is ``""`` then; an API that cannot be
 asked (connection refused, 5xx, forbidden) raises ``Unavailable`` naming what failed, so the CO retries rather
-than the driver guessing.
+than the driver guessing. :meth:`KubeNodes.connect` checks the kubeconfig or service account at once and makes the
+client at the first question (:class:`LazyApi`), so that a pod serves without waiting for the client's import.
 """
 
 from __future__ import annotations
 
 import importlib
 import json
+import os
 import re
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from nvmeof_csi.errors import Unavailable
 
 OUT_OF_SERVICE_TAINT = "node.kubernetes.io/out-of-service"
 BOOT_ID = re.compile(r"[0-9a-fA-F-]{1,64}")
+
+
+SERVICE_ACCOUNT = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 
 
 def api_client(kubeconfig: str) -> Any:
@@ -35,6 +41,46 @@ def api_client(kubeconfig: str) -> Any:
         return config.new_client_from_config(config_file=kubeconfig)
     config.load_incluster_config()
     return client.ApiClient()
+
+
+def preflight(kubeconfig: str) -> None:
+    """What :func:`api_client` would refuse at once, found without importing the client: ``OSError`` for a
+    kubeconfig that cannot be read, or, for ``""``, a pod without the API's address or its service account's
+    token and CA (``ValueError``)."""
+    if kubeconfig:
+        with open(kubeconfig, "rb"):
+            return
+    if not (os.environ.get("KUBERNETES_SERVICE_HOST") and os.environ.get("KUBERNETES_SERVICE_PORT")):
+        raise ValueError("KUBERNETES_SERVICE_HOST/PORT are not set (not in a pod?)")
+    for name in ("token", "ca.crt"):
+        if not (SERVICE_ACCOUNT / name).is_file():
+            raise ValueError(f"{SERVICE_ACCOUNT / name} is missing (no service account token mounted)")
+
+
+class LazyApi:
+    """A Kubernetes API object made by ``make`` at its first use rather than when the process starts: the
+    official client's import takes 10-40 s of CPU on a small node (every model class), and a pod should serve
+    before it. ``make`` runs once, under a lock, in the first user's thread; an error in it is raised to that
+    user (every use site turns the client's errors into "cannot ask now") and the next use tries again."""
+
+    def __init__(self, make: Callable[[], Any]) -> None:
+        self._make: Callable[[], Any] = make
+        self._made: Any = None
+        self._lock = threading.Lock()
+
+    def made(self) -> Any:
+        with self._lock:
+            if self._made is None:
+                self._made = self._make()
+            return self._made
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.made(), name)
+
+
+def lazy_api(kubeconfig: str, kind: str) -> LazyApi:
+    """``kubernetes.client.<kind>`` (e.g. ``CertificatesV1Api``) on :func:`api_client`, made at its first use."""
+    return LazyApi(lambda: getattr(importlib.import_module("kubernetes.client"), kind)(api_client(kubeconfig)))
 
 
 class KubeNodes:
@@ -49,11 +95,20 @@ class KubeNodes:
         self._lock = threading.Lock()
 
     @classmethod
-    def connect(cls, kubeconfig: str, driver: str) -> KubeNodes:
-        """From a kubeconfig path, or the pod's service account when ``kubeconfig`` is ``""``."""
-        api = api_client(kubeconfig)
-        client = importlib.import_module("kubernetes.client")
-        return cls(client.CoreV1Api(api), client.StorageV1Api(api), driver)
+    def connect(cls, kubeconfig: str, driver: str, now: bool = False) -> KubeNodes:
+        """From a kubeconfig path, or the pod's service account when ``kubeconfig`` is ``""``: checked at once
+        (:func:`preflight`), the client made at the first question (:class:`LazyApi`), or here with ``now``."""
+        preflight(kubeconfig)
+        api = LazyApi(lambda: api_client(kubeconfig))
+
+        def made(kind: str) -> LazyApi:
+            return LazyApi(lambda: getattr(importlib.import_module("kubernetes.client"), kind)(api.made()))
+
+        core, storage = made("CoreV1Api"), made("StorageV1Api")
+        if now:
+            core.made()
+            storage.made()
+        return cls(core, storage, driver)
 
     def claimed_by(self, node_id: str) -> list[str]:
         with self._lock:
@@ -68,9 +123,10 @@ class KubeNodes:
                 raise Unavailable(f"cannot list CSINodes to find node {node_id!r}: {_why(exc)}") from exc
             names: dict[str, list[str]] = {}
             for item in listed.get("items") or []:
-                for d in (item.get("spec") or {}).get("drivers") or []:
+                node = str((item.get("metadata") or {}).get("name") or "")
+                for d in (item.get("spec") or {}).get("drivers") or [] if node else []:  # a nameless item: skipped
                     if d.get("name") == self._driver and d.get("nodeID"):
-                        names.setdefault(str(d["nodeID"]), []).append(str(item["metadata"]["name"]))
+                        names.setdefault(str(d["nodeID"]), []).append(node)
             self._names, self._read_at = {k: sorted(v) for k, v in names.items()}, self._clock()
             return list(self._names.get(node_id, []))
 

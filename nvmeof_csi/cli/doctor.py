@@ -12,6 +12,7 @@ from nvmeof_csi.cli.context import state
 from nvmeof_csi.cli.output import render
 from nvmeof_csi.errors import ConfigError
 from nvmeof_csi.host.executor import SubprocessExecutor
+from nvmeof_csi.host.keyring import handshake_daemon_running
 from nvmeof_csi.initiator.doctor import diagnose
 from nvmeof_csi.initiator.fabrics import FabricsDevice
 from nvmeof_csi.initiator.features import FEATURES, NodeFeatures
@@ -49,8 +50,14 @@ def doctor(
             others = peers.read_text().split()
         except OSError as exc:
             raise ConfigError(f"cannot read --peers {peers}: {exc.strerror}") from exc
-    authenticates = FabricsDevice(sys_root=sys_root).authenticates
-    features = NodeFeatures(sys_root, cgroup_root=cgroup_root, authenticates=authenticates)
+    fabrics = FabricsDevice(sys_root=sys_root)
+    features = NodeFeatures(
+        sys_root,
+        cgroup_root=cgroup_root,
+        authenticates=fabrics.authenticates,
+        tls_capable=lambda: "tls" in fabrics.options(),
+        handshake_daemon=handshake_daemon_running,
+    )
     checks = diagnose(
         SubprocessExecutor(), sys_root, etc_nvme, cgroup_root, others, require_rdma, features, feature or ()
     )

@@ -35,8 +35,9 @@ class AgentSettings:
     name: str = setting(REQUIRED, "The agent's name: a DNS label, part of every volume ID it serves.", env="AGENT_NAME")
     portals: tuple[PortSpec, ...] = setting(
         REQUIRED,
-        "`ID:TRTYPE:TRADDR:TRSVCID[:GROUP]`: an nvmet port (`tcp` or `rdma`), repeatable; GROUP is the "
-        "portal group whose ANA state `nvmeofctl ana set` changes.",
+        "`ID:TRTYPE:TRADDR:TRSVCID[:GROUP[:tls]]`: an nvmet port (`tcp` or `rdma`), repeatable; GROUP is the "
+        "portal group whose ANA state `nvmeofctl ana set` changes; `tls` makes a TCP port require TLS 1.3 and "
+        "export only `tls: psk` volumes (every other port exports only clear-text volumes).",
         env="AGENT_PORTALS",
         name="portal",
         raw=(list[str], []),
@@ -173,7 +174,7 @@ class AgentSettings:
         if not valid_location(self.name):
             raise ConfigError(f"agent name {self.name!r} must be a DNS label (it becomes part of volume IDs)")
         if not self.portals:
-            raise ConfigError("at least one --portal is required (ID:TRTYPE:TRADDR:TRSVCID[:GROUP])")
+            raise ConfigError("at least one --portal is required (ID:TRTYPE:TRADDR:TRSVCID[:GROUP[:tls]])")
         ids = [p.port_id for p in self.portals]
         if len(set(ids)) != len(ids):
             raise ConfigError(f"portal IDs must be unique, got {ids}")

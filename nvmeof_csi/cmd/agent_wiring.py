@@ -10,7 +10,6 @@ convergence happens before the first RPC is accepted; unknown objects are logged
 from __future__ import annotations
 
 import datetime
-import importlib
 import logging
 import threading
 import time
@@ -29,9 +28,8 @@ from nvmeof_csi.agent.state import StateStore
 from nvmeof_csi.agent.target_agent import TargetAgent
 from nvmeof_csi.backends.identity_certificate import IdentityCertificate, agent_identity
 from nvmeof_csi.backends.identity_checks import AGENT_SIGNER
-from nvmeof_csi.backends.kube_nodes import api_client
 from nvmeof_csi.cmd.agent_settings import AgentSettings
-from nvmeof_csi.cmd.identity_wiring import keep_issued
+from nvmeof_csi.cmd.identity_wiring import certificates_api, keep_issued
 from nvmeof_csi.datasets.client import AlluxioRest, JobServiceLoader
 from nvmeof_csi.datasets.fill import DatasetVolumes
 from nvmeof_csi.datasets.holders import DatasetHolders
@@ -101,7 +99,7 @@ def own_tls(settings: AgentSettings, retry: float = 5.0) -> TlsFiles:
     """The agent's own server certificate (``--identity csr``): asked of the controller's signer until issued
     (each failure logged), then kept renewed; the server picks up a renewed one at its next handshake."""
     assert settings.tcp_endpoint is not None and settings.tls_ca is not None  # checked by the settings
-    api = importlib.import_module("kubernetes.client").CertificatesV1Api(api_client(settings.kubeconfig))
+    api = certificates_api(settings.kubeconfig)  # the client is imported when a certificate must be asked for
     cert = IdentityCertificate(
         api,
         settings.state_dir / "identity",

@@ -11,7 +11,6 @@ is logged and tried again every ``retry`` seconds (calls to agents meanwhile fai
 from __future__ import annotations
 
 import datetime
-import importlib
 import ipaddress
 import logging
 import threading
@@ -21,7 +20,7 @@ from nvmeof_csi.backends.agent_limits import AgentClients
 from nvmeof_csi.backends.identity_certificate import IdentityCertificate, node_identity
 from nvmeof_csi.backends.identity_checks import AGENT_SIGNER, NODE_SIGNER, Policy, check_agent, check_node
 from nvmeof_csi.backends.identity_signer import IdentitySigner
-from nvmeof_csi.backends.kube_nodes import KubeNodes, api_client
+from nvmeof_csi.backends.kube_nodes import KubeNodes, LazyApi, lazy_api, preflight
 from nvmeof_csi.cmd.settings import Settings
 from nvmeof_csi.errors import ConfigError, DriverError
 from nvmeof_csi.service.fencing import NodeFacts
@@ -30,8 +29,14 @@ from nvmeof_csi.topology.fabric_map import load_fabric_map
 log = logging.getLogger(__name__)
 
 
-def _certificates_api(kubeconfig: str) -> object:
-    return importlib.import_module("kubernetes.client").CertificatesV1Api(api_client(kubeconfig))
+def certificates_api(kubeconfig: str) -> LazyApi:
+    """The CertificatesV1Api, made at its first use; a kubeconfig or service account that cannot be read is a
+    ``ConfigError`` now (:func:`~nvmeof_csi.backends.kube_nodes.preflight`)."""
+    try:
+        preflight(kubeconfig)
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"the Kubernetes API for identities: {type(exc).__name__}: {exc}"[:300]) from exc
+    return lazy_api(kubeconfig, "CertificatesV1Api")
 
 
 def start_signer(settings: Settings, facts: NodeFacts) -> IdentitySigner | None:
@@ -60,7 +65,7 @@ def start_signer(settings: Settings, facts: NodeFacts) -> IdentitySigner | None:
     if settings.agent_signer_requester:
         agent_policy = Policy(settings.agent_signer_requester, lifetime)
         checks[AGENT_SIGNER] = lambda spec: check_agent(spec, agent_policy, agent_address, facts.addresses)
-    signer = IdentitySigner(_certificates_api(settings.kubeconfig), checks, ca)
+    signer = IdentitySigner(certificates_api(settings.kubeconfig), checks, ca)
     signer.start()
     log.info("identity signer running for %s (certificates for %s)", ", ".join(checks), lifetime)
     return signer
@@ -72,7 +77,7 @@ def start_node_identity(
     if settings.node_identity != "csr":
         return None
     cert = IdentityCertificate(
-        _certificates_api(settings.kubeconfig),
+        certificates_api(settings.kubeconfig),
         settings.state_dir / "node" / "identity",
         NODE_SIGNER,
         node_identity(settings.node_name, host_nqn),
@@ -104,4 +109,4 @@ def keep_issued(
     threading.Thread(target=keep, name="identity", daemon=True).start()
 
 
-__all__ = ["keep_issued", "start_node_identity", "start_signer"]
+__all__ = ["certificates_api", "keep_issued", "start_node_identity", "start_signer"]

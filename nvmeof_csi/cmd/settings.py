@@ -127,7 +127,9 @@ class Settings:
         "docs/operations.md, Metrics).",
     )
     health_listen: str = setting(
-        "", "`HOST:PORT` answering `GET /healthz` from the Probe checks (where the livenessprobe sidecar cannot run)."
+        "",
+        "`HOST:PORT` answering `GET /healthz` (readiness: the Probe checks) and `GET /livez` (liveness: the process "
+        "answers, no checks) where the livenessprobe sidecar cannot run.",
     )
     qos_period: float = setting(
         5.0,

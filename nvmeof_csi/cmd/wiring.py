@@ -25,6 +25,7 @@ from nvmeof_csi.errors import ConfigError
 from nvmeof_csi.host.cgroups import PodCgroups
 from nvmeof_csi.host.executor import Executor, SubprocessExecutor
 from nvmeof_csi.host.filesystems import Filesystems
+from nvmeof_csi.host.keyring import handshake_daemon_running
 from nvmeof_csi.host.mounter import Mounter
 from nvmeof_csi.initiator.connector import NvmeofConnector, rdma_capable
 from nvmeof_csi.initiator.fabrics import FabricsDevice
@@ -52,7 +53,10 @@ def node_facts(settings: Settings) -> NodeFacts:
     if settings.kubeconfig == "none" or not (settings.kubeconfig or os.environ.get("KUBERNETES_SERVICE_HOST")):
         return NoCluster()
     try:
-        facts = KubeNodes.connect(settings.kubeconfig, DRIVER_NAME)
+        # made before the CSI socket serves: the client's import (tens of seconds of CPU on a small node) beside
+        # a live server starved its event loop, and the sidecars, which give up on a connection that does not
+        # answer within 20 s, crash-looped
+        facts = KubeNodes.connect(settings.kubeconfig, DRIVER_NAME, now=True)
     except Exception as exc:  # the client raises its own types for a missing token, a bad file, a bad URL
         if settings.kubeconfig:
             raise ConfigError(f"--kubeconfig {settings.kubeconfig}: {type(exc).__name__}: {exc}"[:300]) from exc
@@ -120,7 +124,12 @@ def build_services(settings: Settings, executor: Executor | None = None) -> CsiS
                 settings.allow_single_path,
                 block_events=open_block_events,
                 host_keys=AgentHostKeys(clients, identity.nqn) if clients else None,
-                features=NodeFeatures(cgroup_root=settings.cgroup_root, authenticates=FabricsDevice().authenticates),
+                features=NodeFeatures(
+                    cgroup_root=settings.cgroup_root,
+                    authenticates=FabricsDevice().authenticates,
+                    tls_capable=lambda: "tls" in FabricsDevice().options(),
+                    handshake_daemon=handshake_daemon_running,
+                ),
             )
         else:
             connector = LoopConnector(executor)

@@ -1,6 +1,9 @@
-"""A plain HTTP health endpoint (``GET /healthz``) for kubelet's liveness probe where the livenessprobe
-sidecar cannot be had: 200 ``ok`` when every check is ready, 503 with the failing checks' messages otherwise,
-404 for any other path. Checks run in a worker thread (they may touch the kernel or an agent), one evaluation at
+"""A plain HTTP health endpoint for kubelet's probes where the livenessprobe sidecar cannot be had.
+``GET /healthz`` (readiness): 200 ``ok`` when every check is ready, 503 with the failing checks' messages
+otherwise. ``GET /livez`` (liveness, start-up): 200 ``alive`` whenever the process answers, without running any
+check -- a controller whose agents are all down, or a node whose kernel lacks a module, is not ready, but
+restarting it would fix nothing (and a controller restarted while an agent restarts delays both). 404 for any
+other path. Checks run in a worker thread (they may touch the kernel or an agent), one evaluation at
 a time: requests that arrive while one runs share its answer, so a flood of probes takes one thread, never the
 pool the CSI calls run on.
 
@@ -58,6 +61,8 @@ async def serve_health(
             parts = line.decode("latin-1").split()
             if len(parts) >= 2 and parts[0] in ("GET", "HEAD") and parts[1] == "/healthz":
                 code, body = await status.get()
+            elif len(parts) >= 2 and parts[0] in ("GET", "HEAD") and parts[1] == "/livez":
+                code, body = 200, "alive"
             else:
                 code, body = 404, "not found"
             reason = {200: "OK", 404: "Not Found", 503: "Service Unavailable"}[code]
@@ -76,6 +81,6 @@ async def serve_health(
                 await writer.wait_closed()
 
     server = await asyncio.start_server(answer, host, port, limit=8192)
-    log.info("health endpoint on http://%s/healthz", listen)
+    log.info("health endpoint on http://%s/healthz (readiness) and /livez (liveness)", listen)
     async with server:
         await stop.wait()

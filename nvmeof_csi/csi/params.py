@@ -2,7 +2,8 @@
 
 Keys prefixed ``csi.storage.k8s.io/`` are added by the Kubernetes sidecars (PV/PVC names, secret
 references); they are accepted and not stored with the volume. Every other key must be ``transport``,
-``auth`` (DH-HMAC-CHAP: ``none``, ``dhchap``, ``dhchap-bidirectional``), a per-pod I/O limit
+``auth`` (DH-HMAC-CHAP: ``none``, ``dhchap``, ``dhchap-bidirectional``), ``tls`` (NVMe/TCP TLS 1.3: ``none``,
+``psk``; ``transport: tcp`` only), a per-pod I/O limit
 (``nvmeof_csi.nvmeof.qos``), one of the connection tunables
 (``nvmeof_csi.nvmeof.context.TUNABLES``, range-checked there) or a ``dataset.*`` key.
 """
@@ -15,11 +16,12 @@ from dataclasses import dataclass
 from nvmeof_csi.errors import InvalidArgument
 from nvmeof_csi.nvmeof.context import TUNABLE_KEYS, check_auth, check_transport, tunables_from
 from nvmeof_csi.nvmeof.qos import QOS_KEY_NAMES, limits_from, mutable_only
+from nvmeof_csi.nvmeof.tlspsk import check_tls
 from nvmeof_csi.service.datasets import KEYS as DATASET_KEYS
 from nvmeof_csi.service.datasets import DatasetSpec
 
 SIDECAR_PREFIX = "csi.storage.k8s.io/"
-KNOWN = frozenset({"transport", "auth", *TUNABLE_KEYS, *QOS_KEY_NAMES, *DATASET_KEYS})
+KNOWN = frozenset({"transport", "auth", "tls", *TUNABLE_KEYS, *QOS_KEY_NAMES, *DATASET_KEYS})
 
 
 @dataclass(frozen=True)
@@ -29,6 +31,7 @@ class VolumeOptions:
     transport: str = "tcp"
     ints: tuple[tuple[str, int], ...] = ()
     auth: str = "none"
+    tls: str = "none"
 
     def get(self, key: str) -> int | None:
         return dict(self.ints).get(key)
@@ -54,6 +57,8 @@ def parse(params: Mapping[str, str]) -> VolumeOptions:
         raise InvalidArgument(f"unknown StorageClass parameter {unknown[0]!r} (known: {', '.join(sorted(KNOWN))})")
     DatasetSpec.from_parameters(own)  # validates the dataset.* keys of a dataset volume
     limits_from(own)  # validates the per-pod I/O limits
-    return VolumeOptions(
-        check_transport(own.get("transport", "tcp")), tunables_from(own), check_auth(own.get("auth", "none"))
-    )
+    tls = check_tls(own.get("tls", "none"))
+    transport = check_transport(own.get("transport", "tcp"))
+    if tls != "none" and transport != "tcp":
+        raise InvalidArgument(f"parameter 'tls: {tls}' is for transport tcp only (NVMe/TCP TLS), not {transport}")
+    return VolumeOptions(transport, tunables_from(own), check_auth(own.get("auth", "none")), tls)

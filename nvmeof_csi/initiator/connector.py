@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import errno
 import logging
-import os
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
@@ -45,9 +44,11 @@ from nvmeof_csi.errors import (
 )
 from nvmeof_csi.host.devices import device_in_use
 from nvmeof_csi.host.executor import Executor
+from nvmeof_csi.host.keyring import NvmeKeyring
 from nvmeof_csi.initiator.fabrics import FabricsDevice, FabricsError
 from nvmeof_csi.initiator.features import NodeFeatures
 from nvmeof_csi.initiator.identity import HostIdentity
+from nvmeof_csi.initiator.keys import ConnectKeys
 from nvmeof_csi.initiator.rekey import roll_keys
 from nvmeof_csi.initiator.sysfs import NvmeSysfs, Subsystem
 from nvmeof_csi.initiator.uevents import EventWait, PollingWait
@@ -87,6 +88,7 @@ class NvmeofConnector:
         fabrics: FabricsDevice | None = None,
         host_keys: Callable[[VolumeRef], HostKeys] | None = None,
         features: NodeFeatures | None = None,
+        keyring: NvmeKeyring | None = None,
     ) -> None:
         self._exec = executor
         self._sysfs = sysfs
@@ -98,6 +100,7 @@ class NvmeofConnector:
         self._in_use = in_use
         self._fabrics = fabrics or FabricsDevice()
         self._host_keys = host_keys
+        self._keyring = keyring
         self._features = features  # None: no checks (tests on fake sysfs trees)
 
     @contextmanager
@@ -143,25 +146,9 @@ class NvmeofConnector:
             options.append(("dhchap_secret", keys.key))
         if keys.ctrl_key:
             options.append(("dhchap_ctrl_secret", keys.ctrl_key))
+        if ctx.tls != "none":
+            options.append(("tls", None))  # the kernel finds the PSK in .nvme by identity (initiator/keys.py)
         return options
-
-    def _keys(self, ref: VolumeRef, ctx: VolumeContext) -> HostKeys:
-        if ctx.auth == "none":
-            return HostKeys()
-        if not self._fabrics.authenticates():
-            raise FailedPrecondition(
-                f"volume uses auth {ctx.auth!r} but this node's kernel ({os.uname().release}) has no NVMe in-band "
-                "authentication (CONFIG_NVME_HOST_AUTH, e.g. Debian bookworm-backports' 6.12)"
-            )
-        if self._host_keys is None:
-            raise FailedPrecondition(
-                f"volume {ref.uuid} uses auth {ctx.auth!r}; this node fetches its keys from the volume's agent, and "
-                "it has no fabric map (--fabric-map) to reach one"
-            )
-        keys = self._host_keys(ref)
-        if not keys.key:
-            raise FailedPrecondition(f"volume {ref.uuid}: its agent issued no DH-HMAC-CHAP key to this host")
-        return keys
 
     def _connect_one(self, ref: VolumeRef, portal: Portal, ctx: VolumeContext, keys: HostKeys) -> None:
         """One path, written straight to ``/dev/nvme-fabrics`` (what ``nvme connect`` writes, without its scan of
@@ -196,7 +183,9 @@ class NvmeofConnector:
         ctx = _context(ref, context)
         if self._features is not None:
             self._features.check(ref.uuid, ctx, self._single_path)  # FAILED_PRECONDITION before anything connects
-        keys = self._keys(ref, ctx)
+        keys = ConnectKeys(
+            self._fabrics, self._identity.nqn, self._host_keys, self._keyring, features=self._features
+        ).for_volume(ref, ctx)
         nqn, ns_uuid = ctx.nqn, ctx.namespace_uuid
         portals = self._portals(ref, ctx)
         with self._events() as events:  # listening before connecting: no uevent can slip past

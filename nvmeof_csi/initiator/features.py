@@ -8,6 +8,7 @@ every feature this node was asked for), and by ``nvmeofctl doctor`` (every featu
 | ``rdma`` | ``transport: rdma`` | the ``nvme-rdma`` module and an RDMA device (a RoCE/InfiniBand NIC, soft RoCE) |
 | ``multipath`` | a volume with more than one portal | native NVMe multipath (``nvme_core.multipath=Y``) |
 | ``dhchap`` | ``auth: dhchap`` or ``dhchap-bidirectional`` | NVMe in-band authentication (``CONFIG_NVME_HOST_AUTH``) |
+| ``tls`` | ``tls: psk`` | NVMe/TCP TLS (``CONFIG_NVME_TCP_TLS``) and a running ``tlshd`` |
 | ``qos`` | any I/O limit (``readIops`` ...) | the cgroup v2 ``io`` controller |
 
 Contract: :func:`features_of` is a pure function of a volume context; :meth:`NodeFeatures.gap` only reads the roots
@@ -30,7 +31,7 @@ from nvmeof_csi.nvmeof.context import VolumeContext
 from nvmeof_csi.nvmeof.qos import UNLIMITED
 
 MODULES_LOAD = "/etc/modules-load.d/nvmeof-csi.conf"
-FEATURES = ("tcp", "rdma", "multipath", "dhchap", "qos")
+FEATURES = ("tcp", "rdma", "multipath", "dhchap", "tls", "qos")
 
 
 @dataclass(frozen=True)
@@ -52,6 +53,8 @@ def features_of(ctx: VolumeContext) -> frozenset[str]:
         wanted.add("multipath")
     if ctx.auth != "none":
         wanted.add("dhchap")
+    if ctx.tls != "none":
+        wanted.add("tls")
     if ctx.qos != UNLIMITED:
         wanted.add("qos")
     return frozenset(wanted)
@@ -65,9 +68,12 @@ class NodeFeatures:
         cgroup_root: Path = Path("/sys/fs/cgroup"),
         authenticates: Callable[[], bool] = lambda: False,
         release: Callable[[], str] = lambda: os.uname().release,
+        tls_capable: Callable[[], bool] = lambda: False,
+        handshake_daemon: Callable[[], bool] = lambda: False,
     ) -> None:
         self._sys, self._modules, self._cgroups = sys_root, modules_root, cgroup_root
         self._authenticates, self._release = authenticates, release
+        self._tls_capable, self._handshake_daemon = tls_capable, handshake_daemon
         self._asked: set[str] = set()
         self._lock = threading.Lock()
 
@@ -94,6 +100,12 @@ class NodeFeatures:
         if feature == "dhchap" and not self._authenticates():
             why = f"kernel {release} has no NVMe in-band authentication (CONFIG_NVME_HOST_AUTH)"
             return Gap(feature, why, "run a kernel built with it (6.1 and later, e.g. Debian's 6.12)")
+        if feature == "tls" and not self._tls_capable():
+            why = f"kernel {release} cannot connect with NVMe/TCP TLS (CONFIG_NVME_TCP_TLS)"
+            return Gap(feature, why, "run a kernel built with it (6.7 and later, e.g. Debian's 6.12)")
+        if feature == "tls" and not self._handshake_daemon():
+            why = "no TLS handshake daemon (tlshd) runs beside the node plugin"
+            return Gap(feature, why, "run tlshd with keyrings=.nvme (chart: nvmeTls.handshakeDaemon: true)")
         if feature == "qos":
             available, why = PodCgroups(self._cgroups).io_controller()
             if not available:

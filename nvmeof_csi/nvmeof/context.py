@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 from nvmeof_csi.errors import InvalidArgument
 from nvmeof_csi.nvmeof.qos import UNLIMITED, QosLimits, limits_from
+from nvmeof_csi.nvmeof.tlspsk import check_tls
 
 TRANSPORTS = ("tcp", "rdma")
 
@@ -169,6 +170,7 @@ class VolumeContext:
     tunables: tuple[tuple[str, int], ...] = ()
     agent: str = ""  # the target agent that holds the volume (informational)
     auth: str = "none"  # DH-HMAC-CHAP mode (AUTH_MODES); the node's keys come from the volume's agent
+    tls: str = "none"  # NVMe/TCP TLS mode (``nvmeof/tlspsk.py``); the node's PSK comes from the volume's agent
     qos: QosLimits = UNLIMITED  # per-pod I/O limits at creation (a live change reaches the node another way)
 
     def tunable(self, key: str) -> int | None:
@@ -186,6 +188,8 @@ class VolumeContext:
             doc["agent"] = self.agent
         if self.auth != "none":
             doc["auth"] = self.auth
+        if self.tls != "none":
+            doc["tls"] = self.tls
         doc.update({key: str(value) for key, value in self.tunables})
         doc.update(self.qos.to_context())
         return doc
@@ -201,5 +205,6 @@ class VolumeContext:
             tunables=tunables_from(context),
             agent=context.get("agent", ""),
             auth=check_auth(context.get("auth", "none")),
+            tls=check_tls(context.get("tls", "none")),
             qos=limits_from(context),
         )

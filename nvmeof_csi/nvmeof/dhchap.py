@@ -75,8 +75,10 @@ class HostKeys:
 
     key: str = ""
     ctrl_key: str = ""
+    tls_psk: str = ""  # a ``tls: psk`` volume's per-host PSK (``nvmeof/tlspsk.py``)
 
     def __repr__(self) -> str:
-        return f"HostKeys(key={'set' if self.key else 'none'}, ctrl_key={'set' if self.ctrl_key else 'none'})"
+        shown = ", ".join(f"{k}={'set' if getattr(self, k) else 'none'}" for k in ("key", "ctrl_key", "tls_psk"))
+        return f"HostKeys({shown})"
 
     __str__ = __repr__

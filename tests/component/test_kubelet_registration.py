@@ -102,6 +102,7 @@ async def test_kubelet_registers_the_node_plugin_and_a_refusal_is_retried(
         assert await _http(port, "/healthz") == (200, "ok")
         healthy[0] = False
         assert await _http(port, "/healthz") == (503, "initiator not ready")
+        assert await _http(port, "/livez") == (200, "alive")  # not ready is not dead: liveness never restarts it
         assert (await _http(port, "/metrics"))[0] == 404
     finally:
         stop.set()

@@ -12,7 +12,6 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from bench import k8s_pvcs, k8s_spread
 from lab.kube.cluster import CHART, DRIVER, FABRIC, LAB_VALUES, NEXT_TAG, RELEASE, KubeCluster
 from lab.kube.layout import GPUS, MACHINES, STORAGE
 from tests.k8s.lifecycle import driver_pods, progress
@@ -183,23 +182,6 @@ def test_5_snapshot_then_a_volume_from_it(started: KubeCluster, written: str) ->
 def test_6_block_volume_write_and_read_back(started: KubeCluster) -> None:
     a, b = termination_message(wait_job(started, "raw-io")).split()
     assert a == b and len(a) == 64
-
-
-def test_6b_claims_at_once_benchmark_smoke(started: KubeCluster, report: Callable[[str, str], None]) -> None:
-    """``bench/k8s_pvcs.py`` in its smoke mode on this cluster: 10 claims of an Immediate class at once, all Bound
-    through the real external-provisioner, all deleted; its numbers go to the bench tier's report."""
-    doc = k8s_pvcs.run_on(started, k8s_pvcs.parser().parse_args(["--smoke"]))
-    row = doc["passes"][0]
-    report("bench k8s-pvcs (smoke)", str(row))
-    assert row["count"] == 10 and row["controller_create_calls"] >= 10, row
-
-
-def test_6c_spread_benchmark_smoke(started: KubeCluster, report: Callable[[str, str], None]) -> None:
-    """``bench/k8s_spread.py`` in its smoke mode: 4 claims and pods spread over both GPU nodes, all Running, then
-    all deleted; claim -> Bound and pod -> Running (median, p95) go to the report."""
-    doc = k8s_spread.run_on(started, k8s_spread.parser().parse_args(["--smoke"]))
-    report("bench k8s-spread (smoke)", str(doc))
-    assert doc["pods_per_node"] == dict.fromkeys(sorted(GPUS), 2), doc
 
 
 def test_7b_attributes_class_change_moves_the_running_pods_iops(started: KubeCluster) -> None:

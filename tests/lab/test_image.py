@@ -1,5 +1,5 @@
 """The container image (``./dev image``: debootstrap + umoci, no registry) run by runc inside the lab VM: the
-driver and the admin CLI start from it. It is unpacked on this host once per image (``image.build.unpacked``)
+driver, the admin CLI and the TLS handshake daemon start from it. It is unpacked on this host once per image (``image.build.unpacked``)
 and its root file system read, read-only, over the VM's host share. Its size is reported."""
 
 from __future__ import annotations
@@ -51,6 +51,10 @@ def test_image_runs_the_driver_and_the_cli(lab_vm: LabVM, report: Callable[[str,
         lab_vm, ["/bin/sh", "-c", "nvme version && mkfs.xfs -V && mkfs.ext4 -V 2>&1 | head -1"], "tools"
     )
     assert "nvme version" in tools and "mkfs.xfs version" in tools
+    tlshd = run_in_image(
+        lab_vm, ["/bin/sh", "-c", "/usr/sbin/tlshd --help 2>&1; grep keyrings /etc/tlshd.conf"], "tlshd"
+    )
+    assert "usage: tlshd" in tlshd and "keyrings=.nvme" in tlshd  # NVMe/TCP TLS handshakes, on the image's libraries
     unpacked_mib = subprocess.run(
         ["du", "-sm", str(rootfs)], capture_output=True, text=True, check=True, timeout=120
     ).stdout.split()[0]

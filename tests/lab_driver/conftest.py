@@ -14,5 +14,5 @@ __all__ = ["kernel_release", "lab_vm", "pytest_sessionfinish", "report", "stack"
 
 @pytest.fixture(scope="session")
 def stack(lab_vm: LabVM) -> Iterator[GuestDriver]:
-    with running_stack(lab_vm, rdma=True) as driver:  # TCP and soft-RoCE portals
+    with running_stack(lab_vm, rdma=True, tls=True) as driver:  # TCP, soft-RoCE and TLS portals; tlshd
         yield driver

@@ -171,8 +171,8 @@ class LocalAgent:
         return volume_msg(self.agent.allow_host(vol_uuid, host_nqn, secret, readonly, ctrl_secret))
 
     def get_host_keys(self, vol_uuid: str, host_nqn: str) -> pb.HostKeys:
-        key, ctrl_key = self.agent.host_keys(vol_uuid, host_nqn)
-        return pb.HostKeys(dhchap_secret=key, dhchap_ctrl_secret=ctrl_key)
+        key, ctrl_key, psk = self.agent.host_keys(vol_uuid, host_nqn)
+        return pb.HostKeys(dhchap_secret=key, dhchap_ctrl_secret=ctrl_key, tls_psk=psk)
 
     def deny_host(self, vol_uuid: str, host_nqn: str) -> pb.Volume:
         return volume_msg(self.agent.deny_host(vol_uuid, host_nqn))

@@ -78,10 +78,10 @@ def test_agent_issues_random_host_keys_and_keeps_them_owner_only(
     with pytest.raises(InvalidArgument, match="DH-HMAC-CHAP key"):
         agent.allow_host(vol.uuid, HOST, "DHHC-1:00:bm90IGEga2V5:")
     agent.allow_host(vol.uuid, HOST)  # no keys given: the agent issues them
-    key, ctrl_key = agent.host_keys(vol.uuid, HOST)
+    key, ctrl_key, _ = agent.host_keys(vol.uuid, HOST)
     assert parse_key(key) and parse_key(ctrl_key) and key != ctrl_key
     agent.allow_host(vol.uuid, HOST)  # idempotent: the same keys
-    assert agent.host_keys(vol.uuid, HOST) == (key, ctrl_key)
+    assert agent.host_keys(vol.uuid, HOST) == (key, ctrl_key, "")
     host = agent.nvmet.root / "hosts" / HOST
     assert (host / "dhchap_key").read_text() == key and (host / "dhchap_ctrl_key").read_text() == ctrl_key
     assert (host / "dhchap_hash").read_text() == "hmac(sha256)"
@@ -226,11 +226,11 @@ def test_rotating_a_host_key_changes_it_on_every_volume_and_in_configfs_one_key_
     for vol in (a, b):
         agent.allow_host(vol.uuid, HOST)
     agent.allow_host(a.uuid, OTHER_HOST)
-    key, ctrl_key = agent.host_keys(a.uuid, HOST)
+    key, ctrl_key, _ = agent.host_keys(a.uuid, HOST)
     other = agent.host_keys(a.uuid, OTHER_HOST)
     assert sorted(agent.rotate_host_key(HOST)) == sorted([a.uuid, b.uuid])
-    new_key, same_ctrl = agent.host_keys(a.uuid, HOST)
-    assert new_key != key and same_ctrl == ctrl_key and agent.host_keys(b.uuid, HOST) == (new_key, ctrl_key)
+    new_key, same_ctrl, _ = agent.host_keys(a.uuid, HOST)
+    assert new_key != key and same_ctrl == ctrl_key and agent.host_keys(b.uuid, HOST) == (new_key, ctrl_key, "")
     assert (agent.nvmet.root / "hosts" / HOST / "dhchap_key").read_text() == new_key
     assert agent.host_keys(a.uuid, OTHER_HOST) == other  # another host's keys are untouched
     agent.rotate_host_key(HOST, controller_key=True)

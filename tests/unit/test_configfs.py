@@ -37,7 +37,12 @@ def test_subsystem_namespace_and_links(nvmet: Nvmet) -> None:
         "device_nguid": "22222222-2222-2222-2222-222222222222",
         "enable": "1",
     }
-    assert dump["ports"]["1"] == {"addr": ["tcp", "127.0.0.1", "4420"], "subsystems": [NQN], "ana": "optimized"}
+    assert dump["ports"]["1"] == {
+        "addr": ["tcp", "127.0.0.1", "4420"],
+        "tls": False,
+        "subsystems": [NQN],
+        "ana": "optimized",
+    }
 
 
 def test_converging_twice_writes_nothing(nvmet: Nvmet, tmp_path: Path) -> None:

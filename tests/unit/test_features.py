@@ -41,6 +41,17 @@ def test_a_volume_asks_for_its_transport_its_paths_its_auth_and_its_limits() -> 
         ctx(VOL, portals="rdma:10.0.0.1:4420,rdma:10.0.0.2:4420", auth="dhchap", readIops="100")
     )
     assert features_of(rich) == {"rdma", "multipath", "dhchap", "qos"}
+    assert features_of(VolumeContext.from_dict(ctx(VOL, portals="tcp:127.0.0.1:4430", tls="psk"))) == {"tcp", "tls"}
+
+
+def test_tls_needs_the_kernel_option_and_a_running_tlshd(tmp_path: Path) -> None:
+    sys_root = tmp_path / "sys"
+    (sys_root / "module").mkdir(parents=True)
+    capable = NodeFeatures(sys_root, tls_capable=lambda: True, handshake_daemon=lambda: False, release=lambda: RELEASE)
+    gap = capable.gap("tls")
+    assert gap is not None and "tlshd" in gap.why and "nvmeTls.handshakeDaemon" in gap.fix
+    ready = NodeFeatures(sys_root, tls_capable=lambda: True, handshake_daemon=lambda: True, release=lambda: RELEASE)
+    assert ready.gap("tls") is None
 
 
 def test_each_gap_names_its_fix(tmp_path: Path) -> None:
@@ -53,6 +64,8 @@ def test_each_gap_names_its_fix(tmp_path: Path) -> None:
     dhchap = node.gap("dhchap")
     assert dhchap is not None and "CONFIG_NVME_HOST_AUTH" in dhchap.why
     assert node.gap("qos") is None
+    tls = node.gap("tls")
+    assert tls is not None and "CONFIG_NVME_TCP_TLS" in tls.why
     assert node.gap("nvme-over-carrier-pigeon") is not None
     bare = roots(tmp_path / "bare")
     tcp = bare.gap("tcp")

@@ -132,6 +132,7 @@ class CtrVM:
     def __init__(self, held: set[str]) -> None:
         self.held = held
         self.imported: list[str] = []
+        self.tars: list[str] = []  # the tar each import read
 
     def check(self, argv: list[str], timeout: float) -> str:
         if argv[-2:] == ["ls", "-q"]:
@@ -141,11 +142,12 @@ class CtrVM:
     def submit(self, argv: list[str], timeout: float) -> SimpleNamespace:
         ref = f"{argv[argv.index('--base-name') + 1]}:{Path(argv[-1]).stem}"
         self.imported.append(ref)
+        self.tars.append(argv[-1])
         self.held.add(ref)
         return SimpleNamespace(check=lambda: "")
 
 
-def test_the_node_imports_what_it_lacks_and_always_the_driver_image(
+def test_the_node_imports_what_it_lacks_and_the_driver_image_once(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from lab.kube import node as node_mod
@@ -160,5 +162,25 @@ def test_the_node_imports_what_it_lacks_and_always_the_driver_image(
     node = node_mod.KubeNode(vm, None, machine, images, always=["localhost/nvmeof-csi:0.1.0"])  # type: ignore[arg-type]
     assert node.import_images() == ["localhost/nvmeof-csi:0.1.0", "localhost/workload:w1"]
     assert sorted(vm.imported) == ["localhost/nvmeof-csi:0.1.0", "localhost/workload:w1"]
+    assert node.import_images() == []  # a power-cycled node: its disk holds what this run imported
     without = node_mod.KubeNode(CtrVM(set(images)), None, machine, images)  # type: ignore[arg-type]
     assert without.import_images() == []
+
+
+def test_the_driver_image_comes_from_its_slim_tar_only_where_the_base_is(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from lab.kube import node as node_mod
+
+    monkeypatch.setattr(node_mod, "binary", lambda name: tmp_path / name)
+    driver, base = "localhost/nvmeof-csi:0.1.0", "localhost/nvmeof-csi-base:b1"
+    images = {base: tmp_path / "b1.tar", driver: tmp_path / "0.1.0.tar"}
+    slim = {driver: (base, tmp_path / "slim" / "0.1.0.tar")}
+    with_base = CtrVM({base})
+    node = node_mod.KubeNode(with_base, None, MACHINES[1], images, always=[driver], slim=slim)  # type: ignore[arg-type]
+    assert node.import_images() == [driver]
+    assert with_base.tars == [str(tmp_path / "slim" / "0.1.0.tar")]
+    blank = CtrVM(set())  # the base comes in the same round: the driver's full tar
+    node = node_mod.KubeNode(blank, None, MACHINES[1], images, always=[driver], slim=slim)  # type: ignore[arg-type]
+    assert node.import_images() == [base, driver]
+    assert sorted(blank.tars) == [str(tmp_path / "0.1.0.tar"), str(tmp_path / "b1.tar")]

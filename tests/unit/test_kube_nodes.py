@@ -43,6 +43,7 @@ class Storage:
             {"metadata": {"name": n}, "spec": {"drivers": [{"name": d, "nodeID": i} for d, i in e] or None}}
             for n, e in self.entries.items()
         ]
+        items.append({"metadata": None, "spec": {"drivers": [{"name": DRIVER, "nodeID": "nqn.gpu-1"}]}})  # malformed
         return NS(data=json.dumps({"items": items}).encode())
 
 

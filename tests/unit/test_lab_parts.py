@@ -144,7 +144,9 @@ def test_the_cluster_replaces_a_vm_that_exits_during_bring_up_once(
     outcomes: list[Exception | None] = [VMExited("Oops: int3 in sched_clock_cpu"), None]
     sentinel: Any = SimpleNamespace()  # the cluster bring_up made
 
-    def bring_up(cp: object, vm: object, images: object, tag: str, disk_key: str, helm_args: object) -> object:
+    def bring_up(
+        cp: object, vm: object, images: object, tag: str, disk_key: str, helm_args: object, slim: object
+    ) -> object:
         assert disk_key == "k"
         events.append("bring-up")
         outcome = outcomes.pop(0)
@@ -155,7 +157,13 @@ def test_the_cluster_replaces_a_vm_that_exits_during_bring_up_once(
     monkeypatch.setattr(
         cluster,
         "current_image",
-        lambda: {"tag": "t", "tar": "/x.tar", "base_ref": "localhost/nvmeof-csi-base:b", "base_tar": "/b.tar"},
+        lambda: {
+            "tag": "t",
+            "tar": "/x.tar",
+            "base_ref": "localhost/nvmeof-csi-base:b",
+            "base_tar": "/b.tar",
+            "slim_tar": "/s.tar",
+        },
     )
     monkeypatch.setattr(cluster, "build_images", lambda: {})
     monkeypatch.setattr(cluster, "ControlPlane", FakeCP)

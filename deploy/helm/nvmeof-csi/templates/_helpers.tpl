@@ -23,6 +23,21 @@ readOnlyRootFilesystem: true
 capabilities: {drop: [ALL]}
 {{- end -}}
 
+{{/* The NVMe/TCP TLS handshake daemon (tlshd, in the driver image) beside a node plugin or an agent: it must
+share the host's network namespace (the pod is hostNetwork) and read the kernel's .nvme keyring (keyctl, which
+the runtime's default seccomp profile refuses: privileged, as its neighbour); the pod shares its process
+namespace so that the driver sees it running. Argument: the root context. */}}
+{{- define "nvmeof-csi.tlshd" -}}
+- name: tlshd
+  image: {{ include "nvmeof-csi.image" (list .Values.images.driver .Chart.AppVersion) }}
+  imagePullPolicy: {{ .Values.imagePullPolicy }}
+  command: [/usr/sbin/tlshd, -s, -c, /etc/tlshd.conf]
+  securityContext:
+    privileged: true
+  resources:
+    {{- toYaml .Values.nvmeTls.resources | nindent 4 }}
+{{- end -}}
+
 {{/* Pod placement and pull settings of one workload: (list $root $workloadValues). */}}
 {{- define "nvmeof-csi.placement" -}}
 {{- $root := index . 0 -}}
@@ -52,6 +67,12 @@ imagePullSecrets:
 {{- else }}
   value: 127.0.0.1
 {{- end }}
+{{- end -}}
+
+{{/* The liveness (and start-up) probe's path: the livenessprobe sidecar's /healthz (our Probe RPC), or our own
+/livez (the process answers; readiness is /healthz) when the sidecar is off. */}}
+{{- define "nvmeof-csi.livePath" -}}
+{{- if .Values.livenessProbeSidecar }}/healthz{{ else }}/livez{{ end }}
 {{- end -}}
 
 {{/* The leader-election flags of a sidecar. */}}
