@@ -8,8 +8,8 @@ creation time against the claim's), pod -> Running (the Ready condition's transi
 median and p95 of each, and the pods per node. Then everything is deleted and the time until no volume is left.
 
 usage: python -m bench.k8s_spread [--count 20] [--smoke]
-``--smoke`` (4 claims) is what the Kubernetes tier runs on its own cluster (tests/k8s); ``./dev bench`` runs the
-full size on a cluster booted for it.
+``--smoke``: 2 claims, one pod on each GPU node (``python -m bench.suite --smoke --only k8s-spread``); ``./dev
+bench`` runs the full size on a cluster booted for it.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ SCRIPT = "dd if=/dev/zero of=/data/f bs=1M count=1 conv=fsync 2>/dev/null; sleep
 def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--count", type=int, default=20, help="claims and pods created at once")
-    ap.add_argument("--smoke", action="store_true", help="4 claims (the k8s tier)")
+    ap.add_argument("--smoke", action="store_true", help="2 claims, one pod on each GPU node; not a measurement")
     return ap
 
 
@@ -93,10 +93,10 @@ def _ready_at(pod: dict[str, Any]) -> float | None:
 
 def run_on(kube: KubeCluster, args: argparse.Namespace) -> dict[str, Any]:
     """One pass on a running cluster; saves and returns the result."""
-    count = 4 if args.smoke else args.count
+    count = 2 if args.smoke else args.count
     began = time.monotonic()
     kube.cp.apply(objects(count))
-    deadline = began + 120 + 30 * count
+    deadline = began + 300 + 30 * count  # bounds to give up at, not goals: a slow emulated host
     pods: list[dict[str, Any]] = []
     while time.monotonic() < deadline:
         pods = [p for p in kube.cp.get("pods", "-n", NS, "-l", "app=spread")["items"]]
@@ -120,7 +120,7 @@ def run_on(kube: KubeCluster, args: argparse.Namespace) -> dict[str, Any]:
     kube.kubectl("-n", NS, "delete", *(f"pod/{n}" for n in names), "--wait=true", timeout=600)
     kube.kubectl("-n", NS, "delete", *(f"pvc/{n}" for n in names), "--wait=false", timeout=300)
     while any(pv["spec"].get("claimRef", {}).get("name", "").startswith(PREFIX) for pv in kube.cp.get("pv")["items"]):
-        if time.monotonic() - t0 > 60 + 20 * count:
+        if time.monotonic() - t0 > 300 + 20 * count:
             raise TimeoutError("spread volumes not deleted")
         time.sleep(2)
     result = {

@@ -7,8 +7,10 @@ and published (ext4, two TCP paths), a 4 KiB O_DIRECT write+verify probe runs on
 the first path is black-holed. The stall is the probe's longest gap between two completions; errors must be
 0. The figure of the performance goals is the stall at the default keep-alive against ``keep-alive + 1 s``,
 and the fitted line ``stall = slope * keepAliveTmo + offset`` over all runs shows where the floor comes from.
+With TLS (``tls: psk``, the agent's TLS portals) the same run at the same keep-alive gives the stall of an encrypted
+volume side by side with the clear-text one (``tls_runs``; each path that comes back does a TLS handshake).
 
-usage: python -m bench.pathloss [--kato 1 2 3 5] [--rounds 2] [--quick | --smoke]
+usage: python -m bench.pathloss [--kato 1 2 3 5] [--rounds 2] [--quick | --smoke] [--no-tls]
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from typing import Any
 from bench.results import in_one_vm, save
 from lab import Fabric, IoProbe
 from lab.stack import GuestDriver, running_stack
-from lab.target import TWO_PORTALS
+from lab.target import TWO_PORTALS, TWO_TLS_PORTALS
 
 MiB = 1 << 20
 DEFAULT_KATO = 5
@@ -39,10 +41,11 @@ def fit(points: list[tuple[float, float]]) -> tuple[float, float]:
     return slope, my - slope * mx
 
 
-def one_run(stack: GuestDriver, kato: int, index: int) -> dict[str, Any]:
-    """One black-holed path under the probe on a fresh volume with ``keepAliveTmo`` = ``kato``."""
-    fabric, first = Fabric(stack.vm), TWO_PORTALS[0]
-    name = f"pl-{kato}-{index}"
+def one_run(stack: GuestDriver, kato: int, index: int, tls: bool = False) -> dict[str, Any]:
+    """One black-holed path under the probe on a fresh volume with ``keepAliveTmo`` = ``kato`` (``tls``: an
+    NVMe/TCP TLS volume on the agent's TLS portals)."""
+    fabric, first = Fabric(stack.vm), (TWO_TLS_PORTALS if tls else TWO_PORTALS)[0]
+    name = f"pl-{kato}-{index}{'-tls' if tls else ''}"
     steps = stack.csi(
         {
             "op": "up",
@@ -50,7 +53,7 @@ def one_run(stack: GuestDriver, kato: int, index: int) -> dict[str, Any]:
             "size": 64 * MiB,
             "mode": "mount",
             "fs": "ext4",
-            "params": {"keepAliveTmo": str(kato)},
+            "params": {"keepAliveTmo": str(kato), **({"tls": "psk"} if tls else {})},
         },
         {"op": "probe-target", "name": name, "mib": 8},
     )
@@ -67,6 +70,7 @@ def one_run(stack: GuestDriver, kato: int, index: int) -> dict[str, Any]:
     fabric.wait_paths(nqn, live=2, timeout=120)
     stack.csi({"op": "down", "name": name})
     return {
+        "tls": tls,
         "keep_alive_s": kato,
         "stall_s": result.max_gap_s,
         "errors": result.errors,
@@ -86,6 +90,7 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--rounds", type=int, default=2, help="runs per keep-alive timeout")
     ap.add_argument("--quick", action="store_true", help="keep-alive 2 and 5 s, one run each")
     ap.add_argument("--smoke", action="store_true", help="CI: keep-alive 2 s, one run; not a measurement")
+    ap.add_argument("--no-tls", dest="tls", action="store_false", help="no TLS runs (the stack has no TLS portals)")
     return ap
 
 
@@ -103,6 +108,11 @@ def run(stack: GuestDriver, args: argparse.Namespace) -> None:
                 f"bench pathloss: keep-alive {kato}s -> stall {runs[-1]['stall_s']:.2f}s, {runs[-1]['errors']} errors",
                 flush=True,
             )
+    tls_kato = katos[-1]  # the default keep-alive, or the only one measured
+    tls_runs = [one_run(stack, tls_kato, index, tls=True) for index in range(rounds)] if args.tls else []
+    for r in tls_runs:
+        print(f"bench pathloss: TLS, keep-alive {tls_kato}s -> stall {r['stall_s']:.2f}s, {r['errors']} errors")
+    clear_same = [r["stall_s"] for r in runs if r["keep_alive_s"] == tls_kato]
     slope, offset = fit([(r["keep_alive_s"], r["stall_s"]) for r in runs])
     default = [r["stall_s"] for r in runs if r["keep_alive_s"] == DEFAULT_KATO]
     result = {
@@ -111,7 +121,11 @@ def run(stack: GuestDriver, args: argparse.Namespace) -> None:
         "runs": runs,
         "default_keep_alive_s": DEFAULT_KATO,
         "default_stall_s": max(default) if default else None,
-        "errors": sum(r["errors"] for r in runs),
+        "errors": sum(r["errors"] for r in [*runs, *tls_runs]),
+        "tls_runs": tls_runs,
+        "tls_keep_alive_s": tls_kato if tls_runs else None,
+        "tls_stall_s": max(r["stall_s"] for r in tls_runs) if tls_runs else None,
+        "clear_stall_s_same_keep_alive": max(clear_same) if tls_runs else None,
         "fit_slope": round(slope, 3),
         "fit_offset_s": round(offset, 3),
         "kernel": vm.ready["kernel"],
@@ -129,7 +143,7 @@ def run(stack: GuestDriver, args: argparse.Namespace) -> None:
 
 def main() -> None:
     args = parser().parse_args()
-    with in_one_vm() as vm, running_stack(vm, "WARNING") as stack:
+    with in_one_vm() as vm, running_stack(vm, "WARNING", tls=True) as stack:
         run(stack, args)
 
 

@@ -11,7 +11,8 @@ benchmarks still work, and the report it leads to says "smoke: not a measurement
 judged on the full suite (``./dev bench``, no flag). ``across``, ``k8s-pvcs`` (many claims at once through
 the real external-provisioner) and ``k8s-spread`` (claims and pods spread over both GPU nodes), the last two on one
 lab Kubernetes cluster, are left out of ``--smoke`` unless named with
-``--only``: CI runs their smoke in the cluster and k8s tiers, on the clusters those tiers have booted anyway.
+``--only`` (each boots a cluster of its own: CI's budget goes to the k8s tier's scenarios; ``--smoke --only
+k8s-pvcs k8s-spread`` runs their smokes on one boot).
 
 usage: python -m bench.suite [--quick | --smoke] [--only NAME ...]
 """
@@ -128,7 +129,7 @@ def run_in(vm: LabVM, todo: list[str], flags: list[str], failed: list[str]) -> l
     if not on_stack:
         return left
     try:
-        with running_stack(vm, "WARNING") as stack:
+        with running_stack(vm, "WARNING", tls=True) as stack:
             for i, name in enumerate(on_stack):
                 make_parser, bench_run = ON_STACK[name]
                 if not finished(name, partial(bench_run, stack, make_parser().parse_args(flags))):
