@@ -1,13 +1,15 @@
 """Guest half of bench/provision.py; prints one JSON line.
 
 usage: python -m bench.provision_guest AGENT_SOCKET ROUNDS BATCH POOL_DIR AGENT_PID CONCURRENCY CYCLES PROFILE_S
+       REPEATS
 
 1. Latency: alternate batches of creates+deletes through the target agent and through three scripts
    (bench/provision_scripts.py: configfs writes and file operations, no agent): ``bare`` (only the image
    fsynced), ``durable`` (the agent's durability in the fewest steps) and ``contract`` (every system call the
    agent makes, in its order), timing each.
 2. Throughput: the same create+delete cycles from CONCURRENCY clients at once vs. one client, and the durable
-   script's own ceiling on this machine: CONCURRENCY processes at once vs. one.
+   script's own ceiling on this machine: CONCURRENCY processes at once vs. one; REPEATS rounds of the four,
+   alternated, medians reported with each round's share of the ceiling.
 3. The RPC floor: an empty round trip (Health) through the same connection, its wall time and the agent's CPU;
    and the same round trip to a server that does nothing at all (bench/grpc_floor.py): the least any agent
    served over gRPC in Python costs per call on this machine.
@@ -21,6 +23,7 @@ from __future__ import annotations
 import json
 import multiprocessing
 import os
+import statistics
 import subprocess
 import sys
 import threading
@@ -98,6 +101,23 @@ def script_throughput(pool: Path, ports: list[str], workers: int, per_worker: in
     return workers * per_worker / (time.perf_counter() - begin)
 
 
+def throughput_runs(
+    connect: Callable[[], AgentClient], pool: Path, ports: list[str], pid: int, concurrency: int, repeats: int
+) -> list[tuple[float, float, float, float, float, float]]:
+    """``repeats`` rounds, each: the agent with 1 client, with ``concurrency`` clients, then the durable script
+    with 1 and with ``concurrency`` processes, every run the same ``concurrency * 4`` cycles; alternated so that a
+    slower minute of the host falls on both. Each round: (agent cycles/s with 1, agent CPU ms per cycle with 1,
+    the same with ``concurrency``, script cycles/s with 1, script cycles/s with ``concurrency``)."""
+    runs = []
+    for _ in range(repeats):
+        one, cpu_one = throughput(connect, 1, concurrency * 4, pid)
+        many, cpu_many = throughput(connect, concurrency, 4, pid)
+        script_one = script_throughput(pool, ports, 1, concurrency * 4)
+        script_many = script_throughput(pool, ports, concurrency, 4)
+        runs.append((one, cpu_one, many, cpu_many, script_one, script_many))
+    return runs
+
+
 def rpc_floor(client: AgentClient, pid: int, calls: int = 200) -> tuple[float, float]:
     """(ms per empty round trip, agent CPU ms per round trip): Health crosses the same edge, thread hop and
     transport as a create, and does nothing else."""
@@ -168,6 +188,7 @@ def timed_batch(
 def main() -> None:
     sock, rounds, batch, pool = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), Path(sys.argv[4])
     pid, concurrency, cycles, profile_s = int(sys.argv[5]), int(sys.argv[6]), int(sys.argv[7]), int(sys.argv[8])
+    repeats = int(sys.argv[9])
     ports = sorted(os.listdir(CFS / "ports"))
     (pool / "records").mkdir(parents=True, exist_ok=True)
     agent_t = {"create": 0.0, "delete": 0.0}
@@ -196,10 +217,11 @@ def main() -> None:
             timed_batch(
                 contract_t, batch, lambda _: contract_create(pool, ports), lambda vol: contract_delete(pool, ports, vol)
             )
-        one, cpu_one = throughput(connect, 1, concurrency * 2, pid)
-        many, cpu_many = throughput(connect, concurrency, 2, pid)
-        script_one = script_throughput(pool, ports, 1, concurrency * 2)
-        script_many = script_throughput(pool, ports, concurrency, 2)
+        runs = throughput_runs(connect, pool, ports, pid, concurrency, repeats)
+        one, cpu_one, many, cpu_many, script_one, script_many = (
+            statistics.median(run[k] for run in runs) for k in range(6)
+        )
+        shares = [run[2] / run[0] / (run[5] / run[4]) for run in runs]
         floor_ms, floor_cpu_ms = rpc_floor(client, pid)
         bare_ms, bare_cpu_ms = bare_grpc_floor()
         where = profile(client, pid, profile_s)
@@ -234,7 +256,11 @@ def main() -> None:
                 "script_cycles_per_s_1": round(script_one, 2),
                 "script_cycles_per_s_n": round(script_many, 2),
                 "script_concurrency_speedup": round(script_many / script_one, 2),
-                "speedup_vs_script_ceiling": round(many / one / (script_many / script_one), 2),
+                # each round's share of the ceiling, (agent n / agent 1) / (script n / script 1), and their median:
+                # the four runs of a round share the host's minute
+                "speedup_vs_script_ceiling": round(statistics.median(shares), 2),
+                "throughput_repeats": repeats,
+                "ceiling_share_runs": [round(share, 2) for share in shares],
                 "rpc_floor_ms": round(floor_ms, 2),
                 "rpc_floor_agent_cpu_ms": round(floor_cpu_ms, 2),
                 "bare_grpc_ms": round(bare_ms, 2),
