@@ -1,6 +1,8 @@
 """Benchmark: how the agent's cost grows with the volumes it holds. One ``nvmeof-csi agent`` process on this host,
 on a plain folder standing in for nvmet configfs (the kernel is not the point here: the agent's own state, scans
-and records are), reached over its Unix socket through the real gRPC client.
+and records are), reached over its Unix socket through the real gRPC client. ``--lab`` runs the same in a lab VM
+on the kernel's own nvmet configfs (every volume a real subsystem, namespace and port link) and writes
+``results/bench-scale-agent-lab.json``: the levels there are what the kernel and TCG allow in minutes.
 
 At each level (volumes already there: 0, 1,000, 10,000 by default) it measures
 - CreateVolume and DeleteVolume of new volumes, one at a time: p50 and p99;
@@ -10,12 +12,13 @@ At each level (volumes already there: 0, 1,000, 10,000 by default) it measures
 The levels are filled with creates through the same API (several clients at once). Writes
 ``results/bench-scale-agent.json``; the ratios are each level's p50 over the p50 at 0.
 
-usage: python -m bench.scale_agent [--levels 0 1000 10000] [--samples 100] [--smoke]
+usage: python -m bench.scale_agent [--levels 0 1000 10000] [--samples 100] [--smoke] [--lab]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 import subprocess
@@ -29,7 +32,8 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from bench.results import save
+from bench.provision_scripts import contract_create, contract_delete, raw_create, raw_delete
+from bench.results import in_one_vm, save
 from nvmeof_csi.agent.client import AgentClient, AgentTarget
 from nvmeof_csi.errors import DriverError
 from nvmeof_csi.gen import nvmeof_agent_pb2 as pb
@@ -37,6 +41,8 @@ from nvmeof_csi.rpc.endpoints import Endpoint
 
 MiB = 1 << 20
 PAGE = 100
+NVMET = Path("/sys/kernel/config/nvmet")
+REPO = Path(__file__).resolve().parents[1]
 FILL_CLIENTS = 4
 
 
@@ -45,6 +51,16 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--levels", type=int, nargs="+", default=[0, 1000, 10000], help="volumes already there")
     ap.add_argument("--samples", type=int, default=100, help="creates and deletes measured at each level")
     ap.add_argument("--smoke", action="store_true", help="CI: levels 0, 50, 200 with 10 samples; not a measurement")
+    ap.add_argument(
+        "--lab",
+        action="store_true",
+        help="boot a lab VM and measure there on the kernel's nvmet configfs (results/bench-scale-agent-lab.json)",
+    )
+    ap.add_argument(
+        "--real-configfs",
+        action="store_true",
+        help="(what --lab runs in the VM) the kernel's nvmet configfs, modules loaded; prints the result as JSON",
+    )
     return ap
 
 
@@ -61,13 +77,16 @@ def timed(call: Callable[[], Any]) -> float:
 
 
 class AgentProcess:
-    """``nvmeof-csi agent`` on a plain configfs tree under ``work``; :meth:`restart` keeps its state."""
+    """``nvmeof-csi agent`` on a plain configfs tree under ``work``, or on the kernel's nvmet configfs with
+    ``real``; :meth:`restart` keeps its state."""
 
-    def __init__(self, work: Path) -> None:
-        self.work = work
+    def __init__(self, work: Path, real: bool = False) -> None:
+        self.work, self.real = work, real
         self.sock = work / "agent.sock"
-        for sub in ("subsystems", "ports", "hosts"):
-            (work / "nvmet" / sub).mkdir(parents=True, exist_ok=True)
+        self.configfs = NVMET if real else work / "nvmet"
+        if not real:
+            for sub in ("subsystems", "ports", "hosts"):
+                (work / "nvmet" / sub).mkdir(parents=True, exist_ok=True)
         self.proc: subprocess.Popen[bytes] | None = None
 
     def argv(self) -> list[str]:
@@ -75,8 +94,8 @@ class AgentProcess:
             sys.executable, "-m", "nvmeof_csi", "agent", "--name", "scale",
             "--portal", "1:tcp:127.0.0.1:4420:a", "--portal", "2:tcp:127.0.0.2:4421:b",
             "--state-dir", str(self.work / "state"), "--pool-dir", str(self.work / "pool"),
-            "--listen-unix", f"unix://{self.sock}", "--configfs-root", str(self.work / "nvmet"),
-            "--configfs-plain-tree", "--log-level", "WARNING",
+            "--listen-unix", f"unix://{self.sock}", "--configfs-root", str(self.configfs),
+            *(() if self.real else ("--configfs-plain-tree",)), "--log-level", "WARNING",
         ]  # fmt: skip
 
     def start(self) -> float:
@@ -114,9 +133,9 @@ class AgentProcess:
 
 
 @contextmanager
-def running_agent() -> Iterator[AgentProcess]:
+def running_agent(real: bool = False) -> Iterator[AgentProcess]:
     with tempfile.TemporaryDirectory(prefix="bench-scale-", dir="/var/tmp") as work:
-        agent = AgentProcess(Path(work))
+        agent = AgentProcess(Path(work), real)
         agent.start()
         try:
             yield agent
@@ -141,7 +160,31 @@ def page_cost(client: AgentClient, tokens: Sequence[str]) -> dict[str, float]:
     return out
 
 
+def bare_configfs(agent: AgentProcess, samples: int) -> dict[str, float]:
+    """On real configfs: the durable raw configfs script's create and delete (bench/provision_scripts.py: the
+    same kernel objects and durability, no agent) and the contract script's (every system call the agent makes,
+    in its order) beside the agent's, p50 in ms: what the kernel's own cost does as the volumes held grow."""
+    pool = agent.work / "raw"
+    (pool / "records").mkdir(parents=True, exist_ok=True)
+    ports = ["1", "2"]  # the agent's portals (argv)
+    creates, deletes, c_creates, c_deletes = [], [], [], []
+    for _ in range(samples):
+        made: list[str] = []
+        creates.append(timed(lambda: made.append(raw_create(pool, ports, durable=True))))  # noqa: B023 - at once
+        deletes.append(timed(lambda: raw_delete(pool, ports, made[0], durable=True)))  # noqa: B023 - at once
+        # the contract script: every system call the agent makes, in its order (more lookups in the same dirs)
+        c_creates.append(timed(lambda: made.append(contract_create(pool, ports))))  # noqa: B023 - at once
+        c_deletes.append(timed(lambda: contract_delete(pool, ports, made[1])))  # noqa: B023 - at once
+    return {
+        "raw_create_p50_ms": quantile(creates, 0.5),
+        "raw_delete_p50_ms": quantile(deletes, 0.5),
+        "contract_create_p50_ms": quantile(c_creates, 0.5),
+        "contract_delete_p50_ms": quantile(c_deletes, 0.5),
+    }
+
+
 def measure(agent: AgentProcess, level: int, samples: int) -> dict[str, Any]:
+    bare = bare_configfs(agent, samples) if agent.real else {}
     with agent.client() as client:
         creates, deletes = [], []
         for i in range(samples):
@@ -163,13 +206,14 @@ def measure(agent: AgentProcess, level: int, samples: int) -> dict[str, Any]:
         "list_page_ms": pages,
         "start_s": round(start_s, 3),
         "rss_kib": agent.rss_kib(),
+        **bare,
     }
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     levels, samples = ([0, 50, 200], 10) if args.smoke else (sorted(args.levels), args.samples)
     rows: list[dict[str, Any]] = []
-    with running_agent() as agent:
+    with running_agent(args.real_configfs) as agent:
         there = 0
         for level in levels:
             began = time.monotonic()
@@ -179,7 +223,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             row = measure(agent, level, samples)
             row["fill_s"] = round(time.monotonic() - began, 1)
             rows.append(row)
-            print(f"bench scale-agent: {row}", flush=True)
+            print(f"bench scale-agent: {row}", file=sys.stderr if args.real_configfs else sys.stdout, flush=True)
     base, top = rows[0], rows[-1]
     per_volume = (top["rss_kib"] - base["rss_kib"]) / max(1, top["volumes"] - base["volumes"])
     start_growth = (top["start_s"] - base["start_s"]) / max(1, top["volumes"] - base["volumes"])
@@ -194,12 +238,39 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         else 1.0,
         "rss_kib_per_volume": round(per_volume, 2),
         "start_ms_per_volume": round(start_growth * 1000, 4),
+        **(
+            {
+                "raw_create_p50_ratio": round(top["raw_create_p50_ms"] / base["raw_create_p50_ms"], 2),
+                "raw_delete_p50_ratio": round(top["raw_delete_p50_ms"] / base["raw_delete_p50_ms"], 2),
+                "contract_create_p50_ratio": round(top["contract_create_p50_ms"] / base["contract_create_p50_ms"], 2),
+                "contract_delete_p50_ratio": round(top["contract_delete_p50_ms"] / base["contract_delete_p50_ms"], 2),
+            }
+            if "raw_create_p50_ms" in top
+            else {}
+        ),
     }
 
 
+def in_lab(args: argparse.Namespace) -> dict[str, Any]:
+    """The benchmark with ``--real-configfs`` in a booted lab VM (NVMe-oF modules loaded), its result with the
+    kernel it ran on."""
+    levels = ["--smoke"] if args.smoke else ["--levels", *map(str, args.levels), "--samples", str(args.samples)]
+    with in_one_vm() as vm:
+        # the VM's root is a 1 GiB tmpfs: the volumes' sparse 1 MiB images go on a tmpfs whose size is room to
+        # provision (the agent refuses what its pool's filesystem cannot hold), not memory they use
+        vm.check(["mount", "-t", "tmpfs", "-o", "size=64g", "bench-scale", "/var/tmp"])
+        out = vm.check([vm.python, "-m", "bench.scale_agent", "--real-configfs", *levels], timeout=7200, cwd=str(REPO))
+        result: dict[str, Any] = json.loads(out.strip().splitlines()[-1])
+        result.update(kernel=vm.ready["kernel"], accel=vm.accel, configfs="nvmet")
+    return result
+
+
 def run_and_report(args: argparse.Namespace) -> None:
-    result = run(args)
-    save("scale-agent", result)
+    if args.real_configfs:
+        print(json.dumps(run(args)))
+        return
+    result = in_lab(args) if args.lab else run(args)
+    save("scale-agent-lab" if args.lab else "scale-agent", result)
     top = result["levels"][-1]
     print(
         f"bench scale-agent: at {top['volumes']} volumes vs 0: create p50 {result['create_p50_ratio']}x, delete p50 "

@@ -29,6 +29,21 @@ def scale_notes(docs: Mapping[str, Doc]) -> list[str]:
             f"{agent['start_ms_per_volume']} ms and RSS {agent['rss_kib_per_volume']} KiB per volume."
         )
     with contextlib.suppress(KeyError, TypeError, IndexError):
+        lab = docs["scale-agent-lab"]
+        levels = "; ".join(
+            f"{r['volumes']}: create {r['create_p50_ms']} ms (bare script {r['raw_create_p50_ms']}, contract "
+            f"{r['contract_create_p50_ms']}), delete {r['delete_p50_ms']} ms (bare {r['raw_delete_p50_ms']}, contract "
+            f"{r['contract_delete_p50_ms']}), start {r['start_s']} s"
+            for r in lab["levels"]
+        )
+        out.append(
+            f"- agent on the kernel's nvmet configfs (lab VM, {lab['kernel']}, p50 of {lab['samples']}): {levels}. "
+            f"From the fewest to the most: the agent's create {lab['create_p50_ratio']}x, delete "
+            f"{lab['delete_p50_ratio']}x; the bare durable configfs script's {lab['raw_create_p50_ratio']}x and "
+            f"{lab['raw_delete_p50_ratio']}x, the agent's own system calls as a script "
+            f"{lab['contract_create_p50_ratio']}x and {lab['contract_delete_p50_ratio']}x (the kernel's own growth)."
+        )
+    with contextlib.suppress(KeyError, TypeError, IndexError):
         ctrl = docs["scale-controller"]
         fleets = "; ".join(
             f"{r['agents']} agents: create {r['create_p50_ms']}/{r['create_p99_ms']} ms (its agent calls sent "

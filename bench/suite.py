@@ -1,16 +1,17 @@
 """Every benchmark in one lab VM boot: provisioning (its own agent), then one driver stack for NodeStage and the
 node's data path and scaling, path loss and QoS; then the dataset benchmark on this host. Each writes its
 ``results/bench-*.json`` as it would run alone (``python -m bench.<name>``, its own VM); one boot and one stack
-start instead of four of each is what CI's bench tier saves. Then ``across`` (failover between machines beside
-the same on one machine) boots the lab cluster; the scale benchmarks (``scale-agent``, ``scale-controller``,
+start instead of four of each is what CI's bench tier saves. Then ``scale-agent-lab`` (the agent's cost against
+volumes held on the kernel's nvmet configfs) boots a lab VM of its own and ``across`` (failover between machines
+beside the same on one machine) boots the lab cluster; the scale benchmarks (``scale-agent``, ``scale-controller``,
 ``scale-node``: cost against volumes held, agents in the map, volumes published on a node) run on this host. A
 benchmark that fails is reported and the next one still runs; the exit code is 1 when any failed.
 
 ``--smoke`` (CI's bench tier) runs every benchmark's code path once at its smallest sizes: it proves the
 benchmarks still work, and the report it leads to says "smoke: not a measurement". The performance goals are
-judged on the full suite (``./dev bench``, no flag). ``across``, ``k8s-pvcs`` (many claims at once through
-the real external-provisioner) and ``k8s-spread`` (claims and pods spread over both GPU nodes), the last two on one
-lab Kubernetes cluster, are left out of ``--smoke`` unless named with
+judged on the full suite (``./dev bench``, no flag). ``scale-agent-lab``, ``across``, ``k8s-pvcs`` (many claims
+at once through the real external-provisioner) and ``k8s-spread`` (claims and pods spread over both GPU nodes),
+the last two on one lab Kubernetes cluster, are left out of ``--smoke`` unless named with
 ``--only`` (each boots a cluster of its own: CI's budget goes to the k8s tier's scenarios; ``--smoke --only
 k8s-pvcs k8s-spread`` runs their smokes on one boot).
 
@@ -57,9 +58,11 @@ ON_HOST: dict[str, tuple[Callable[[], argparse.ArgumentParser], Callable[[argpar
     "scale-controller": (scale_controller.parser, scale_controller.run_and_report),
     "scale-node": (scale_node.parser, scale_node.run_and_report),
 }
-NAMES = ("provision", *ON_STACK, "dataset", *ON_HOST, "across", "k8s-pvcs", "k8s-spread")
-#: run on a cluster of their own, left out of --smoke: CI runs their smoke in the tier that boots that cluster
-OWN_CLUSTER = ("across", "k8s-pvcs", "k8s-spread")
+NAMES = ("provision", *ON_STACK, "dataset", *ON_HOST, "scale-agent-lab", "across", "k8s-pvcs", "k8s-spread")
+#: run on a lab VM or cluster of their own, left out of --smoke unless named with --only
+OWN_CLUSTER = ("scale-agent-lab", "across", "k8s-pvcs", "k8s-spread")
+#: the agent on the kernel's nvmet configfs: the levels a TCG lab VM fills in minutes (bench/scale_agent.py)
+LAB_SCALE = ["--lab", "--levels", "0", "1000", "4000", "--samples", "50"]
 #: the benchmarks on the lab Kubernetes cluster (one boot for all): name -> (its argument parser, its run)
 ON_KUBE = {"k8s-pvcs": (k8s_pvcs.parser, k8s_pvcs.run_on), "k8s-spread": (k8s_spread.parser, k8s_spread.run_on)}
 
@@ -172,6 +175,10 @@ def main() -> None:
     for name, (make_parser, host_run) in ON_HOST.items():
         if name in args.only:
             attempt(name, partial(host_run, make_parser().parse_args(["--smoke"] if args.smoke else [])), failed)
+    if "scale-agent-lab" in args.only:
+        lab_flags = ["--lab", "--smoke"] if args.smoke else LAB_SCALE
+        lab_args = scale_agent.parser().parse_args(lab_flags)
+        attempt("scale-agent-lab", partial(scale_agent.run_and_report, lab_args), failed)
     if "across" in args.only:
         attempt("across", partial(in_cluster, across.parser().parse_args(flags)), failed)
     if on_kube := [n for n in ON_KUBE if n in args.only]:
