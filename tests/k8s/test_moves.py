@@ -14,7 +14,7 @@ import pytest
 from lab.kube.cluster import KubeCluster
 from lab.kube.layout import BY_NAME, GPUS, STORAGE
 from tests.k8s.workloads import SC
-from tests.support.kube import NS, container_exec, phase, pod_spec, wait_for
+from tests.support.kube import NS, container_exec, file_in, phase, pod_spec, wait_for
 
 pytestmark = pytest.mark.lab
 
@@ -76,7 +76,7 @@ def stateful_pod(kube: KubeCluster, name: str, script: str, ready: str) -> Itera
     try:
         wait_for(f"{pod_name} Running", lambda: phase(kube, "pod", pod_name) == "Running", 600, 3)
         assert kube.node_of(pod_name, NS) == FIRST
-        wait_for(f"{ready} in {pod_name}", lambda: container_exec(kube, pod_name, ["cat", ready]).strip(), 120)
+        wait_for(f"{ready} in {pod_name}", lambda: file_in(kube, pod_name, ready).strip(), 120)
         yield pod_name
     finally:
         kube.kubectl("uncordon", FIRST, check=False)
@@ -125,7 +125,7 @@ def test_drain_moves_the_pod_and_its_volume_to_the_other_node(
     wait_for("mover-0 Running again", moved, 600, 2)
     running = time.monotonic() - t0
     assert kube.node_of(mover, NS) == SECOND
-    found = wait_for("the moved pod read its data", lambda: container_exec(kube, mover, ["cat", "/tmp/found"]), 120)
+    found = wait_for("the moved pod read its data", lambda: file_in(kube, mover, "/tmp/found"), 120)
     assert found.strip() == written and len(written) == 64, (found, written)
     assert attached_to(kube, pv) == [SECOND]
     hosts = allowed_hosts(kube, pv)

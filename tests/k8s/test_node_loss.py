@@ -20,7 +20,7 @@ import pytest
 from lab.kube.cluster import KubeCluster
 from lab.kube.layout import BY_NAME, GPUS
 from tests.k8s.test_moves import KEEP, allowed_hosts, attached_to, stateful_pod
-from tests.support.kube import NS, container_exec, container_id, crictl, phase, pod, pvc, wait_for
+from tests.support.kube import NS, container_exec, container_id, crictl, file_in, phase, pod, pvc, wait_for
 
 pytestmark = pytest.mark.lab
 
@@ -89,7 +89,7 @@ def test_a_node_cut_from_the_control_plane_is_fenced_and_its_pod_moves_with_its_
     assert attached_to(kube, pv) == [SECOND]
     hosts = allowed_hosts(kube, pv)
     assert BY_NAME[FIRST].host_nqn not in hosts and BY_NAME[SECOND].host_nqn in hosts, hosts
-    found = wait_for("the moved pod read its data", lambda: container_exec(kube, writer, ["cat", "/tmp/found"]), 120)
+    found = wait_for("the moved pod read its data", lambda: file_in(kube, writer, "/tmp/found"), 120)
     assert found.strip() == written and len(written) == 64, (found, written)
     # gpu-1's writer, still running and still connected by its storage links: from the fence on, nothing lands
     fenced = progress(kube, FIRST, container)

@@ -160,6 +160,12 @@ def container_exec(kube: KubeCluster, pod_name: str, argv: Sequence[str], timeou
     return crictl(kube, node, "exec", ids[0], *argv, timeout=timeout)
 
 
+def file_in(kube: KubeCluster, pod_name: str, path: str) -> str:
+    """The text of ``path`` in the running container of ``pod_name``; "" while the file is not there yet (a
+    ``wait_for`` on it waits for the pod's script instead of failing at the first look)."""
+    return container_exec(kube, pod_name, ["sh", "-c", 'cat "$0" 2>/dev/null || true', path])
+
+
 def gone(kube: KubeCluster, *args: str) -> bool:
     """True when ``kubectl get ARGS`` lists nothing."""
     return not kube.cp.get(*args).get("items")
