@@ -32,8 +32,9 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from bench.provision_scripts import contract_create, contract_delete, raw_create, raw_delete
+from bench.provision_scripts import CFS, contract_create, contract_delete, raw_create, raw_delete
 from bench.results import in_one_vm, save
+from lab.build import REPO
 from nvmeof_csi.agent.client import AgentClient, AgentTarget
 from nvmeof_csi.errors import DriverError
 from nvmeof_csi.gen import nvmeof_agent_pb2 as pb
@@ -41,8 +42,6 @@ from nvmeof_csi.rpc.endpoints import Endpoint
 
 MiB = 1 << 20
 PAGE = 100
-NVMET = Path("/sys/kernel/config/nvmet")
-REPO = Path(__file__).resolve().parents[1]
 FILL_CLIENTS = 4
 
 
@@ -83,7 +82,7 @@ class AgentProcess:
     def __init__(self, work: Path, real: bool = False) -> None:
         self.work, self.real = work, real
         self.sock = work / "agent.sock"
-        self.configfs = NVMET if real else work / "nvmet"
+        self.configfs = CFS if real else work / "nvmet"
         if not real:
             for sub in ("subsystems", "ports", "hosts"):
                 (work / "nvmet" / sub).mkdir(parents=True, exist_ok=True)
