@@ -149,8 +149,9 @@ def scale_node(ax: Axes, doc: Doc) -> None:
     rows = doc["levels"]
     xs = [int(r["volumes"]) for r in rows]
     for key, label in (("pass_ms_per_volume", "reconcile pass per volume"), ("stats_ms", "NodeGetVolumeStats"),
-                       ("stage_publish_p50_ms", "stage+publish / 10")):  # fmt: skip
-        scale = 10 if key == "stage_publish_p50_ms" else 1
+                       ("stage_publish_p50_ms", "stage+publish / 10"),
+                       ("unpublish_unstage_p50_ms", "unpublish+unstage / 10")):  # fmt: skip
+        scale = 10 if key.endswith("_p50_ms") else 1
         ax.plot(xs, [float(r[key]) / scale for r in rows], marker="o", label=label)
     ax.set(title="node: cost against volumes published", xlabel="volumes published", ylabel="ms")
     ax.set_ylim(bottom=0)

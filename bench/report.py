@@ -128,6 +128,8 @@ FIGURES = (
            lambda d: float(d["stats_ratio"]), 1.2, False),
     Figure("node NodeStage+NodePublish, most volumes published / fewest", "scale-node",
            lambda d: float(d["stage_ratio"]), 1.2, False),
+    Figure("node NodeUnpublish+NodeUnstage, most volumes published / fewest", "scale-node",
+           lambda d: float(d["unstage_ratio"]), 1.2, False),
     Figure("controller CreateVolume p50 with one agent dead / all alive", "scale-controller",
            lambda d: float(d["one_dead_create_p50_ratio"]), 1.2, False),
 )

@@ -5,11 +5,13 @@ measures stage against other NVMe controllers) and a cgroup tree in a plain fold
 with its ``io.max`` line). The limits source answers a pass from one listing, as the agents' does.
 
 At each level (10 and 200 published volumes by default) it measures one reconcile pass (the node's periodic
-QoS pass over every published volume: median of several), NodeGetVolumeStats of one volume, and NodeStage +
-NodePublish of one more volume (its creation not counted; then taken down again); and the process's RSS. Writes
+QoS pass over every published volume: median of several), NodeGetVolumeStats of one volume, NodeStage +
+NodePublish of one more volume (its creation not counted) and its NodeUnpublish + NodeUnstage; the RSS; and
+one read of the kernel's mount table (``/proc/self/mountinfo``), which every unmount reads once and which grows
+with every mount: the floor under the teardown's growth. Writes
 ``results/bench-scale-node.json``. Needs root and /dev/loop-control.
 
-usage: python -m bench.scale_node [--levels 10 200] [--samples 10] [--smoke]
+usage: python -m bench.scale_node [--levels 10 200] [--samples 25] [--smoke]
 """
 
 from __future__ import annotations
@@ -27,7 +29,8 @@ from typing import Any
 
 from bench.results import save
 from bench.scale_agent import quantile, timed
-from nvmeof_csi.backends.loop import LoopConnector, LoopTargetBackend
+from nvmeof_csi.backends.loop import LoopTargetBackend
+from nvmeof_csi.backends.loop_connector import LoopConnector
 from nvmeof_csi.host.cgroups import PodCgroups
 from nvmeof_csi.host.executor import SubprocessExecutor
 from nvmeof_csi.host.filesystems import Filesystems
@@ -45,7 +48,7 @@ LIMITS = {"readIops": "300", "writeBps": "4194304"}
 def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--levels", type=int, nargs="+", default=[10, 200], help="published volumes")
-    ap.add_argument("--samples", type=int, default=10, help="passes, stats calls and stages measured per level")
+    ap.add_argument("--samples", type=int, default=25, help="passes, stats calls and stages measured per level")
     ap.add_argument("--smoke", action="store_true", help="CI: levels 2 and 6, 3 samples; not a measurement")
     return ap
 
@@ -85,9 +88,13 @@ class Node:
             timed_ms.append((time.perf_counter() - began) * 1000)
         return vol, staging, target
 
-    def take_down(self, vol: Volume, staging: str, target: str) -> None:
+    def take_down(self, vol: Volume, staging: str, target: str, timed_ms: list[float] | None = None) -> None:
+        """NodeUnpublish, NodeUnstage, delete; with ``timed_ms`` the first two's milliseconds are appended."""
+        began = time.perf_counter()
         self.svc.unpublish(vol.ref, target)
         self.svc.unstage(vol.ref, staging)
+        if timed_ms is not None:
+            timed_ms.append((time.perf_counter() - began) * 1000)
         self.backend.delete_volume(vol.ref)
 
 
@@ -131,17 +138,28 @@ def measure(it: Node, level: int, samples: int) -> dict[str, Any]:
     pass_ms = median_ms(it.svc.reconcile_limits, samples)
     some = it.published[len(it.published) // 2]
     stats_ms = median_ms(lambda: it.svc.stats(some[0].ref, some[2]), samples * 3)
+    table_ms = median_ms(lambda: Path("/proc/self/mountinfo").read_text(), samples * 5)  # the kernel's part
     stages: list[float] = []
+    downs: list[float] = []
     for i in range(samples):
-        it.take_down(*it.bring_up(f"extra-{level}-{i}", stages))
+        it.take_down(*it.bring_up(f"extra-{level}-{i}", stages), timed_ms=downs)
     return {
         "volumes": level,
         "pass_ms": pass_ms,
         "pass_ms_per_volume": round(pass_ms / level, 3),
         "stats_ms": stats_ms,
         "stage_publish_p50_ms": quantile(stages, 0.5),
+        "unpublish_unstage_p50_ms": quantile(downs, 0.5),
+        "mount_table_read_ms": table_ms,
         "rss_kib": rss_kib(),
     }
+
+
+def floor(base_ms: float, base: Mapping[str, Any], top: Mapping[str, Any]) -> float:
+    """The ratio an operation of ``base_ms`` at the fewest volumes would reach at the most if only its two reads
+    of the mount table grew (each unmount or mount check reads it once; nothing cheaper tells what is mounted)."""
+    growth = 2 * (float(top["mount_table_read_ms"]) - float(base["mount_table_read_ms"]))
+    return round((base_ms + growth) / base_ms, 2)
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -162,6 +180,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "pass_ratio": round(top["pass_ms"] / base["pass_ms"], 2),
         "stats_ratio": round(top["stats_ms"] / base["stats_ms"], 2),
         "stage_ratio": round(top["stage_publish_p50_ms"] / base["stage_publish_p50_ms"], 2),
+        "unstage_ratio": round(top["unpublish_unstage_p50_ms"] / base["unpublish_unstage_p50_ms"], 2),
+        # each way reads the kernel's mount table twice (is it mounted there?): that growth alone, as a ratio
+        "table_floor_stage_ratio": floor(base["stage_publish_p50_ms"], base, top),
+        "table_floor_unstage_ratio": floor(base["unpublish_unstage_p50_ms"], base, top),
     }
 
 
@@ -172,7 +194,9 @@ def run_and_report(args: argparse.Namespace) -> None:
     print(
         f"bench scale-node: {top['volumes']} published vs {base['volumes']}: a reconcile pass {top['pass_ms']} vs "
         f"{base['pass_ms']} ms ({result['pass_per_volume_ratio']}x per volume), NodeGetVolumeStats "
-        f"{result['stats_ratio']}x, stage+publish {result['stage_ratio']}x (goal 1.2x); RSS {top['rss_kib']} KiB"
+        f"{result['stats_ratio']}x, stage+publish {result['stage_ratio']}x, unpublish+unstage "
+        f"{result['unstage_ratio']}x (goals 1.2x; the mount table's own growth alone: "
+        f"{result['table_floor_stage_ratio']}x, {result['table_floor_unstage_ratio']}x); RSS {top['rss_kib']} KiB"
     )
 
 

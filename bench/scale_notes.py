@@ -64,7 +64,8 @@ def scale_notes(docs: Mapping[str, Doc]) -> list[str]:
         nodes = docs["scale-node"]
         levels = "; ".join(
             f"{r['volumes']}: pass {r['pass_ms']} ms ({r['pass_ms_per_volume']} ms per volume), stats {r['stats_ms']} "
-            f"ms, stage+publish {r['stage_publish_p50_ms']} ms, RSS {round(r['rss_kib'] / 1024, 1)} MiB"
+            f"ms, stage+publish {r['stage_publish_p50_ms']} ms, unpublish+unstage "
+            f"{r.get('unpublish_unstage_p50_ms', '?')} ms, RSS {round(r['rss_kib'] / 1024, 1)} MiB"
             for r in nodes["levels"]
         )
         out.append(f"- node with N volumes published (loop backend, medians): {levels}.")

@@ -1,9 +1,9 @@
 """DEVELOPMENT-ONLY backend: a volume is a sparse file, "connecting" attaches it with ``losetup``.
 
 It exists so the whole CSI surface (controller and node, mount and block modes) runs on a machine without
-NVMe-oF, with real mkfs, mount and bind mounts. It implements exactly the ``TargetBackend`` and ``Connector``
-protocols of ``nvmeof_csi.service.contracts``; it gives no durability, isolation or access control and must never
-be used for real data.
+NVMe-oF, with real mkfs, mount and bind mounts. It implements exactly the ``TargetBackend`` protocol of
+``nvmeof_csi.service.contracts`` (its ``Connector`` is ``nvmeof_csi.backends.loop_connector``); it gives no
+durability, isolation or access control and must never be used for real data.
 
 Layout under ``root``: ``<uuid>.img`` (sparse backing file) and ``<uuid>.json`` (name, capacity, parameters,
 published nodes), the JSON written atomically *before* the image is created or changed.
@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 import shutil
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -27,8 +27,6 @@ from nvmeof_csi.errors import (
     Unimplemented,
 )
 from nvmeof_csi.host.atomic import read_json, remove_durably, write_json_atomic
-from nvmeof_csi.host.executor import Executor
-from nvmeof_csi.host.filesystems import device_size
 from nvmeof_csi.nvmeof.qos import limits_from
 from nvmeof_csi.service.contracts import (
     NO_SECRETS,
@@ -50,8 +48,7 @@ LOSETUP_TIMEOUT = 60.0
 
 
 class LoopTargetBackend:
-    """Sparse files in ``root`` as volumes. Thread-safe for different volumes (callers lock per volume).
-    No snapshots or clones."""
+    """Sparse files in ``root`` as volumes, no snapshots or clones; thread-safe for different volumes."""
 
     supports_snapshots = False
 
@@ -265,86 +262,3 @@ class LoopTargetBackend:
 
     def list_snapshots(self) -> list[Snapshot]:
         return []
-
-
-class LoopConnector:
-    """Attaches a loop volume's backing file with ``losetup``; devices are found through sysfs."""
-
-    def __init__(self, executor: Executor, sys_root: Path = Path("/sys")) -> None:
-        self._exec = executor
-        self._sys = sys_root
-        self._known: dict[str, str] = {}  # backing file -> the device last found for it (checked on every use)
-
-    def health(self) -> Health:
-        if shutil.which("losetup") is None:
-            return Health(False, "losetup is not installed")
-        if not Path("/dev/loop-control").exists():
-            return Health(False, "/dev/loop-control is missing (loop module not loaded)")
-        return Health(True, "loop connector (development only)")
-
-    def _devices_for(self, path: str) -> list[str]:
-        """Every loop device backed by ``path`` (a scan of every loop device)."""
-        found = [b.parent.parent.name for b in sorted(self._sys.glob("block/loop*/loop/backing_file"))]
-        return ["/dev/" + name for name in found if self._backing(name) == path]
-
-    def _device_for(self, path: str) -> str | None:
-        """A loop device backed by ``path``: the one last found for it while it still is (one read), else a scan."""
-        known = self._known.get(path)
-        if known is not None and self._backing(known.removeprefix("/dev/")) == path:
-            return known
-        devices = self._devices_for(path)
-        self._known.update({path: devices[0]} if devices else {})
-        return devices[0] if devices else None
-
-    def _backing(self, name: str) -> str:
-        try:
-            return (self._sys / "block" / name / "loop" / "backing_file").read_text().strip()
-        except OSError:
-            return ""  # vanished mid-read: absent
-
-    @staticmethod
-    def _path(ref: VolumeRef, context: Mapping[str, str]) -> str:
-        path = context.get(CTX_PATH)
-        if not path:
-            raise FailedPrecondition(f"volume {ref.uuid}: volume context has no {CTX_PATH!r} (not a loop volume)")
-        return path
-
-    def find_device(self, ref: VolumeRef, context: Mapping[str, str]) -> str | None:
-        return self._device_for(self._path(ref, context))
-
-    def connect(
-        self, ref: VolumeRef, context: Mapping[str, str], timeout: float, secrets: Mapping[str, str] = NO_SECRETS
-    ) -> str:
-        path = self._path(ref, context)
-        if (existing := self._device_for(path)) is not None:
-            return existing
-        if not Path(path).exists():
-            raise NotFound(f"volume {ref.uuid}: backing file {path} does not exist")
-        res = self._exec.run(["losetup", "--find", "--show", path], timeout=min(timeout, LOSETUP_TIMEOUT))
-        return res.out.strip()
-
-    def disconnect(self, ref: VolumeRef, context: Mapping[str, str], in_use: frozenset[VolumeRef]) -> None:
-        for device in self._devices_for(self._path(ref, context)):
-            self._exec.run(["losetup", "-d", device], timeout=LOSETUP_TIMEOUT)
-
-    def refresh_size(self, ref: VolumeRef, context: Mapping[str, str], device: str) -> int:
-        self._exec.run(["losetup", "-c", device], timeout=LOSETUP_TIMEOUT)
-        return device_size(device, self._sys)
-
-    def check_context(self, ref: VolumeRef, context: Mapping[str, str]) -> None:
-        self._path(ref, context)
-
-    def refresh_keys(self, ref: VolumeRef, context: Mapping[str, str]) -> list[str]:
-        return []
-
-    def reconcile(self, claimed: Sequence[tuple[VolumeRef, Mapping[str, str]]], timeout: float) -> list[str]:
-        """Re-attach staged volumes whose loop device is gone (e.g. after a reboot); orphans are not tracked."""
-        actions = []
-        for ref, context in claimed:
-            if self.find_device(ref, context) is None and Path(self._path(ref, context)).exists():
-                actions.append(f"re-attached {ref.uuid} as {self.connect(ref, context, timeout)}")
-        return actions
-
-    def condition(self, ref: VolumeRef, context: Mapping[str, str]) -> Condition:
-        device = self.find_device(ref, context)
-        return Condition(device is None, f"attached as {device}" if device else "loop device is not attached")

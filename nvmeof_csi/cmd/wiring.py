@@ -15,7 +15,8 @@ from nvmeof_csi.backends.agent import AgentBackend
 from nvmeof_csi.backends.agent_api import HostNqnNodes
 from nvmeof_csi.backends.agent_limits import AgentClients, AgentHostKeys, AgentLimits
 from nvmeof_csi.backends.kube_nodes import KubeNodes
-from nvmeof_csi.backends.loop import LoopConnector, LoopTargetBackend
+from nvmeof_csi.backends.loop import LoopTargetBackend
+from nvmeof_csi.backends.loop_connector import LoopConnector
 from nvmeof_csi.cmd.identity_wiring import start_node_identity, start_signer
 from nvmeof_csi.cmd.settings import Backend, Settings
 from nvmeof_csi.csi.server import CsiServices

@@ -14,14 +14,21 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from nvmeof_csi.errors import CommandError
 from nvmeof_csi.host.executor import Executor
 
 MOUNT_TIMEOUT = 120.0
 _OCTAL = re.compile(r"\\([0-7]{3})")
+_ESCAPED = frozenset(" \t\n\\")
 
 
 def _unescape(field: str) -> str:
     return _OCTAL.sub(lambda m: chr(int(m.group(1), 8)), field)
+
+
+def escape_path(path: str) -> str:
+    """``path`` as mountinfo writes it: the kernel escapes space, tab, newline and backslash as ``\\ooo``."""
+    return "".join(f"\\{ord(c):03o}" if c in _ESCAPED else c for c in path)
 
 
 @dataclass(frozen=True)
@@ -72,14 +79,19 @@ class Mounter:
     def mounts(self) -> list[MountInfo]:
         return parse_mountinfo(self._mountinfo.read_text())
 
+    def _at(self, path: str | Path) -> list[MountInfo]:
+        """Every mount at ``path`` (after resolving symlinks), bottom first. Only the lines that name the mount
+        point are parsed: a node with hundreds of volumes has two mounts each, and each stage, publish and their
+        reverse look here."""
+        target = os.path.realpath(path)
+        needle = f" {escape_path(target)} "
+        lines = "\n".join(line for line in self._mountinfo.read_text().splitlines() if needle in line)
+        return [info for info in parse_mountinfo(lines) if info.mount_point == target]
+
     def mount_at(self, path: str | Path) -> MountInfo | None:
         """The top-most mount at ``path`` (after resolving symlinks), or ``None``."""
-        target = os.path.realpath(path)
-        found = None
-        for info in self.mounts():
-            if info.mount_point == target:
-                found = info
-        return found
+        found = self._at(path)
+        return found[-1] if found else None
 
     def mount(self, source: str, target: str | Path, fstype: str | None, options: Sequence[str] = ()) -> None:
         argv = ["mount"]
@@ -98,9 +110,15 @@ class Mounter:
             self._exec.run(["mount", "-o", opts, str(target)], timeout=MOUNT_TIMEOUT)
 
     def unmount(self, target: str | Path) -> None:
-        """Unmount every mount stacked at ``target``; nothing mounted is fine."""
-        while self.mount_at(target) is not None:
-            self._exec.run(["umount", str(target)], timeout=MOUNT_TIMEOUT)
+        """Unmount every mount stacked at ``target``: one ``umount`` per mount the table lists there (one read of
+        it); nothing mounted is fine, and so is a mount another process took away meanwhile."""
+        for _ in self._at(target):
+            try:
+                self._exec.run(["umount", str(target)], timeout=MOUNT_TIMEOUT)
+            except CommandError:
+                if self.mount_at(target) is not None:
+                    raise
+                return
 
     @staticmethod
     def make_mount_point(path: str | Path, block: bool = False) -> None:

@@ -164,3 +164,11 @@ class StagingStore:
             return []
         records = (self._read(path) for path in sorted(self._root.glob("*.json")))
         return [r for r in records if r is not None]
+
+    def refs(self) -> frozenset[VolumeRef]:
+        """The volume of every record, from the file names alone (no record is read or checked: an unreadable
+        record counts, which keeps a connection it may share rather than drop it under a volume)."""
+        if not self._root.is_dir():
+            return frozenset()
+        names = (e.name[: -len(".json")] for e in os.scandir(self._root) if e.name.endswith(".json"))
+        return frozenset(VolumeRef(loc, vol) for loc, dot, vol in (n.rpartition(".") for n in names) if dot)

@@ -145,7 +145,7 @@ class StagingService:
                 log.exception("rollback of stage %s: %s failed", record.volume_id, what)
 
     def _disconnect(self, record: StagingRecord) -> None:
-        in_use = frozenset(r.ref for r in self._store.all() if r.ref != record.ref)
+        in_use = self._store.refs() - {record.ref}  # names only: an unstage reads one record, not all
         self._connector.disconnect(record.ref, record.context, in_use)
 
     # -- unstage -------------------------------------------------------------------------------------

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from nvmeof_csi.backends.loop import LoopConnector, LoopTargetBackend
+from nvmeof_csi.backends.loop import LoopTargetBackend
+from nvmeof_csi.backends.loop_connector import LoopConnector
 from nvmeof_csi.host.executor import SubprocessExecutor
 from nvmeof_csi.host.filesystems import Filesystems, usage
 from nvmeof_csi.host.mounter import Mounter

@@ -1,13 +1,15 @@
 import os
 import threading
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from nvmeof_csi.errors import CommandError
 from nvmeof_csi.host import atomic
-from nvmeof_csi.host.executor import SubprocessExecutor, redact
-from nvmeof_csi.host.mounter import parse_mountinfo
+from nvmeof_csi.host.executor import Result, SubprocessExecutor, redact
+from nvmeof_csi.host.mounter import Mounter, escape_path, parse_mountinfo
 
 
 def test_mountinfo_parse_with_escapes_and_optional_fields() -> None:
@@ -20,6 +22,59 @@ def test_mountinfo_parse_with_escapes_and_optional_fields() -> None:
     assert [m.mount_point for m in mounts] == ["/mnt/with space", "/staging"]
     assert mounts[0].root == "/mnt1" and mounts[0].fstype == "ext3" and not mounts[0].readonly
     assert mounts[1].source == "/dev/loop0" and mounts[1].readonly and mounts[1].device == "7:0"
+
+
+def test_mount_at_finds_the_top_most_mount_of_exactly_that_path(tmp_path: Path) -> None:
+    """Only the lines naming the path are parsed; a path that is another's prefix, a bind mount's root or the
+    source field equal to it, and an escaped name (space, backslash) are each told apart."""
+    odd = str(tmp_path / "a b\\c")
+    info = tmp_path / "mountinfo"
+    info.write_text(
+        f"40 1 7:0 / {escape_path(odd)} rw - ext4 /dev/loop0 rw\n"
+        f"41 40 7:1 / {escape_path(odd)} ro - ext4 /dev/loop1 ro\n"  # stacked on top: this one counts
+        f"42 1 7:2 / {escape_path(odd)}x rw - ext4 {escape_path(odd)} rw\n"  # a longer path, the source our path
+        f"43 1 7:3 {escape_path(odd)} /elsewhere rw - ext4 /dev/loop3 rw\n"  # our path as a bind mount's root
+    )
+    mounter = Mounter(SubprocessExecutor(), mountinfo=info)
+    top = mounter.mount_at(odd)
+    assert top is not None and top.source == "/dev/loop1" and top.readonly
+    longer = mounter.mount_at(odd + "x")
+    assert longer is not None and longer.device == "7:2"
+    assert mounter.mount_at(str(tmp_path / "a")) is None
+    assert mounter.mount_at("/elsewhere") is not None
+    assert mounter.mount_at(str(tmp_path)) is None
+    assert escape_path("/x y\tz\\") == "/x\\040y\\011z\\134"
+
+
+def test_unmount_takes_every_stacked_mount_with_one_read_and_tolerates_one_taken_away(tmp_path: Path) -> None:
+    from tests.support.fakes import FakeHost
+
+    host = FakeHost(tmp_path / "mountinfo")
+    mounter = Mounter(host, mountinfo=tmp_path / "mountinfo")
+    target, other = str(tmp_path / "t"), str(tmp_path / "o")
+    for source in ("/dev/a", "/dev/b", "/dev/c"):
+        mounter.mount(source, target, "ext4")
+    mounter.mount("/dev/d", other, "ext4")
+    mounter.unmount(target)
+    assert mounter.mount_at(target) is None and mounter.mount_at(other) is not None
+    assert [a for a in host.argvs if a[0] == "umount"] == [["umount", target]] * 3
+
+    class TakenAway(FakeHost):  # another process unmounts it between our read of the table and our umount
+        def run(self, argv: Sequence[str], **kw: Any) -> Result:
+            if argv[0] == "umount":
+                self.mountinfo.write_text("")
+            return super().run(argv, **kw)
+
+    racing = TakenAway(tmp_path / "mountinfo2")
+    mounter = Mounter(racing, mountinfo=tmp_path / "mountinfo2")
+    mounter.mount("/dev/a", target, "ext4")
+    mounter.unmount(target)  # umount says "not mounted": what unmount reaches, no error
+    assert racing.argvs[-1] == ["umount", target]
+    mounter = Mounter(host, mountinfo=tmp_path / "mountinfo")
+    mounter.mount("/dev/a", target, "ext4")
+    host.fail["umount"] = CommandError(["umount", target], 32, "", "target is busy")
+    with pytest.raises(CommandError):  # still mounted after umount failed: the failure is real
+        mounter.unmount(target)
 
 
 def test_atomic_write_keeps_old_content_when_rename_fails(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -76,3 +76,21 @@ def test_the_qos_pass_goes_on_past_a_volume_it_cannot_serve(tmp_path: Path) -> N
     actions = svc.reconcile_limits()  # before: the ValueError ended the pass for every volume
     assert len(qos.seen) == 2 and "ok" in actions
     assert any("skipped (io.max: garbage)" in a for a in actions), actions
+
+
+def test_the_stores_refs_come_from_file_names_and_count_an_unreadable_record(tmp_path: Path) -> None:
+    """An unstage asks which other volumes are staged (a shared subsystem stays connected): from the names, so
+    it reads one record and not all of them; a record that does not parse still counts as staged."""
+    from nvmeof_csi.service.contracts import VolumeRef
+
+    store = StagingStore(tmp_path / "records")
+    assert store.refs() == frozenset()
+    store.save(record(VOL.uuid, ctx(VOL)))
+    dotted = VolumeRef("agent.rack-2.example", OTHER.uuid)  # a location with dots
+    store.save(StagingRecord("v", dotted, "/s", AccessSpec(block=True), ctx(OTHER)))
+    broken = VolumeRef(VOL.location, "3f1e9a52-8d77-4c1b-9a55-5b0f2c9d1e01")
+    (tmp_path / "records" / f"{broken.location}.{broken.uuid}.json").write_text("{not json")
+    (tmp_path / "records" / "x.json.corrupt-17").write_text("")  # set aside: no longer a record
+    (tmp_path / "records" / f".{VOL.location}.{VOL.uuid}.json.1-2.tmp").write_text("")  # a writer's temp file
+    assert store.refs() == {VOL, dotted, broken}
+    assert {r.ref for r in store.all()} == {VOL, dotted}  # all() reads and sets the broken one aside
