@@ -8,7 +8,8 @@ claims of an Immediate-binding StorageClass are applied in one List and polled u
 all Bound, CreateVolume rate), then deleted at once until every PersistentVolume is gone. Which part sets the
 limit is read in the same pass: the seconds our controller spent in CreateVolume (its
 ``csi_plugin_operations_seconds``, read on the node), against the wall time, and the provisioner's client-side
-throttling (its log's "due to client-side throttling" waits, counted and summed).
+throttling (its log's "due to client-side throttling" waits, counted and summed), and where the CPU went while
+the claims were created (``bench/k8s_cpu.py``: each process's share of a CPU, each VM's busy share).
 
 usage: python -m bench.k8s_pvcs [--count 100] [--smoke]
 ``--smoke``: 4 claims, one pass (``python -m bench.suite --smoke --only k8s-pvcs``); ``./dev bench`` runs the full
@@ -23,6 +24,8 @@ import re
 import time
 from typing import Any
 
+from bench.k8s_cpu import reading as cpu_reading
+from bench.k8s_cpu import spent
 from bench.results import save
 from lab.kube.cluster import CHART, LAB_VALUES, NAMESPACE, RELEASE, KubeCluster, running_cluster
 
@@ -131,8 +134,10 @@ def one_pass(kube: KubeCluster, count: int, label: str) -> dict[str, Any]:
     """``count`` claims at once until all Bound, then all deleted until no volume is left."""
     seconds0, calls0 = _controller_create_seconds(kube)
     waits0, waited0 = _throttled(kube)
+    cpu0, began = cpu_reading(kube), time.monotonic()
     kube.cp.apply(claims(count))
     bound_s = _until(f"{count} claims Bound", lambda: _bound(kube) == count, 300 + 10 * count)
+    cpu = spent(cpu0, cpu_reading(kube), time.monotonic() - began)
     seconds1, calls1 = _controller_create_seconds(kube)
     waits1, waited1 = _throttled(kube)
     began = time.monotonic()
@@ -151,6 +156,7 @@ def one_pass(kube: KubeCluster, count: int, label: str) -> dict[str, Any]:
         "throttled_waits": waits1 - waits0,
         "throttled_s": round(waited1 - waited0, 1),
         "delete_wall_s": round(time.monotonic() - began, 1),
+        "cpu_while_creating": cpu,  # each part's share of one CPU, each VM's busy share (bench/k8s_cpu.py)
     }
     print(f"bench k8s-pvcs: {row}", flush=True)
     return row

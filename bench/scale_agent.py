@@ -32,6 +32,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+from bench.provision_guest import profile as spy
 from bench.provision_scripts import CFS, contract_create, contract_delete, raw_create, raw_delete
 from bench.results import in_one_vm, save
 from lab.build import REPO
@@ -54,6 +55,14 @@ def parser() -> argparse.ArgumentParser:
         "--lab",
         action="store_true",
         help="boot a lab VM and measure there on the kernel's nvmet configfs (results/bench-scale-agent-lab.json)",
+    )
+    ap.add_argument(
+        "--profile",
+        type=int,
+        default=0,
+        metavar="SECONDS",
+        help="at each level, py-spy samples the agent over this many seconds of create+delete cycles: its CPU per "
+        "cycle by part (bench/profile.py), to tell which part grows with the volumes held",
     )
     ap.add_argument(
         "--real-configfs",
@@ -182,9 +191,20 @@ def bare_configfs(agent: AgentProcess, samples: int) -> dict[str, float]:
     }
 
 
-def measure(agent: AgentProcess, level: int, samples: int) -> dict[str, Any]:
-    bare = bare_configfs(agent, samples) if agent.real else {}
+def cpu_by_part(client: AgentClient, pid: int, seconds: int) -> dict[str, Any]:
+    """py-spy over ``seconds`` of create+delete cycles (bench/provision_guest.py): the agent's CPU ms per cycle,
+    and that split by part (each part's share of the samples times the CPU)."""
+    found = spy(client, pid, seconds)
+    cpu = float(found["agent_cpu_ms_per_cycle"])  # type: ignore[arg-type]
+    shares: dict[str, float] = found["share"]  # type: ignore[assignment]
+    return {**found, "cpu_ms_by_part": {part: round(share * cpu, 2) for part, share in shares.items()}}
+
+
+def measure(agent: AgentProcess, level: int, samples: int, profile_s: int = 0) -> dict[str, Any]:
+    bare: dict[str, Any] = {**bare_configfs(agent, samples)} if agent.real else {}
     with agent.client() as client:
+        if profile_s and agent.proc is not None:
+            bare["profile"] = cpu_by_part(client, agent.proc.pid, profile_s)
         creates, deletes = [], []
         for i in range(samples):
             name = f"probe-{level}-{i}"
@@ -219,7 +239,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             fill(agent, there, level)
             os.sync()  # the fill's writeback is not the measured calls' cost
             there = level
-            row = measure(agent, level, samples)
+            row = measure(agent, level, samples, 0 if args.smoke else args.profile)
             row["fill_s"] = round(time.monotonic() - began, 1)
             rows.append(row)
             print(f"bench scale-agent: {row}", file=sys.stderr if args.real_configfs else sys.stdout, flush=True)
@@ -237,6 +257,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         else 1.0,
         "rss_kib_per_volume": round(per_volume, 2),
         "start_ms_per_volume": round(start_growth * 1000, 4),
+        **profile_growth(base, top),
         **(
             {
                 "raw_create_p50_ratio": round(top["raw_create_p50_ms"] / base["raw_create_p50_ms"], 2),
@@ -250,10 +271,19 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+def profile_growth(base: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:
+    """With a profile at both ends: how much of the agent's CPU per create+delete cycle each part added."""
+    if "profile" not in base or "profile" not in top:
+        return {}
+    low, high = base["profile"]["cpu_ms_by_part"], top["profile"]["cpu_ms_by_part"]
+    return {"cpu_ms_growth_by_part": {part: round(high[part] - low[part], 2) for part in high}}
+
+
 def in_lab(args: argparse.Namespace) -> dict[str, Any]:
     """The benchmark with ``--real-configfs`` in a booted lab VM (NVMe-oF modules loaded), its result with the
     kernel it ran on."""
     levels = ["--smoke"] if args.smoke else ["--levels", *map(str, args.levels), "--samples", str(args.samples)]
+    levels += ["--profile", str(args.profile)] if args.profile and not args.smoke else []
     with in_one_vm() as vm:
         # the VM's root is a 1 GiB tmpfs: the volumes' sparse 1 MiB images go on a tmpfs whose size is room to
         # provision (the agent refuses what its pool's filesystem cannot hold), not memory they use
@@ -278,6 +308,12 @@ def run_and_report(args: argparse.Namespace) -> None:
         f"{top['start_s']} s (+{result['start_ms_per_volume']} ms per volume); RSS {top['rss_kib']} KiB "
         f"({result['rss_kib_per_volume']} KiB per volume)"
     )
+    if "cpu_ms_growth_by_part" in result:
+        grew = sorted(result["cpu_ms_growth_by_part"].items(), key=lambda kv: -abs(kv[1]))
+        print(
+            "bench scale-agent: agent CPU per create+delete added, by part: "
+            + ", ".join(f"{k} {v:+} ms" for k, v in grew)
+        )
 
 
 def main() -> None:

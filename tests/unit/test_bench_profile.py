@@ -60,3 +60,12 @@ def test_leaves_rank_the_innermost_frames_without_their_lines() -> None:
         ("_status (grpc/_server.py)", round(10 / 32, 4)),
         ("write_atomic (nvmeof_csi/host/atomic.py)", round(6 / 32, 4)),
     ]
+
+
+def test_the_scale_bench_gives_each_parts_cpu_added_between_the_fewest_and_the_most_volumes() -> None:
+    from bench.scale_agent import profile_growth
+
+    base = {"profile": {"cpu_ms_by_part": {"configfs": 2.0, "state records": 3.0}}}
+    top = {"profile": {"cpu_ms_by_part": {"configfs": 5.5, "state records": 2.75}}}
+    assert profile_growth(base, top) == {"cpu_ms_growth_by_part": {"configfs": 3.5, "state records": -0.25}}
+    assert profile_growth({}, top) == {}  # no profile at one end: nothing to say

@@ -1,0 +1,36 @@
+"""Where the CPU went in the Kubernetes benchmark: the program each node VM runs reads /proc as it is (run here on
+this host), and the shares come out of two readings."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+
+from bench.k8s_cpu import GUEST, PARTS, spent
+
+
+def test_the_guest_program_counts_processes_by_part_and_never_itself() -> None:
+    busy = subprocess.Popen([sys.executable, "-c", "while True: pass", "csi-provisioner"])  # looks like one
+    try:
+        time.sleep(0.5)
+        out = json.loads(subprocess.run([sys.executable, "-c", GUEST, json.dumps(PARTS)], check=True,
+                                        capture_output=True, text=True).stdout)  # fmt: skip
+    finally:
+        busy.kill()
+    assert out["parts"].get("external-provisioner", 0) > 0.1  # the spinning stand-in
+    assert "our controller" not in out["parts"]  # the program's own argv holds "--mode=controller"
+    assert out["cpus"] >= 1 and out["busy"] > 0 and out["idle"] >= 0
+
+
+def test_shares_are_of_one_cpu_over_the_wall_time_and_the_vm_busy_share_of_all_its_cpus() -> None:
+    before = {"nodes": {"s1": {"parts": {"our agent": 10.0}, "busy": 100.0, "idle": 100.0, "cpus": 2}},
+              "host": {"kube-apiserver": 5.0}}  # fmt: skip
+    after = {"nodes": {"s1": {"parts": {"our agent": 25.0, "kubelet": 2.0}, "busy": 118.0, "idle": 102.0, "cpus": 2}},
+             "host": {"kube-apiserver": 8.0, "etcd": 1.0}}  # fmt: skip
+    got = spent(before, after, 10.0)
+    assert got["nodes"]["s1"]["parts"] == {"our agent": 1.5, "kubelet": 0.2}
+    assert list(got["nodes"]["s1"]["parts"]) == ["our agent", "kubelet"]  # largest first
+    assert got["nodes"]["s1"]["vm_busy_share"] == 0.9
+    assert got["control_plane"] == {"kube-apiserver": 0.3, "etcd": 0.1}
