@@ -17,6 +17,7 @@ usage: python -m bench.scale_node [--levels 10 200] [--samples 25] [--smoke]
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import tempfile
 import time
@@ -169,6 +170,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         for level in levels:
             while len(it.published) < level:
                 it.published.append(it.bring_up(f"v{len(it.published)}"))
+            os.sync()  # the fill's writeback (mkfs on every new volume) is not the measured calls' cost
             rows.append(measure(it, level, samples))
             print(f"bench scale-node: {rows[-1]}", flush=True)
     base, top = rows[0], rows[-1]

@@ -79,4 +79,18 @@ def scale_notes(docs: Mapping[str, Doc]) -> list[str]:
             for r in pvcs["passes"]
         )
         out.append(f"- {pvcs['count']} PVCs at once through the real external-provisioner (Kubernetes tier): {passes}.")
+        out += [f"  - {r['pass']}, while creating: {cpu_line(r['cpu_while_creating'])}" for r in pvcs["passes"]
+                if "cpu_while_creating" in r]  # fmt: skip
     return out
+
+
+def cpu_line(cpu: Doc) -> str:
+    """Where the CPU went (bench/k8s_cpu.py): per node VM its busiest parts (share of one CPU) and how busy the
+    VM was, then the control plane's processes on the host."""
+    nodes = "; ".join(
+        f"{node} ({n['cpus']} vCPUs, {round(100 * n['vm_busy_share'])} % busy): "
+        + ", ".join(f"{part} {share}" for part, share in list(n["parts"].items())[:4])
+        for node, n in cpu["nodes"].items()
+    )
+    plane = ", ".join(f"{k} {v}" for k, v in sorted(cpu["control_plane"].items(), key=lambda kv: -kv[1]))
+    return f"{nodes}; control plane on the host: {plane} (CPUs busy)"

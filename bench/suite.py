@@ -61,8 +61,8 @@ ON_HOST: dict[str, tuple[Callable[[], argparse.ArgumentParser], Callable[[argpar
 NAMES = ("provision", *ON_STACK, "dataset", *ON_HOST, "scale-agent-lab", "across", "k8s-pvcs", "k8s-spread")
 #: run on a lab VM or cluster of their own, left out of --smoke unless named with --only
 OWN_CLUSTER = ("scale-agent-lab", "across", "k8s-pvcs", "k8s-spread")
-#: the agent on the kernel's nvmet configfs: the levels a TCG lab VM fills in minutes (bench/scale_agent.py)
-LAB_SCALE = ["--lab", "--levels", "0", "1000", "4000", "--samples", "50"]
+#: the agent on the kernel's nvmet configfs: the levels a TCG VM fills in minutes, py-spy at each (bench/scale_agent.py)
+LAB_SCALE = ["--lab", "--levels", "0", "1000", "4000", "--samples", "50", "--profile", "20"]
 #: the benchmarks on the lab Kubernetes cluster (one boot for all): name -> (its argument parser, its run)
 ON_KUBE = {"k8s-pvcs": (k8s_pvcs.parser, k8s_pvcs.run_on), "k8s-spread": (k8s_spread.parser, k8s_spread.run_on)}
 

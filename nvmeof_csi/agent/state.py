@@ -39,6 +39,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from immutables import Map
+
 from nvmeof_csi.agent.state_index import StateIndex
 from nvmeof_csi.agent.state_model import (
     CREATING,
@@ -96,7 +98,7 @@ class StateStore:
                     )
                 parsed[kind][rec.uuid] = rec
         ana = read_json(self.folder / "ana.json") or {}
-        return AgentState(volumes=parsed["volumes"], snapshots=parsed["snapshots"], ana=dict(ana))
+        return AgentState(volumes=Map(parsed["volumes"]), snapshots=Map(parsed["snapshots"]), ana=dict(ana))
 
     @staticmethod
     def _read_record(path: Path, build: Callable[[dict[str, Any]], Record]) -> Record:

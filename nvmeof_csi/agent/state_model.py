@@ -15,6 +15,8 @@ from dataclasses import dataclass, field, fields, replace
 from functools import cached_property
 from typing import Any, TypedDict
 
+from immutables import Map
+
 from nvmeof_csi.errors import DriverError
 
 FORMAT_VERSION = 1
@@ -180,17 +182,21 @@ class Delta:
         return cls(put, gone, None)
 
     def onto(self, state: AgentState) -> AgentState:
-        """``state`` with this change applied (other records, changed meanwhile by other commits, kept)."""
-        merged = {}
+        """``state`` with this change applied (other records, changed meanwhile by other commits, kept). Costs
+        the change, not the state: the records are an immutable map (a hash array mapped trie), so the new state
+        shares every record it does not change with the old one, which its readers may still hold."""
+        merged: dict[str, Mapping[str, Any]] = {}
         for kind in KINDS:
             if not self.put[kind] and not self.gone[kind]:
                 merged[kind] = getattr(state, kind)  # unchanged: shared, not copied
                 continue
-            records = dict(getattr(state, kind))
-            records.update({k: new for k, (_, new) in self.put[kind].items()})
-            for k in self.gone[kind]:
-                records.pop(k, None)
-            merged[kind] = records
+            records = getattr(state, kind)
+            with (records if isinstance(records, Map) else Map(records)).mutate() as edit:
+                for k, (_, new) in self.put[kind].items():
+                    edit[k] = new
+                for k in self.gone[kind]:
+                    edit.pop(k, None)
+                merged[kind] = edit.finish()
         return AgentState(
             volumes=merged["volumes"], snapshots=merged["snapshots"], ana=state.ana if self.ana is None else self.ana
         )

@@ -55,7 +55,7 @@ def test_delete_removes_everything_and_repeats(tmp_path: Path) -> None:
     agent.delete_volume(rec.uuid)
     agent.delete_volume(rec.uuid)
     assert agent.nvmet.subsystems() == [] and agent.nvmet.hosts() == []
-    assert agent.store.files() == [] and agent.state.current.volumes == {}
+    assert agent.store.files() == [] and dict(agent.state.current.volumes) == {}
     assert all(p["subsystems"] == [] for p in agent.nvmet.dump()["ports"].values())
     with pytest.raises(NotFound):
         agent.get_volume(rec.uuid)
@@ -280,7 +280,7 @@ def test_any_fill_failure_removes_the_half_made_volume(tmp_path: Path) -> None:
     agent.converge()
     with pytest.raises(RuntimeError):
         agent.create_volume("ds", MiB, {"dataset.path": "/datasets/x"}, {})
-    assert agent.state.current.volumes == {} and agent.store.files() == [] and agent.nvmet.subsystems() == []
+    assert dict(agent.state.current.volumes) == {} and agent.store.files() == [] and agent.nvmet.subsystems() == []
     assert len(filler.discarded) == 1
     assert filler.released == ["/datasets/x"]  # before: the data set stayed held (pinned) forever
 

@@ -34,3 +34,16 @@ def test_shares_are_of_one_cpu_over_the_wall_time_and_the_vm_busy_share_of_all_i
     assert list(got["nodes"]["s1"]["parts"]) == ["our agent", "kubelet"]  # largest first
     assert got["nodes"]["s1"]["vm_busy_share"] == 0.9
     assert got["control_plane"] == {"kube-apiserver": 0.3, "etcd": 0.1}
+
+
+def test_the_report_line_names_the_busiest_parts_and_how_busy_each_vm_was() -> None:
+    from bench.scale_notes import cpu_line
+
+    before = {"nodes": {"s1": {"parts": {}, "busy": 0.0, "idle": 0.0, "cpus": 2}}, "host": {"etcd": 0.0}}
+    after = {"nodes": {"s1": {"parts": {"our agent": 9.0, "our controller": 6.0}, "busy": 19.0, "idle": 1.0,
+                              "cpus": 2}}, "host": {"etcd": 2.0}}  # fmt: skip
+    line = cpu_line(spent(before, after, 10.0))
+    assert (
+        line
+        == "s1 (2 vCPUs, 95 % busy): our agent 0.9, our controller 0.6; control plane on the host: etcd 0.2 (CPUs busy)"
+    )

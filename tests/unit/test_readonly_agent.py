@@ -97,7 +97,7 @@ def test_deleting_a_volume_removes_its_read_only_subsystem(tmp_path: Path) -> No
     agent.allow_host(vol.uuid, READER, readonly=True)
     agent.delete_volume(vol.uuid)
     assert agent.nvmet.dump()["subsystems"] == {}
-    assert StateStore(tmp_path / "state").current.volumes == {}
+    assert dict(StateStore(tmp_path / "state").current.volumes) == {}
 
 
 class DeviceKernel:

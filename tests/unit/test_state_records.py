@@ -8,6 +8,8 @@ import threading
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from nvmeof_csi.agent import state as state_module
 from nvmeof_csi.agent.state import DELETING, READY, SnapshotRecord, StateStore, VolumeRecord
@@ -184,7 +186,7 @@ def test_a_failed_commit_changes_nothing(tmp_path: Path, monkeypatch: pytest.Mon
     monkeypatch.setattr(StateStore, "_persist", broken)
     with pytest.raises(OSError, match="disk full"):
         store.put_volume(VolumeRecord(A, "slow", 4096))
-    assert store.current.volumes == {}
+    assert dict(store.current.volumes) == {}
 
 
 def test_the_time_floor_of_an_older_agent_is_removed_on_load(tmp_path: Path) -> None:
@@ -193,3 +195,36 @@ def test_the_time_floor_of_an_older_agent_is_removed_on_load(tmp_path: Path) -> 
     StateStore(tmp_path).put_volume(VolumeRecord(A, "a", 4096, status=READY))
     assert not (tmp_path / "time-floor.json").exists()
     assert set(StateStore(tmp_path).current.volumes) == {A}
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    start=st.sets(st.integers(0, 40)),
+    put=st.sets(st.integers(0, 60)),
+    gone=st.sets(st.integers(0, 60)),
+)
+def test_a_change_onto_a_state_is_the_records_a_copy_would_hold_and_leaves_the_old_state_as_it_was(
+    start: set[int], put: set[int], gone: set[int]
+) -> None:
+    """The state's records are an immutable map, so a commit costs its change, not every record: what it makes
+    must still equal what copying every record and changing the copy makes, and a reader's old state keeps its
+    records."""
+    from immutables import Map
+
+    from nvmeof_csi.agent.state_model import AgentState
+
+    def uid(i: int) -> str:
+        return f"00000000-0000-4000-8000-{i:012d}"
+
+    old = AgentState(volumes=Map({uid(i): VolumeRecord(uid(i), f"v{i}", 4096) for i in start}))
+    seen = dict(old.volumes)
+    state = old
+    for i in sorted(put - gone):
+        state = Delta.of_record("volumes", state.volumes.get(uid(i)), VolumeRecord(uid(i), f"n{i}", 8192)).onto(state)
+    for i in sorted(gone):
+        state = Delta.of_record("volumes", state.volumes.get(uid(i)), None).onto(state)
+    expected = {k: v for k, v in seen.items() if int(k[-12:]) not in gone}
+    expected.update({uid(i): VolumeRecord(uid(i), f"n{i}", 8192) for i in put - gone})
+    assert dict(state.volumes) == expected and isinstance(state.volumes, Map)
+    assert dict(old.volumes) == seen  # the old state, as a reader holding it sees it
+    assert state.snapshots is old.snapshots  # a kind the change does not touch is shared
