@@ -118,6 +118,8 @@ FIGURES = (
            lambda d: float(d["delete_p50_ratio"]), 1.2, False),
     Figure("agent ListVolumes page with the most volumes held / the smallest listing, worst page", "scale-agent",
            lambda d: float(d["list_page_ratio"]), 1.2, False),
+    Figure("agent CreateVolume p50 on real configfs above its own system calls, most volumes / none",
+           "scale-agent-lab", lambda d: float(d["own_create_p50_ratio"]), 1.2, False),
     Figure("controller CreateVolume p50 with the most agents / one agent", "scale-controller",
            lambda d: float(d["create_p50_ratio"]), 1.2, False),
     Figure("controller CreateVolume p50, most agents / one, over the same for its bare agent calls", "scale-controller",

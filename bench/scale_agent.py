@@ -264,6 +264,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 "raw_delete_p50_ratio": round(top["raw_delete_p50_ms"] / base["raw_delete_p50_ms"], 2),
                 "contract_create_p50_ratio": round(top["contract_create_p50_ms"] / base["contract_create_p50_ms"], 2),
                 "contract_delete_p50_ratio": round(top["contract_delete_p50_ms"] / base["contract_delete_p50_ms"], 2),
+                # the agent above its own system calls (agent minus the contract script): what is the agent's
+                "own_create_p50_ratio": round(
+                    (top["create_p50_ms"] - top["contract_create_p50_ms"])
+                    / (base["create_p50_ms"] - base["contract_create_p50_ms"]),
+                    2,
+                ),
             }
             if "raw_create_p50_ms" in top
             else {}

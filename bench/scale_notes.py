@@ -43,6 +43,12 @@ def scale_notes(docs: Mapping[str, Doc]) -> list[str]:
             f"{lab['raw_delete_p50_ratio']}x, the agent's own system calls as a script "
             f"{lab['contract_create_p50_ratio']}x and {lab['contract_delete_p50_ratio']}x (the kernel's own growth)."
         )
+        grew = ", ".join(
+            f"{k} {v:+} ms" for k, v in sorted(lab["cpu_ms_growth_by_part"].items(), key=lambda kv: -kv[1])
+        )
+        out.append(
+            f"  - the agent's CPU per create+delete added from the fewest to the most, by part (py-spy): {grew}."
+        )
     with contextlib.suppress(KeyError, TypeError, IndexError):
         ctrl = docs["scale-controller"]
         fleets = "; ".join(
