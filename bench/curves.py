@@ -125,6 +125,23 @@ def scale_agent(ax: Axes, doc: Doc) -> None:
     ax.legend(fontsize=7)
 
 
+def scale_agent_lab(ax: Axes, doc: Doc) -> None:
+    """On the kernel's nvmet configfs: the agent's create beside the scripts (the kernel's own growth) and the
+    agent's part above its own system calls."""
+    rows = doc["levels"]
+    xs = [int(r["volumes"]) for r in rows]
+    for key, label in (("create_p50_ms", "agent create p50"), ("contract_create_p50_ms", "its system calls (script)"),
+                       ("raw_create_p50_ms", "durable configfs script")):  # fmt: skip
+        ax.plot(xs, [float(r[key]) for r in rows], marker="o", label=label)
+    own = [float(r["create_p50_ms"]) - float(r["contract_create_p50_ms"]) for r in rows]
+    ax.plot(xs, own, marker="s", linestyle=":", label="agent above its system calls")
+    ax.axhline(own[0] * 1.2, linestyle="--", color="grey", label="goal: 1.2x the agent's own part")
+    ax.set(title="agent on real nvmet configfs: create against volumes held", xlabel="volumes already there",
+           ylabel="ms")  # fmt: skip
+    ax.set_ylim(bottom=0)
+    ax.legend(fontsize=7)
+
+
 def scale_controller(ax: Axes, doc: Doc) -> None:
     rows = doc["fleets"]
     xs = [int(r["agents"]) for r in rows]
@@ -168,10 +185,11 @@ def curves(docs: Mapping[str, Doc], png: Path) -> None:
         ("node", lambda ax: datapath(ax, docs["node"])),
         ("qos", lambda ax: qos(ax, docs["qos"])),
         ("scale-agent", lambda ax: scale_agent(ax, docs["scale-agent"])),
+        ("scale-agent-lab", lambda ax: scale_agent_lab(ax, docs["scale-agent-lab"])),
         ("scale-controller", lambda ax: scale_controller(ax, docs["scale-controller"])),
         ("scale-node", lambda ax: scale_node(ax, docs["scale-node"])),
     ]
-    fig, axes = plt.subplots(5, 2, figsize=(13, 20))
+    fig, axes = plt.subplots(6, 2, figsize=(13, 24))
     flat = list(axes.flat)
     for ax, (source, draw) in zip(flat, panels, strict=False):
         try:

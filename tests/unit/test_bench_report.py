@@ -153,3 +153,22 @@ def test_scale_runs_give_their_figures_notes_and_curves(tmp_path: Path) -> None:
     report = (tmp_path / "bench-report.md").read_text()
     assert "200: create 3.0/6.0 ms" in report and "2 of 8 creates were refused UNAVAILABLE" in report
     assert (tmp_path / "bench-curves.png").stat().st_size > 0
+
+
+def test_the_agent_on_real_configfs_gives_its_own_part_as_a_figure_and_its_profile_as_a_note(tmp_path: Path) -> None:
+    row = {"create_p50_ms": 20.0, "delete_p50_ms": 30.0, "raw_create_p50_ms": 5.0, "raw_delete_p50_ms": 20.0,
+           "contract_create_p50_ms": 7.0, "contract_delete_p50_ms": 21.0, "start_s": 5.0}  # fmt: skip
+    lab = {
+        "kernel": "6.12", "samples": 50,
+        "levels": [{**row, "volumes": 0}, {**row, "volumes": 4000, "create_p50_ms": 26.0, "contract_create_p50_ms": 14.0}],
+        "create_p50_ratio": 1.3, "delete_p50_ratio": 1.0, "raw_create_p50_ratio": 2.2, "raw_delete_p50_ratio": 1.0,
+        "contract_create_p50_ratio": 2.0, "contract_delete_p50_ratio": 1.0, "own_create_p50_ratio": 0.92,
+        "cpu_ms_growth_by_part": {"configfs": 7.9, "state records": 0.3},
+    }  # fmt: skip
+    (tmp_path / "bench-scale-agent-lab.json").write_text(json.dumps(lab))
+    values = {f.name: v for f, v in measure(load(tmp_path)) if f.bench == "scale-agent-lab"}
+    assert list(values.values()) == [0.92]
+    assert main([str(tmp_path)]) == 0
+    report = (tmp_path / "bench-report.md").read_text()
+    assert "by part (py-spy): configfs +7.9 ms, state records +0.3 ms" in report
+    assert (tmp_path / "bench-curves.png").stat().st_size > 0
