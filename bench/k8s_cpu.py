@@ -1,9 +1,9 @@
 """Which process the CPU went to while the lab Kubernetes cluster worked (``bench/k8s_pvcs.py``): CPU seconds by
 part of the system, read from ``/proc`` in every node VM (our controller, agent and node plugin, the sidecars,
 kubelet and containerd) and on this host for the control plane's processes (``ControlPlane.procs``: API server,
-etcd, scheduler, controller manager), with each VM's busy and idle CPU seconds. Two readings, before and after
-some work, give each part's CPU over that time: the part that keeps a CPU busy, or a VM with no idle CPU left,
-is what sets the rate.
+etcd, scheduler, controller manager), with each VM's busy and idle CPU seconds and this host's. Two readings,
+before and after some work, give each part's CPU over that time: the part that keeps a CPU busy, or a VM (or
+under TCG the host that emulates them all) with no idle CPU left, is what sets the rate.
 
 Contract: :func:`spent` is pure; :func:`reading` runs one small Python program in each VM (``GUEST``, with
 ``PARTS`` as its argument: it prints JSON) and reads ``/proc`` here.
@@ -66,7 +66,8 @@ def reading(kube: KubeCluster) -> dict[str, Any]:
         vm = kube.vm(node)
         nodes[node] = json.loads(vm.check([vm.python, "-c", GUEST, json.dumps(PARTS)], timeout=120).strip())
     host = {name: _host_cpu_s(proc.pid) for name, proc in kube.cp.procs.items()}
-    return {"nodes": nodes, "host": host}
+    cpu = [int(v) / os.sysconf("SC_CLK_TCK") for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    return {"nodes": nodes, "host": host, "machine": {"busy": sum(cpu) - cpu[3] - cpu[4], "idle": cpu[3] + cpu[4]}}
 
 
 def spent(before: Mapping[str, Any], after: Mapping[str, Any], wall_s: float) -> dict[str, Any]:
@@ -84,4 +85,8 @@ def spent(before: Mapping[str, Any], after: Mapping[str, Any], wall_s: float) ->
         }
     for name, s in after["host"].items():
         out["control_plane"][name] = round((s - before["host"].get(name, 0.0)) / wall_s, 2)
+    if "machine" in after and "machine" in before:  # this host, which emulates every VM (TCG) and runs the rest
+        busy = after["machine"]["busy"] - before["machine"]["busy"]
+        idle = after["machine"]["idle"] - before["machine"]["idle"]
+        out["host_busy_share"] = round(busy / (busy + idle), 2) if busy + idle > 0 else 0.0
     return out

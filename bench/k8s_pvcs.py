@@ -36,6 +36,9 @@ VERBOSE = ["--v=3"]  # client-go logs each wait on its rate limiter past 50 ms a
 RAISED = ["--kube-api-qps=50", "--kube-api-burst=100"]
 THROTTLED = re.compile(r'Waited before sending request" delay="([0-9.]+)(ms|s)" reason="client-side throttling')
 CREATE = 'method_name="/csi.v1.Controller/CreateVolume"'
+AGENT_OP = re.compile(
+    r'csi_plugin_operations_seconds_(?P<what>sum|count)\{.*method_name="/[^"]*/(?P<method>\w+)".*\} (?P<value>\S+)$'
+)
 
 
 def parser() -> argparse.ArgumentParser:
@@ -120,6 +123,23 @@ def _controller_create_seconds(kube: KubeCluster) -> tuple[float, int]:
     return total, int(count)
 
 
+def _agent_seconds(kube: KubeCluster) -> dict[str, list[float]]:
+    """{agent method: [seconds, calls]} so far, summed over every agent (their /metrics on the node's loopback):
+    the agents' side of the controller's CreateVolume seconds (which calls wait in the agent, which before)."""
+    pods = kube.cp.get("pods", "-n", NAMESPACE, "-l", "app.kubernetes.io/name=nvmeof-csi-agent")["items"]
+    out: dict[str, list[float]] = {}
+    for node in sorted({p["spec"]["nodeName"] for p in pods if p["spec"].get("nodeName")}):
+        vm = kube.vm(node)
+        text = vm.check([vm.python, "-c", "import urllib.request as u; print(u.urlopen('http://127.0.0.1:9811/metrics')"
+                         ".read().decode())"])  # fmt: skip
+        for line in text.splitlines():
+            found = AGENT_OP.match(line)
+            if found:
+                slot = out.setdefault(found["method"], [0.0, 0.0])
+                slot[0 if found["what"] == "sum" else 1] += float(found["value"])
+    return out
+
+
 def _throttled(kube: KubeCluster) -> tuple[int, float]:
     """(waits, seconds) of client-side throttling in the Ready controller pod's provisioner log so far."""
     pod = _controller_pod(kube)
@@ -134,10 +154,17 @@ def one_pass(kube: KubeCluster, count: int, label: str) -> dict[str, Any]:
     """``count`` claims at once until all Bound, then all deleted until no volume is left."""
     seconds0, calls0 = _controller_create_seconds(kube)
     waits0, waited0 = _throttled(kube)
+    agent0 = _agent_seconds(kube)
     cpu0, began = cpu_reading(kube), time.monotonic()
     kube.cp.apply(claims(count))
     bound_s = _until(f"{count} claims Bound", lambda: _bound(kube) == count, 300 + 10 * count)
     cpu = spent(cpu0, cpu_reading(kube), time.monotonic() - began)
+    agent1 = _agent_seconds(kube)
+    in_agents = {
+        m: {"seconds": round(v[0] - agent0.get(m, [0.0, 0.0])[0], 1), "calls": int(v[1] - agent0.get(m, [0.0, 0.0])[1])}
+        for m, v in agent1.items()
+        if v[1] > agent0.get(m, [0.0, 0.0])[1]
+    }
     seconds1, calls1 = _controller_create_seconds(kube)
     waits1, waited1 = _throttled(kube)
     began = time.monotonic()
@@ -157,6 +184,7 @@ def one_pass(kube: KubeCluster, count: int, label: str) -> dict[str, Any]:
         "throttled_s": round(waited1 - waited0, 1),
         "delete_wall_s": round(time.monotonic() - began, 1),
         "cpu_while_creating": cpu,  # each part's share of one CPU, each VM's busy share (bench/k8s_cpu.py)
+        "agent_calls_while_creating": in_agents,  # {method: seconds, calls} in the agents themselves
     }
     print(f"bench k8s-pvcs: {row}", flush=True)
     return row

@@ -99,4 +99,5 @@ def cpu_line(cpu: Doc) -> str:
         for node, n in cpu["nodes"].items()
     )
     plane = ", ".join(f"{k} {v}" for k, v in sorted(cpu["control_plane"].items(), key=lambda kv: -kv[1]))
-    return f"{nodes}; control plane on the host: {plane} (CPUs busy)"
+    host = f"; this host {round(100 * cpu['host_busy_share'])} % busy" if "host_busy_share" in cpu else ""
+    return f"{nodes}; control plane on the host: {plane} (CPUs busy){host}"

@@ -29,7 +29,9 @@ def test_shares_are_of_one_cpu_over_the_wall_time_and_the_vm_busy_share_of_all_i
               "host": {"kube-apiserver": 5.0}}  # fmt: skip
     after = {"nodes": {"s1": {"parts": {"our agent": 25.0, "kubelet": 2.0}, "busy": 118.0, "idle": 102.0, "cpus": 2}},
              "host": {"kube-apiserver": 8.0, "etcd": 1.0}}  # fmt: skip
+    before["machine"], after["machine"] = {"busy": 50.0, "idle": 50.0}, {"busy": 68.0, "idle": 52.0}
     got = spent(before, after, 10.0)
+    assert got["host_busy_share"] == 0.9  # the host that emulates the VMs
     assert got["nodes"]["s1"]["parts"] == {"our agent": 1.5, "kubelet": 0.2}
     assert list(got["nodes"]["s1"]["parts"]) == ["our agent", "kubelet"]  # largest first
     assert got["nodes"]["s1"]["vm_busy_share"] == 0.9
