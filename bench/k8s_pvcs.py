@@ -21,11 +21,13 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import threading
 import time
 from typing import Any
 
 from bench.k8s_cpu import reading as cpu_reading
 from bench.k8s_cpu import spent
+from bench.k8s_dumps import dumps, where
 from bench.results import save
 from lab.kube.cluster import CHART, LAB_VALUES, NAMESPACE, RELEASE, KubeCluster, running_cluster
 
@@ -140,6 +142,23 @@ def _agent_seconds(kube: KubeCluster) -> dict[str, list[float]]:
     return out
 
 
+def _controller_dumps(kube: KubeCluster) -> list[str]:
+    """py-spy dumps of our controller while the claims are being created (the first 10 s after they are applied
+    left to fill the queue)."""
+    time.sleep(10)
+    return dumps(kube.vm(_controller_pod(kube)["spec"]["nodeName"]), "--mode=controller")
+
+
+def _threads(taken: list[str]) -> dict[str, Any]:
+    """Where the controller's threads were, summed over the dumps (``bench/k8s_dumps.py``), the 12 most common."""
+    counts: dict[str, int] = {}
+    for dump in taken:
+        for key, n in where(dump).items():
+            counts[key] = counts.get(key, 0) + n
+    top = sorted(counts.items(), key=lambda kv: -kv[1])[:12]
+    return {"dumps": sum(1 for d in taken if d), "threads": dict(top)}
+
+
 def _throttled(kube: KubeCluster) -> tuple[int, float]:
     """(waits, seconds) of client-side throttling in the Ready controller pod's provisioner log so far."""
     pod = _controller_pod(kube)
@@ -157,7 +176,11 @@ def one_pass(kube: KubeCluster, count: int, label: str) -> dict[str, Any]:
     agent0 = _agent_seconds(kube)
     cpu0, began = cpu_reading(kube), time.monotonic()
     kube.cp.apply(claims(count))
+    taken: list[str] = []
+    spying = threading.Thread(target=lambda: taken.extend(_controller_dumps(kube)), daemon=True)
+    spying.start()
     bound_s = _until(f"{count} claims Bound", lambda: _bound(kube) == count, 300 + 10 * count)
+    spying.join(timeout=600)
     cpu = spent(cpu0, cpu_reading(kube), time.monotonic() - began)
     agent1 = _agent_seconds(kube)
     in_agents = {
@@ -185,6 +208,7 @@ def one_pass(kube: KubeCluster, count: int, label: str) -> dict[str, Any]:
         "delete_wall_s": round(time.monotonic() - began, 1),
         "cpu_while_creating": cpu,  # each part's share of one CPU, each VM's busy share (bench/k8s_cpu.py)
         "agent_calls_while_creating": in_agents,  # {method: seconds, calls} in the agents themselves
+        "controller_threads_while_creating": _threads(taken),  # py-spy dumps: where its threads were
     }
     print(f"bench k8s-pvcs: {row}", flush=True)
     return row

@@ -49,3 +49,27 @@ def test_the_report_line_names_the_busiest_parts_and_how_busy_each_vm_was() -> N
         line
         == "s1 (2 vCPUs, 95 % busy): our agent 0.9, our controller 0.6; control plane on the host: etcd 0.2 (CPUs busy)"
     )
+
+
+def test_a_dump_counts_each_thread_by_its_innermost_frames_and_a_pools_threads_under_one_name() -> None:
+    from bench.k8s_dumps import where
+
+    dump = """Process 41: /opt/nvmeof-csi/bin/python /opt/nvmeof-csi/bin/nvmeof-csi serve --mode=controller
+Python v3.11.2 (/usr/bin/python3.11)
+
+Thread 0x7F01 (idle): "MainThread"
+    select (selectors.py:468)
+    run_forever (asyncio/base_events.py:607)
+Thread 0x7F02 (idle): "asyncio_0"
+    _blocking_unary_unary (/opt/nvmeof-csi/lib/python3.11/site-packages/grpc/_channel.py:1162)
+    call (/opt/nvmeof-csi/lib/python3.11/site-packages/nvmeof_csi/agent/client.py:88)
+    create (/opt/nvmeof-csi/lib/python3.11/site-packages/nvmeof_csi/service/provisioning.py:120)
+Thread 0x7F03 (idle): "asyncio_1"
+    _blocking_unary_unary (/opt/nvmeof-csi/lib/python3.11/site-packages/grpc/_channel.py:1162)
+    call (/opt/nvmeof-csi/lib/python3.11/site-packages/nvmeof_csi/agent/client.py:88)
+"""
+    assert where(dump) == {
+        "asyncio_N | call (nvmeof_csi/agent/client.py) | _blocking_unary_unary (grpc/_channel.py)": 2,
+        "MainThread | - | select (selectors.py)": 1,
+    }
+    assert where("") == {}
