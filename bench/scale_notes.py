@@ -87,6 +87,13 @@ def scale_notes(docs: Mapping[str, Doc]) -> list[str]:
         out.append(f"- {pvcs['count']} PVCs at once through the real external-provisioner (Kubernetes tier): {passes}.")
         out += [f"  - {r['pass']}, while creating: {cpu_line(r['cpu_while_creating'])}" for r in pvcs["passes"]
                 if "cpu_while_creating" in r]  # fmt: skip
+        for r in pvcs["passes"]:
+            agents = r.get("agent_calls_while_creating", {})
+            threads = list(r.get("controller_threads_while_creating", {}).get("threads", {}).items())[:4]
+            if agents or threads:
+                spent_s = ", ".join(f"{m} {v['seconds']} s ({v['calls']})" for m, v in agents.items())
+                where = "; ".join(f"{k}: {n}" for k, n in threads)
+                out.append(f"  - {r['pass']}: in the agents {spent_s}; the controller's threads (py-spy) {where}")
     return out
 
 
