@@ -29,6 +29,11 @@ class BootCrash(VMExited):
     """QEMU exited before the guest agent was ready: the guest kernel crashed (or panicked) while booting."""
 
 
+class BootHang(LabError):
+    """QEMU still runs but the guest agent was not ready within the boot timeout, the console silent: a guest that
+    hung while booting (seen once under TCG, in a run whose other boots all took well under a minute)."""
+
+
 class GuestError(RuntimeError):
     """A guest command failed (non-zero exit)."""
 

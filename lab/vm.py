@@ -29,12 +29,12 @@ from pathlib import Path
 from typing import Any
 
 from lab.build import LAB_DIR, BuildInfo
-from lab.guest_calls import BootCrash, GuestError, GuestTimeout, LabError, Pending, Result, VMExited
+from lab.guest_calls import BootCrash, BootHang, GuestError, GuestTimeout, LabError, Pending, Result, VMExited
 from lab.host import VM_NAME, copy_disk, die_with_parent, kvm_usable
 
 # fmt: off
-__all__ = ["TCG_SAFE_BOOT", "BootCrash", "GuestError", "GuestTimeout", "LabError", "LabVM", "Pending", "Result",
-           "VMExited"]
+__all__ = ["TCG_SAFE_BOOT", "BootCrash", "BootHang", "GuestError", "GuestTimeout", "LabError", "LabVM", "Pending",
+           "Result", "VMExited"]
 # fmt: on
 
 AGENT = LAB_DIR / "guest" / "agent.py"
@@ -117,11 +117,15 @@ class LabVM:
     def start(self) -> LabVM:
         """Boot and wait for the guest agent. A guest kernel that crashes while booting, before anything of ours
         ran in it, is booted once more (TCG's cross-CPU code patching has oopsed the 6.12 kernel at boot: ``int3``
-        in ``sched_clock_cpu``); the failed boot's console is printed to stderr. A second crash is raised."""
+        in ``sched_clock_cpu``), and so is one that hangs silently past the boot timeout; the failed boot's console
+        is printed to stderr. A second failure is raised."""
         try:
             return self._boot()
         except BootCrash as crash:
             print(f"lab: the guest kernel crashed while booting; booting it once more. {crash}", file=sys.stderr)
+            return self._boot()
+        except BootHang as hang:
+            print(f"lab: the guest hung while booting; booting it once more. {hang}", file=sys.stderr)
             return self._boot()
 
     def _boot(self) -> LabVM:
@@ -161,8 +165,9 @@ class LabVM:
                     crashed = self.proc.poll() is not None
                     why = "qemu exited" if crashed else f"timeout {self.boot_timeout:.0f}s"
                     self.stop()
-                    error = BootCrash if crashed else LabError
-                    raise error(f"guest agent not ready ({why}); console:\n{self._tail('console.log')}") from None
+                    error = BootCrash if crashed else BootHang
+                    tails = f"console:\n{self._tail('console.log')}\nqemu:\n{self._tail('qemu.out')}"
+                    raise error(f"guest agent not ready ({why}); {tails}") from None
         self.boot_seconds = time.monotonic() - t0
         if not str(self.ready.get("scratch", "")).startswith(("mounted", "formatted")):
             raise LabError(f"scratch disk not usable in the guest: {self.ready.get('scratch')}")

@@ -62,10 +62,10 @@ def test_ana_state_is_checked_before_touching_the_guest() -> None:
         fabric.set_ana(1, "mostly-optimized")
 
 
-def test_a_guest_kernel_crash_at_boot_is_booted_once_more_and_a_second_one_raised(
+def test_a_guest_crash_or_hang_at_boot_is_booted_once_more_and_a_second_one_raised(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    from lab.vm import BootCrash, LabError, LabVM
+    from lab.vm import BootCrash, BootHang, LabError, LabVM
 
     vm = LabVM.__new__(LabVM)  # no QEMU: only start()'s retry policy is under test
     outcomes: list[Exception | None] = [BootCrash("Oops: int3"), None]
@@ -82,8 +82,14 @@ def test_a_guest_kernel_crash_at_boot_is_booted_once_more_and_a_second_one_raise
     outcomes[:] = [BootCrash("first"), BootCrash("second")]
     with pytest.raises(BootCrash, match="second"):
         vm.start()
-    outcomes[:] = [LabError("timeout 300s")]  # not a crash: no second boot
-    with pytest.raises(LabError, match="timeout"):
+    outcomes[:] = [BootHang("timeout 300s"), None]  # a silent hang: booted once more
+    assert vm.start() is vm and outcomes == []
+    assert "hung while booting; booting it once more" in capsys.readouterr().err
+    outcomes[:] = [BootHang("first hang"), BootHang("second hang")]
+    with pytest.raises(BootHang, match="second hang"):
+        vm.start()
+    outcomes[:] = [LabError("qemu control socket never appeared")]  # neither: no second boot
+    with pytest.raises(LabError, match="socket"):
         vm.start()
 
 
