@@ -6,12 +6,16 @@ with its ``io.max`` line). The limits source answers a pass from one listing, as
 
 At each level (10 and 200 published volumes by default) it measures one reconcile pass (the node's periodic
 QoS pass over every published volume: median of several), NodeGetVolumeStats of one volume, NodeStage +
-NodePublish of one more volume (its creation not counted) and its NodeUnpublish + NodeUnstage; the RSS; and
-one read of the kernel's mount table (``/proc/self/mountinfo``), which every unmount reads once and which grows
-with every mount: the floor under the teardown's growth. Writes
-``results/bench-scale-node.json``. Needs root and /dev/loop-control.
+NodePublish of one more volume (its creation not counted) and its NodeUnpublish + NodeUnstage, each split by
+part (``bench/scale_node_parts.py``: each program the node runs, each read of the kernel's mount table, and the
+node plugin's own Python); the RSS; and one read of the kernel's mount table (``/proc/self/mountinfo``), which
+grows with every mount. The levels are visited in alternating rounds (10, 200, 200, 10, 10, 200...: the node
+filled and emptied between them) and each level's samples pooled over its visits, so the host's drift (its
+writeback, other work) falls on both sizes alike. A stage or teardown's growth is then told apart: what the
+programs and the table reads added (the kernel's and util-linux's part: ``floor_ratio``) and what the node's own
+part did (``own_ratio``). Writes ``results/bench-scale-node.json``. Needs root and /dev/loop-control.
 
-usage: python -m bench.scale_node [--levels 10 200] [--samples 25] [--smoke]
+usage: python -m bench.scale_node [--levels 10 200] [--samples 24] [--rounds 4] [--smoke]
 """
 
 from __future__ import annotations
@@ -20,9 +24,8 @@ import argparse
 import os
 import statistics
 import tempfile
-import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,15 +33,15 @@ from typing import Any
 
 from bench.results import save
 from bench.scale_agent import quantile, timed
+from bench.scale_node_parts import Parts, TimedExecutor, TimedLoopConnector, TimedStore, growth, medians, timed_table
 from nvmeof_csi.backends.loop import LoopTargetBackend
-from nvmeof_csi.backends.loop_connector import LoopConnector
 from nvmeof_csi.host.cgroups import PodCgroups
 from nvmeof_csi.host.executor import SubprocessExecutor
 from nvmeof_csi.host.filesystems import Filesystems
 from nvmeof_csi.host.mounter import Mounter
 from nvmeof_csi.service.contracts import Volume
 from nvmeof_csi.service.qos import LimitOverrides, LimitsSource, QosEnforcer
-from nvmeof_csi.service.records import AccessSpec, StagingRecord, StagingStore
+from nvmeof_csi.service.records import AccessSpec, StagingRecord
 from nvmeof_csi.service.staging import StagingService
 
 MiB = 1 << 20
@@ -49,8 +52,9 @@ LIMITS = {"readIops": "300", "writeBps": "4194304"}
 def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--levels", type=int, nargs="+", default=[10, 200], help="published volumes")
-    ap.add_argument("--samples", type=int, default=25, help="passes, stats calls and stages measured per level")
-    ap.add_argument("--smoke", action="store_true", help="CI: levels 2 and 6, 3 samples; not a measurement")
+    ap.add_argument("--samples", type=int, default=24, help="passes, stats calls and stages measured per level")
+    ap.add_argument("--rounds", type=int, default=4, help="visits to each level, alternating; samples split over them")
+    ap.add_argument("--smoke", action="store_true", help="CI: levels 2 and 6, 3 samples, 1 round; not a measurement")
     return ap
 
 
@@ -64,17 +68,21 @@ class OneListing:
         return self
 
 
+Published = tuple[Volume, str, str]  # (volume, staging, target)
+
+
 @dataclass
 class Node:
     work: Path
     backend: LoopTargetBackend
     svc: StagingService
     cgroups: PodCgroups
-    published: list[tuple[Volume, str, str]] = field(default_factory=list)  # (volume, staging, target)
+    parts: Parts
+    published: list[Published] = field(default_factory=list)
 
-    def bring_up(self, tag: str, timed_ms: list[float] | None = None) -> tuple[Volume, str, str]:
-        """Create, stage and publish one volume for a pod of its own (its cgroup made first); with ``timed_ms``,
-        the milliseconds of NodeStage + NodePublish alone are appended to it."""
+    def bring_up(self, tag: str, cycles: list[dict[str, float]] | None = None) -> Published:
+        """Create, stage and publish one volume for a pod of its own (its cgroup made first); with ``cycles``,
+        NodeStage + NodePublish alone, split by part, is appended to it."""
         vol = self.backend.create_volume(tag, 16 * MiB, dict(LIMITS))
         pod = str(uuid.uuid4())
         folder = self.cgroups.root / "kubepods" / f"pod{pod}"
@@ -82,26 +90,44 @@ class Node:
         (folder / "io.max").write_text("")
         (folder / "cgroup.procs").write_text("")
         staging, target = str(self.work / "staging" / tag), str(self.work / "pods" / tag / "mount")
-        began = time.perf_counter()
-        self.svc.stage(f"nvmeof-v1.loop.{vol.ref.uuid}", vol.ref, staging, ACCESS, vol.context, 60)
-        self.svc.publish(vol.ref, staging, target, ACCESS, False, pod)
-        if timed_ms is not None:
-            timed_ms.append((time.perf_counter() - began) * 1000)
+
+        def up() -> None:
+            self.svc.stage(f"nvmeof-v1.loop.{vol.ref.uuid}", vol.ref, staging, ACCESS, vol.context, 60)
+            self.svc.publish(vol.ref, staging, target, ACCESS, False, pod)
+
+        if cycles is None:
+            up()
+        else:
+            cycles.append(self.parts.cycle(up))
         return vol, staging, target
 
-    def take_down(self, vol: Volume, staging: str, target: str, timed_ms: list[float] | None = None) -> None:
-        """NodeUnpublish, NodeUnstage, delete; with ``timed_ms`` the first two's milliseconds are appended."""
-        began = time.perf_counter()
-        self.svc.unpublish(vol.ref, target)
-        self.svc.unstage(vol.ref, staging)
-        if timed_ms is not None:
-            timed_ms.append((time.perf_counter() - began) * 1000)
+    def take_down(self, vol: Volume, staging: str, target: str, cycles: list[dict[str, float]] | None = None) -> None:
+        """NodeUnpublish, NodeUnstage, delete; with ``cycles`` the first two, split by part, are appended."""
+
+        def down() -> None:
+            self.svc.unpublish(vol.ref, target)
+            self.svc.unstage(vol.ref, staging)
+
+        if cycles is None:
+            down()
+        else:
+            cycles.append(self.parts.cycle(down))
         self.backend.delete_volume(vol.ref)
+
+    def settle(self, level: int) -> None:
+        """Publish or take down volumes until exactly ``level`` are published; then the writeback is flushed (a
+        fill's mkfs runs are not the measured calls' cost)."""
+        while len(self.published) > level:
+            self.take_down(*self.published.pop())
+        while len(self.published) < level:
+            self.published.append(self.bring_up(f"v{uuid.uuid4().hex[:12]}"))
+        os.sync()
 
 
 @contextmanager
 def node() -> Iterator[Node]:
-    ex = SubprocessExecutor()
+    parts = Parts()
+    ex = TimedExecutor(SubprocessExecutor(), parts)
     with tempfile.TemporaryDirectory(prefix="bench-scale-node-", dir="/var/tmp") as tmp:
         work = Path(tmp)
         cgroups = PodCgroups(work / "cg")
@@ -109,14 +135,16 @@ def node() -> Iterator[Node]:
         (cgroups.root / "cgroup.controllers").write_text("cpu io memory\n")
         qos = QosEnforcer(cgroups, LimitOverrides(work / "qos"), wait=0.0)
         svc = StagingService(
-            LoopConnector(ex), Mounter(ex), Filesystems(ex), StagingStore(work / "records"), root=work, qos=qos,
-            limits_source=OneListing(),
+            TimedLoopConnector(ex, parts), Mounter(ex, timed_table(parts)), Filesystems(ex),
+            TimedStore(work / "records", parts),
+            root=work, qos=qos, limits_source=OneListing(),
         )  # fmt: skip
-        it = Node(work, LoopTargetBackend(work / "vols", 1 << 40, {}), svc, cgroups)
+        it = Node(work, LoopTargetBackend(work / "vols", 1 << 40, {}), svc, cgroups, parts)
         try:
             yield it
         finally:
-            for published in reversed(it.published):
+            while it.published:
+                published = it.published.pop()
                 try:
                     it.take_down(*published)
                 except Exception as err:  # clean up as much as can be, report the rest
@@ -130,63 +158,87 @@ def rss_kib() -> int:
     return 0
 
 
-def median_ms(call: Callable[[], Any], samples: int) -> float:
-    return round(statistics.median(timed(call) for _ in range(samples)), 2)
+@dataclass
+class Samples:
+    """One level's samples, pooled over its visits."""
+
+    passes: list[float] = field(default_factory=list)
+    stats: list[float] = field(default_factory=list)
+    table: list[float] = field(default_factory=list)
+    ups: list[dict[str, float]] = field(default_factory=list)
+    downs: list[dict[str, float]] = field(default_factory=list)
+    rss_kib: int = 0  # at the first visit: memory a Python process took stays with it after the level shrinks
 
 
-def measure(it: Node, level: int, samples: int) -> dict[str, Any]:
+def sample(it: Node, samples: int, into: Samples) -> None:
+    """One visit: ``samples`` passes, stats calls (x3), table reads (x5) and stage/teardown cycles."""
     it.svc.reconcile_limits()  # a first pass puts every line in force
-    pass_ms = median_ms(it.svc.reconcile_limits, samples)
+    into.passes += [timed(it.svc.reconcile_limits) for _ in range(samples)]
     some = it.published[len(it.published) // 2]
-    stats_ms = median_ms(lambda: it.svc.stats(some[0].ref, some[2]), samples * 3)
-    table_ms = median_ms(lambda: Path("/proc/self/mountinfo").read_text(), samples * 5)  # the kernel's part
-    stages: list[float] = []
-    downs: list[float] = []
-    for i in range(samples):
-        it.take_down(*it.bring_up(f"extra-{level}-{i}", stages), timed_ms=downs)
+    into.stats += [timed(lambda: it.svc.stats(some[0].ref, some[2])) for _ in range(samples * 3)]
+    into.table += [timed(lambda: Path("/proc/self/mountinfo").read_text()) for _ in range(samples * 5)]
+    for _ in range(samples):
+        it.take_down(*it.bring_up(f"x{uuid.uuid4().hex[:12]}", into.ups), cycles=into.downs)
+    into.rss_kib = into.rss_kib or rss_kib()
+
+
+def summary(level: int, got: Samples) -> dict[str, Any]:
+    pass_ms = round(statistics.median(got.passes), 2)
+    ups, downs = medians(got.ups), medians(got.downs)
     return {
         "volumes": level,
         "pass_ms": pass_ms,
         "pass_ms_per_volume": round(pass_ms / level, 3),
-        "stats_ms": stats_ms,
-        "stage_publish_p50_ms": quantile(stages, 0.5),
-        "unpublish_unstage_p50_ms": quantile(downs, 0.5),
-        "mount_table_read_ms": table_ms,
-        "rss_kib": rss_kib(),
+        "stats_ms": round(statistics.median(got.stats), 2),
+        "stage_publish_p50_ms": quantile([c["total"] for c in got.ups], 0.5),
+        "unpublish_unstage_p50_ms": quantile([c["total"] for c in got.downs], 0.5),
+        "stage_publish_parts_ms": ups,
+        "unpublish_unstage_parts_ms": downs,
+        "mount_table_read_ms": round(statistics.median(got.table), 2),
+        "rss_kib": got.rss_kib,
     }
 
 
-def floor(base_ms: float, base: Mapping[str, Any], top: Mapping[str, Any]) -> float:
-    """The ratio an operation of ``base_ms`` at the fewest volumes would reach at the most if only its two reads
-    of the mount table grew (each unmount or mount check reads it once; nothing cheaper tells what is mounted)."""
-    growth = 2 * (float(top["mount_table_read_ms"]) - float(base["mount_table_read_ms"]))
-    return round((base_ms + growth) / base_ms, 2)
+def visits(levels: list[int], rounds: int) -> list[int]:
+    """Each round visits every level, ascending in even rounds and descending in odd ones (10, 200, 200, 10...)."""
+    return [level for r in range(rounds) for level in (levels if r % 2 == 0 else levels[::-1])]
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    levels, samples = ([2, 6], 3) if args.smoke else (sorted(args.levels), args.samples)
-    rows = []
+    levels, samples, rounds = ([2, 6], 3, 1) if args.smoke else (sorted(args.levels), args.samples, args.rounds)
+    per_visit = max(1, -(-samples // rounds))
+    got = {level: Samples() for level in levels}
     with node() as it:
-        for level in levels:
-            while len(it.published) < level:
-                it.published.append(it.bring_up(f"v{len(it.published)}"))
-            os.sync()  # the fill's writeback (mkfs on every new volume) is not the measured calls' cost
-            rows.append(measure(it, level, samples))
-            print(f"bench scale-node: {rows[-1]}", flush=True)
+        for level in visits(levels, rounds):
+            it.settle(level)
+            sample(it, per_visit, got[level])
+            print(f"bench scale-node: {level} volumes visited, {len(got[level].ups)} cycles so far", flush=True)
+    rows = [summary(level, got[level]) for level in levels]
     base, top = rows[0], rows[-1]
+    up = growth(base["stage_publish_parts_ms"], top["stage_publish_parts_ms"])
+    down = growth(base["unpublish_unstage_parts_ms"], top["unpublish_unstage_parts_ms"])
     return {
         "smoke": args.smoke,
-        "samples": samples,
+        "samples": per_visit * rounds,
+        "rounds": rounds,
         "levels": rows,
         "pass_per_volume_ratio": round(top["pass_ms_per_volume"] / base["pass_ms_per_volume"], 2),
         "pass_ratio": round(top["pass_ms"] / base["pass_ms"], 2),
         "stats_ratio": round(top["stats_ms"] / base["stats_ms"], 2),
         "stage_ratio": round(top["stage_publish_p50_ms"] / base["stage_publish_p50_ms"], 2),
         "unstage_ratio": round(top["unpublish_unstage_p50_ms"] / base["unpublish_unstage_p50_ms"], 2),
-        # each way reads the kernel's mount table twice (is it mounted there?): that growth alone, as a ratio
-        "table_floor_stage_ratio": floor(base["stage_publish_p50_ms"], base, top),
-        "table_floor_unstage_ratio": floor(base["unpublish_unstage_p50_ms"], base, top),
+        # the ratio each way would reach if only the programs it runs and its reads of the mount table grew
+        "kernel_floor_stage_ratio": up["floor_ratio"],
+        "kernel_floor_unstage_ratio": down["floor_ratio"],
+        "own_stage_ratio": up["own_ratio"],
+        "own_unstage_ratio": down["own_ratio"],
+        "stage_ms_added": up["ms_added"],
+        "unstage_ms_added": down["ms_added"],
     }
+
+
+def added(parts: Mapping[str, float]) -> str:
+    return ", ".join(f"{name} {ms:+.2f}" for name, ms in parts.items() if name != "total" and abs(ms) >= 0.05)
 
 
 def run_and_report(args: argparse.Namespace) -> None:
@@ -194,11 +246,14 @@ def run_and_report(args: argparse.Namespace) -> None:
     save("scale-node", result)
     base, top = result["levels"][0], result["levels"][-1]
     print(
-        f"bench scale-node: {top['volumes']} published vs {base['volumes']}: a reconcile pass {top['pass_ms']} vs "
-        f"{base['pass_ms']} ms ({result['pass_per_volume_ratio']}x per volume), NodeGetVolumeStats "
-        f"{result['stats_ratio']}x, stage+publish {result['stage_ratio']}x, unpublish+unstage "
-        f"{result['unstage_ratio']}x (goals 1.2x; the mount table's own growth alone: "
-        f"{result['table_floor_stage_ratio']}x, {result['table_floor_unstage_ratio']}x); RSS {top['rss_kib']} KiB"
+        f"bench scale-node: {top['volumes']} published vs {base['volumes']} ({result['rounds']} alternating rounds): "
+        f"a reconcile pass {top['pass_ms']} vs {base['pass_ms']} ms ({result['pass_per_volume_ratio']}x per volume), "
+        f"NodeGetVolumeStats {result['stats_ratio']}x, stage+publish {result['stage_ratio']}x, unpublish+unstage "
+        f"{result['unstage_ratio']}x (goals 1.2x; if only the programs and mount-table reads grew: "
+        f"{result['kernel_floor_stage_ratio']}x, {result['kernel_floor_unstage_ratio']}x; the node's own part: "
+        f"{result['own_stage_ratio']}x, {result['own_unstage_ratio']}x); RSS {top['rss_kib']} KiB\n"
+        f"  ms added per stage+publish: {added(result['stage_ms_added'])}\n"
+        f"  ms added per unpublish+unstage: {added(result['unstage_ms_added'])}"
     )
 
 

@@ -75,6 +75,13 @@ def scale_notes(docs: Mapping[str, Doc]) -> list[str]:
             for r in nodes["levels"]
         )
         out.append(f"- node with N volumes published (loop backend, medians): {levels}.")
+        for way, key in (("stage+publish", "stage"), ("unpublish+unstage", "unstage")):
+            grew = ", ".join(f"{k} {v:+.2f}" for k, v in nodes[f"{key}_ms_added"].items() if k != "total")
+            out.append(
+                f"  - {way}, ms added by part from the fewest to the most: {grew}; if only the programs and the "
+                f"mount-table reads grew: {nodes[f'kernel_floor_{key}_ratio']}x, the node's own part "
+                f"{nodes[f'own_{key}_ratio']}x ({nodes.get('rounds', 1)} alternating rounds)"
+            )
     with contextlib.suppress(KeyError, TypeError, IndexError):
         pvcs = docs["k8s-pvcs"]
         passes = "; ".join(
