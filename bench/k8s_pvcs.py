@@ -1,12 +1,13 @@
 """Benchmark: many PVCs created at once through the real external-provisioner, on the lab Kubernetes cluster
 (``lab/kube/cluster.py``: Kubernetes 1.37, the driver installed with Helm). Writes results/bench-k8s-pvcs.json.
 
-Two passes on one cluster: the chart's sidecar flags (the provisioner's defaults: client rate limit
+Three passes on one cluster: the chart's sidecar flags (the provisioner's defaults: client rate limit
 ``--kube-api-qps=5``/``--kube-api-burst=10``, 100 worker threads), then raised limits set through ``helm upgrade``
-(``controller.sidecarExtraArgs.provisioner``: ``--kube-api-qps=50 --kube-api-burst=100``). In each pass ``count``
-claims of an Immediate-binding StorageClass are applied in one List and polled until every one is Bound (time to
-all Bound, CreateVolume rate), then deleted at once until every PersistentVolume is gone. Which part sets the
-limit is read in the same pass: the seconds our controller spent in CreateVolume (its
+(``controller.sidecarExtraArgs.provisioner``: ``--kube-api-qps=50 --kube-api-burst=100``), then those and our
+controller's ``--workers=32`` (``controller.extraArgs``: the threads its calls to the agents run on). In each
+pass ``count`` claims of an Immediate-binding StorageClass are applied in one List and polled until every one is
+Bound (time to all Bound, CreateVolume rate), then deleted at once until every PersistentVolume is gone. Which
+part sets the limit is read in the same pass: the seconds our controller spent in CreateVolume (its
 ``csi_plugin_operations_seconds``, read on the node), against the wall time, and the provisioner's client-side
 throttling (its log's "due to client-side throttling" waits, counted and summed), and where the CPU went while
 the claims were created (``bench/k8s_cpu.py``: each process's share of a CPU, each VM's busy share).
@@ -36,6 +37,7 @@ PREFIX = "bench-pvc-"
 NS = "default"
 VERBOSE = ["--v=3"]  # client-go logs each wait on its rate limiter past 50 ms at level 3
 RAISED = ["--kube-api-qps=50", "--kube-api-burst=100"]
+WORKERS = ["--workers=32"]  # our controller's pool for blocking work (asyncio's default: 6 on a 2-CPU node)
 THROTTLED = re.compile(r'Waited before sending request" delay="([0-9.]+)(ms|s)" reason="client-side throttling')
 CREATE = 'method_name="/csi.v1.Controller/CreateVolume"'
 AGENT_OP = re.compile(
@@ -214,11 +216,13 @@ def one_pass(kube: KubeCluster, count: int, label: str) -> dict[str, Any]:
     return row
 
 
-def provisioner_flags(kube: KubeCluster, flags: list[str]) -> None:
-    """``helm upgrade`` of the lab release with these extra provisioner flags; waits for the rollout."""
+def provisioner_flags(kube: KubeCluster, flags: list[str], controller: list[str] | None = None) -> None:
+    """``helm upgrade`` of the lab release with these extra provisioner flags (and our controller's extra flags,
+    none by default); waits for the rollout."""
     kube.helm(
         "upgrade", RELEASE, str(CHART), "--values", str(LAB_VALUES),
         "--set-json", f"controller.sidecarExtraArgs.provisioner={json.dumps(flags)}",
+        "--set-json", f"controller.extraArgs={json.dumps(controller or [])}",
     )  # fmt: skip
     kube.wait_driver_ready()
 
@@ -235,11 +239,14 @@ def run_on(kube: KubeCluster, args: argparse.Namespace) -> dict[str, Any]:
         rows = [one_pass(kube, count, "chart defaults (provisioner --v=3)")]
         provisioner_flags(kube, VERBOSE + RAISED)
         rows.append(one_pass(kube, count, f"provisioner {' '.join(RAISED)}"))
+        provisioner_flags(kube, VERBOSE + RAISED, WORKERS)
+        rows.append(one_pass(kube, count, f"provisioner {' '.join(RAISED)}, controller {' '.join(WORKERS)}"))
         provisioner_flags(kube, [])
     kube.kubectl("delete", "storageclass", SC, "--ignore-not-found")
     result = {"smoke": args.smoke, "count": count, "passes": rows}
-    if len(rows) == 2:
+    if len(rows) == 3:
         result["raised_over_defaults"] = round(rows[0]["all_bound_s"] / rows[1]["all_bound_s"], 2)
+        result["workers_over_raised"] = round(rows[1]["all_bound_s"] / rows[2]["all_bound_s"], 2)
     save("k8s-pvcs", result)
     return result
 

@@ -100,6 +100,15 @@ class Settings:
     max_volumes_per_node: int = setting(
         0, "Reported in NodeGetInfo and enforced at ControllerPublish (0: no limit).", low=0, shown="`0` (no limit)"
     )
+    workers: int = setting(
+        0,
+        "Threads that run the CSI calls' blocking work (calls to agents, mounts, mkfs): each call in flight holds one "
+        "until it returns, more wait for a free one. Calls to agents mostly wait on the network: a controller that "
+        "many claims reach at once keeps up with more (docs/performance.md).",
+        low=0,
+        high=512,
+        shown="`0` (Python's default: CPUs + 4, at most 32)",
+    )
     grace_seconds: float = setting(
         30.0, "On SIGTERM, the seconds in-flight RPCs get before they are cancelled.", low=0, high=600, low_open=True
     )

@@ -77,7 +77,10 @@ def build_services(settings: Settings, executor: Executor | None = None) -> CsiS
     if settings.zone:
         topology[TOPOLOGY_ZONE] = settings.zone
     services = CsiServices(
-        topology=topology, node_id=settings.node_id, max_volumes_per_node=settings.max_volumes_per_node
+        topology=topology,
+        node_id=settings.node_id,
+        max_volumes_per_node=settings.max_volumes_per_node,
+        workers=settings.workers,
     )
     services.observe = RpcMetrics(services.registry, DRIVER_NAME).observe
     if settings.mode.controller:

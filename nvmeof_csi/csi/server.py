@@ -3,7 +3,8 @@
 Contract: :func:`serve` binds the endpoint (see ``nvmeof_csi.rpc.server`` for socket handling), runs the
 node's start-up reconciliation before the first RPC, and stops gracefully on SIGTERM (or ``stop``). With a
 ``registration`` it also registers with kubelet (``csi/registration.py``) once the CSI socket serves, and with
-``health_listen`` it answers ``GET /healthz`` from the same checks as Probe (``csi/health.py``).
+``health_listen`` it answers ``GET /healthz`` from the same checks as Probe (``csi/health.py``). With
+``services.workers`` the calls' blocking work (``rpc.calls.blocking``) runs on a pool of that many threads.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import grpc
@@ -47,6 +49,7 @@ class CsiServices:
     registry: CollectorRegistry = field(default_factory=CollectorRegistry)  # what --metrics-listen exposes
     observe: Observe | None = None  # every RPC's method, code and duration (csi_plugin_operations_seconds)
     qos_period: float = 5.0  # seconds between the node's passes over published pods' io.max
+    workers: int = 0  # threads for the calls' blocking work (0: asyncio's default executor, CPUs + 4, at most 32)
 
 
 def build_server(services: CsiServices) -> grpc.aio.Server:
@@ -75,6 +78,9 @@ async def serve(
 ) -> None:
     """Serve CSI on ``endpoint`` until a signal (or ``stop``), then stop gracefully and remove the socket."""
     stop = stop or asyncio.Event()
+    if services.workers:  # the pool ``rpc.calls.blocking`` runs on; asyncio.run shuts it down at the end
+        pool = ThreadPoolExecutor(max_workers=services.workers, thread_name_prefix="csi-work")
+        asyncio.get_running_loop().set_default_executor(pool)
     server = build_server(services)
     bind(server, endpoint)
     if services.staging is not None:
