@@ -13,13 +13,21 @@ from __future__ import annotations
 import re
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Protocol
 
-from lab.vm import LabVM
+from lab.guest_calls import Result
 
 THREAD = re.compile(r'^Thread \S+ \((?P<state>\w+)\): "(?P<name>[^"]*)"')
 FRAME = re.compile(r"^\s+(?P<func>\S+) \((?P<file>[^:)]+)")
 POOL = re.compile(r"_\d+$")  # asyncio_3, rpc_12: a pool's threads share one name
+
+
+class Guest(Protocol):
+    """What :func:`dumps` needs of a lab VM (``lab.vm.LabVM``): an argv run in the guest."""
+
+    def run(self, argv: Sequence[str], timeout: float = 60) -> Result: ...
 
 
 def where(dump: str) -> dict[str, int]:
@@ -39,13 +47,16 @@ def where(dump: str) -> dict[str, int]:
     return dict(sorted(counts.items(), key=lambda kv: -kv[1]))
 
 
-def dumps(vm: LabVM, pattern: str, count: int = 3, every: float = 5.0) -> list[str]:
-    """``count`` dumps of the oldest process whose command line matches ``pattern`` in ``vm``."""
-    spy = Path(sys.executable).with_name("py-spy")
+def dumps(vm: Guest, pattern: str, count: int = 3, every: float = 5.0) -> list[str]:
+    """``count`` dumps of the oldest process whose command line matches ``pattern`` (a ``pgrep -f`` regular
+    expression, passed as an argument, never through a shell) in ``vm``; "" for a dump that could not be taken."""
+    spy = str(Path(sys.executable).with_name("py-spy"))
     out = []
     for i in range(count):
         if i:
             time.sleep(every)
-        res = vm.sh(f"{spy} dump --nonblocking --pid \"$(pgrep -o -f -- '{pattern}')\"", 120)
-        out.append(res.out if res.rc == 0 else "")
+        found = vm.run(["pgrep", "-o", "-f", "--", pattern], 30)
+        pid = found.out.strip()
+        res = vm.run([spy, "dump", "--nonblocking", "--pid", pid], 120) if found.rc == 0 and pid.isdigit() else None
+        out.append(res.out if res is not None and res.rc == 0 else "")
     return out
