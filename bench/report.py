@@ -132,6 +132,10 @@ FIGURES = (
            lambda d: float(d["stage_ratio"]), 1.2, False),
     Figure("node NodeUnpublish+NodeUnstage, most volumes published / fewest", "scale-node",
            lambda d: float(d["unstage_ratio"]), 1.2, False),
+    Figure("node NodeStage+NodePublish, the node's own code (no program, mount-table read or loop stand-in scan)",
+           "scale-node", lambda d: float(d["own_stage_ratio"]), 1.2, False),
+    Figure("node NodeUnpublish+NodeUnstage, the node's own code (no program, mount-table read or loop stand-in scan)",
+           "scale-node", lambda d: float(d["own_unstage_ratio"]), 1.2, False),
     Figure("controller CreateVolume p50 with one agent dead / all alive", "scale-controller",
            lambda d: float(d["one_dead_create_p50_ratio"]), 1.2, False),
 )

@@ -172,3 +172,26 @@ def test_the_agent_on_real_configfs_gives_its_own_part_as_a_figure_and_its_profi
     report = (tmp_path / "bench-report.md").read_text()
     assert "by part (py-spy): configfs +7.9 ms, state records +0.3 ms" in report
     assert (tmp_path / "bench-curves.png").stat().st_size > 0
+
+
+def test_the_node_at_scale_gives_its_own_code_as_figures_and_the_growth_by_part_as_notes(tmp_path: Path) -> None:
+    row = {"pass_ms": 2.0, "pass_ms_per_volume": 0.2, "stats_ms": 0.1, "stage_publish_p50_ms": 18.0,
+           "unpublish_unstage_p50_ms": 7.0, "mount_table_read_ms": 0.07, "rss_kib": 41000}  # fmt: skip
+    node = {
+        "samples": 24, "rounds": 4,
+        "levels": [{**row, "volumes": 10}, {**row, "volumes": 200, "unpublish_unstage_p50_ms": 9.0}],
+        "pass_per_volume_ratio": 1.0, "pass_ratio": 20.0, "stats_ratio": 1.0, "stage_ratio": 1.11,
+        "unstage_ratio": 1.29, "kernel_floor_stage_ratio": 1.06, "kernel_floor_unstage_ratio": 1.22,
+        "own_stage_ratio": 1.04, "own_unstage_ratio": 1.1,
+        "stage_ms_added": {"total": 2.0, "mount table read": 1.7, "own": 0.2},
+        "unstage_ms_added": {"total": 2.0, "mount table read": 1.5, "record names scan": 0.3, "umount": -0.2},
+    }  # fmt: skip
+    (tmp_path / "bench-scale-node.json").write_text(json.dumps(node))
+    values = {f.name: v for f, v in measure(load(tmp_path)) if f.bench == "scale-node"}
+    assert values["node NodeUnpublish+NodeUnstage, most volumes published / fewest"] == 1.29
+    own = [v for name, v in values.items() if "own code" in name]
+    assert own == [1.04, 1.1]
+    assert main([str(tmp_path)]) == 0
+    report = (tmp_path / "bench-report.md").read_text()
+    assert "mount table read +1.50, record names scan +0.30, umount -0.20" in report
+    assert "if only the programs and the mount-table reads grew: 1.22x" in report
