@@ -16,6 +16,7 @@ from pathlib import Path
 
 from nvmeof_csi.errors import CommandError
 from nvmeof_csi.host.executor import Executor
+from nvmeof_csi.host.mount_root import MountRoot, MountRoots, never
 
 MOUNT_TIMEOUT = 120.0
 _OCTAL = re.compile(r"\\([0-7]{3})")
@@ -69,21 +70,33 @@ def parse_mountinfo(text: str) -> list[MountInfo]:
     return mounts
 
 
-class Mounter:
-    """Mount operations over an injected :class:`Executor`; ``mountinfo`` path injectable for tests."""
+KERNEL_TABLE = Path("/proc/self/mountinfo")
+MAX_STACKED = 64  # umounts at one path before giving up (each one must have taken a mount away)
 
-    def __init__(self, executor: Executor, mountinfo: Path = Path("/proc/self/mountinfo")) -> None:
+
+class Mounter:
+    """Mount operations over an injected :class:`Executor`; ``mountinfo`` path injectable for tests.
+
+    Whether anything is mounted at a path is asked of the kernel first (``mount_root``: statx, see
+    ``host/mount_root.py``), which costs one path lookup; the mount table, whose read costs every mount on the
+    node, is read only when a mount's details are needed or the kernel cannot tell. ``mount_root`` defaults to
+    statx when ``mountinfo`` is the kernel's own table, else to :func:`never` (a table file in a test)."""
+
+    def __init__(self, executor: Executor, mountinfo: Path = KERNEL_TABLE, mount_root: MountRoot | None = None) -> None:
         self._exec = executor
         self._mountinfo = mountinfo
+        self._mount_root = mount_root or (MountRoots() if mountinfo == KERNEL_TABLE else never)
 
     def mounts(self) -> list[MountInfo]:
         return parse_mountinfo(self._mountinfo.read_text())
 
     def _at(self, path: str | Path) -> list[MountInfo]:
-        """Every mount at ``path`` (after resolving symlinks), bottom first. Only the lines that name the mount
-        point are parsed: a node with hundreds of volumes has two mounts each, and each stage, publish and their
-        reverse look here."""
+        """Every mount at ``path`` (after resolving symlinks), bottom first; none without reading the table when
+        the kernel says no mount's root is there. Only the lines that name the mount point are parsed: a node
+        with hundreds of volumes has two mounts each."""
         target = os.path.realpath(path)
+        if self._mount_root(target) is False:
+            return []
         needle = f" {escape_path(target)} "
         lines = "\n".join(line for line in self._mountinfo.read_text().splitlines() if needle in line)
         return [info for info in parse_mountinfo(lines) if info.mount_point == target]
@@ -110,15 +123,32 @@ class Mounter:
             self._exec.run(["mount", "-o", opts, str(target)], timeout=MOUNT_TIMEOUT)
 
     def unmount(self, target: str | Path) -> None:
-        """Unmount every mount stacked at ``target``: one ``umount`` per mount the table lists there (one read of
-        it); nothing mounted is fine, and so is a mount another process took away meanwhile."""
-        for _ in self._at(target):
-            try:
-                self._exec.run(["umount", str(target)], timeout=MOUNT_TIMEOUT)
-            except CommandError:
-                if self.mount_at(target) is not None:
-                    raise
+        """Unmount every mount stacked at ``target``; nothing mounted is fine, and so is a mount another process
+        took away meanwhile. Where the kernel tells whether a mount's root is there: ``umount`` until it is not
+        (no table read); else one ``umount`` per mount the table lists there (one read of it)."""
+        real = os.path.realpath(target)
+        known = self._mount_root(real)
+        if known is None:
+            for _ in self._at(target):
+                if not self._umount_once(target):
+                    return
+            return
+        for _ in range(MAX_STACKED):
+            if not known or not self._umount_once(target):
                 return
+            again = self._mount_root(real)
+            known = again if again is not None else self.mount_at(target) is not None
+        raise CommandError(["umount", str(target)], 1, "", f"still mounted after {MAX_STACKED} unmounts")
+
+    def _umount_once(self, target: str | Path) -> bool:
+        """One ``umount``; False when it failed because nothing is mounted there any more (taken away)."""
+        try:
+            self._exec.run(["umount", str(target)], timeout=MOUNT_TIMEOUT)
+        except CommandError:
+            if self.mount_at(target) is not None:
+                raise
+            return False
+        return True
 
     @staticmethod
     def make_mount_point(path: str | Path, block: bool = False) -> None:

@@ -9,7 +9,7 @@ import pytest
 from nvmeof_csi.errors import CommandError
 from nvmeof_csi.host import atomic
 from nvmeof_csi.host.executor import Result, SubprocessExecutor, redact
-from nvmeof_csi.host.mounter import Mounter, escape_path, parse_mountinfo
+from nvmeof_csi.host.mounter import MAX_STACKED, Mounter, escape_path, parse_mountinfo
 
 
 def test_mountinfo_parse_with_escapes_and_optional_fields() -> None:
@@ -75,6 +75,40 @@ def test_unmount_takes_every_stacked_mount_with_one_read_and_tolerates_one_taken
     host.fail["umount"] = CommandError(["umount", target], 32, "", "target is busy")
     with pytest.raises(CommandError):  # still mounted after umount failed: the failure is real
         mounter.unmount(target)
+
+
+def test_unmount_with_the_kernels_answer_reads_no_table_and_stops_where_it_cannot_finish(tmp_path: Path) -> None:
+    from tests.support.fakes import FakeHost
+
+    host = FakeHost(tmp_path / "mountinfo")
+    target = str(tmp_path / "t")
+    for source in ("/dev/a", "/dev/b", "/dev/c"):
+        Mounter(host, mountinfo=host.mountinfo).mount(source, target, "ext4")
+
+    def kernel(path: str) -> bool:  # what statx would say: a mount's root is there while the table lists one
+        return f" {path} " in host.mountinfo.read_text()
+
+    no_table = tmp_path / "none"  # any read of the Mounter's own table would raise FileNotFoundError
+    Mounter(host, mountinfo=no_table, mount_root=kernel).unmount(target)
+    assert [a for a in host.argvs if a[0] == "umount"] == [["umount", target]] * 3
+    assert Mounter(host, mountinfo=no_table, mount_root=kernel).mount_at(target) is None
+
+    answers = iter([True, None, None, None, None])  # the kernel answers once, then cannot tell: the table decides
+    Mounter(host, mountinfo=host.mountinfo).mount("/dev/a", target, "ext4")
+    Mounter(host, mountinfo=host.mountinfo).mount("/dev/b", target, "ext4")
+    host.argvs.clear()
+    Mounter(host, mountinfo=host.mountinfo, mount_root=lambda p: next(answers)).unmount(target)
+    assert [a for a in host.argvs if a[0] == "umount"] == [["umount", target]] * 2
+
+    class Stuck(FakeHost):  # every umount succeeds, yet a mount's root stays there: bounded, then an error
+        def run(self, argv: Sequence[str], **kw: Any) -> Result:
+            self.argvs.append(list(argv))
+            return Result(0, "", "")
+
+    stuck = Stuck(tmp_path / "mountinfo3")
+    with pytest.raises(CommandError, match="still mounted"):
+        Mounter(stuck, mountinfo=stuck.mountinfo, mount_root=lambda p: True).unmount(target)
+    assert len(stuck.argvs) == MAX_STACKED
 
 
 def test_atomic_write_keeps_old_content_when_rename_fails(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
