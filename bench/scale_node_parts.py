@@ -33,17 +33,18 @@ T = TypeVar("T")
 
 
 class Parts:
-    """An append-only log of (part, milliseconds) while a cycle is timed."""
+    """An append-only log of (part, milliseconds) while a cycle is timed; ``clock`` in seconds (injectable)."""
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Callable[[], float] = time.perf_counter) -> None:
         self.log: list[tuple[str, float]] = []
+        self.clock = clock
 
     def cycle(self, call: Callable[[], Any]) -> dict[str, float]:
         """Run ``call``; its total milliseconds as ``total``, each part's sum, and ``own`` = total minus parts."""
         mark = len(self.log)
-        began = time.perf_counter()
+        began = self.clock()
         call()
-        total = (time.perf_counter() - began) * 1000
+        total = (self.clock() - began) * 1000
         spent: dict[str, float] = {}
         for part, ms in self.log[mark:]:
             spent[part] = spent.get(part, 0.0) + ms
@@ -54,12 +55,12 @@ class Parts:
         """Run ``call`` and log its milliseconds as ``name``, less any part logged while it ran (a program it
         ran stays that program's)."""
         mark = len(self.log)
-        began = time.perf_counter()
+        began = self.clock()
         try:
             return call()
         finally:
             inner = sum(ms for _, ms in self.log[mark:])
-            self.log.append((name, (time.perf_counter() - began) * 1000 - inner))
+            self.log.append((name, (self.clock() - began) * 1000 - inner))
 
 
 class TimedExecutor:
@@ -78,11 +79,11 @@ class TimedExecutor:
         stdin: str | None = None,
         secrets: Sequence[str] = (),
     ) -> Result:
-        began = time.perf_counter()
+        began = self._parts.clock()
         try:
             return self._inner.run(argv, timeout=timeout, check=check, stdin=stdin, secrets=secrets)
         finally:
-            self._parts.log.append((os.path.basename(argv[0]), (time.perf_counter() - began) * 1000))
+            self._parts.log.append((os.path.basename(argv[0]), (self._parts.clock() - began) * 1000))
 
 
 class TimedTable(PosixPath):
@@ -91,12 +92,12 @@ class TimedTable(PosixPath):
     into: Parts | None = None
 
     def read_text(self, encoding: str | None = None, errors: str | None = None) -> str:
-        began = time.perf_counter()
+        began = time.perf_counter() if self.into is None else self.into.clock()
         try:
             return super().read_text(encoding, errors)
         finally:
             if self.into is not None:
-                self.into.log.append((TABLE, (time.perf_counter() - began) * 1000))
+                self.into.log.append((TABLE, (self.into.clock() - began) * 1000))
 
 
 class TimedLoopConnector(LoopConnector):
