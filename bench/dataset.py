@@ -18,6 +18,7 @@ from prometheus_client import CollectorRegistry
 
 from bench.results import save
 from lab.alluxio import AlluxioCluster
+from lab.dataset_files import make_dataset
 from nvmeof_csi.agent.configfs import Nvmet
 from nvmeof_csi.agent.pool import FileStore
 from nvmeof_csi.agent.portals import PortSpec
@@ -27,8 +28,6 @@ from nvmeof_csi.datasets.client import AlluxioRest, JobServiceLoader
 from nvmeof_csi.datasets.fill import DatasetVolumes
 from nvmeof_csi.datasets.hydrate import DatasetMetrics, Hydrator
 from nvmeof_csi.host.executor import SubprocessExecutor
-from tests.support.agents import plain_configfs
-from tests.support.datasets import make_dataset
 
 MiB = 1 << 20
 
@@ -52,7 +51,7 @@ def run(args: argparse.Namespace) -> None:
             rest = AlluxioRest(cluster.proxy_url, cluster.job_url)
             agent = TargetAgent(
                 name="bench",
-                nvmet=Nvmet(plain_configfs(base / "nvmet"), plain_tree=True),
+                nvmet=Nvmet(base / "nvmet", plain_tree=True),
                 store=FileStore(base / "pool"),
                 state=StateStore(base / "state"),
                 portals=[PortSpec(1, "tcp", "127.0.0.1", 4420, "a")],

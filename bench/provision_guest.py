@@ -33,7 +33,7 @@ from pathlib import Path
 
 from bench.profile import categorise, leaves, record
 from bench.provision_scripts import CFS, SIZE, contract_create, contract_delete, raw_create, raw_delete
-from nvmeof_csi.agent.client import AgentClient, AgentTarget
+from nvmeof_csi.agentclient.client import AgentClient, AgentTarget
 from nvmeof_csi.rpc.endpoints import Endpoint
 
 

@@ -36,7 +36,7 @@ from bench.provision_guest import profile as spy
 from bench.provision_scripts import CFS, contract_create, contract_delete, raw_create, raw_delete
 from bench.results import in_one_vm, save
 from lab.build import REPO
-from nvmeof_csi.agent.client import AgentClient, AgentTarget
+from nvmeof_csi.agentclient.client import AgentClient, AgentTarget
 from nvmeof_csi.errors import DriverError
 from nvmeof_csi.gen import nvmeof_agent_pb2 as pb
 from nvmeof_csi.rpc.endpoints import Endpoint

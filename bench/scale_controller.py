@@ -1,7 +1,7 @@
 """Benchmark: CreateVolume through the controller as the fleet of agents grows. ``nvmeof-csi serve --mode
 controller`` on this host with a fabric map of N agent processes (plain configfs folders, ``bench/scale_agent.py``),
 one fabric, driven over its CSI socket as the external-provisioner drives it (CreateVolume, then DeleteVolume),
-at its default log level, once its name census is complete (``backends/name_census.py``).
+at its default log level, once its name census is complete (``fleet/census.py``).
 
 Every agent of the largest fleet runs throughout (so the machine carries the same processes at every size: the
 controller's cost is what changes); at each fleet size (1, 8, 64 agents in the map by default) it measures

@@ -34,11 +34,11 @@ from typing import Any
 from bench.results import save
 from bench.scale_agent import quantile, timed
 from bench.scale_node_parts import Parts, TimedExecutor, TimedLoopConnector, TimedStore, growth, medians, timed_table
-from nvmeof_csi.backends.loop import LoopTargetBackend
 from nvmeof_csi.host.cgroups import PodCgroups
 from nvmeof_csi.host.executor import SubprocessExecutor
 from nvmeof_csi.host.filesystems import Filesystems
 from nvmeof_csi.host.mounter import Mounter
+from nvmeof_csi.loop.backend import LoopTargetBackend
 from nvmeof_csi.service.contracts import Volume
 from nvmeof_csi.service.qos import LimitOverrides, LimitsSource, QosEnforcer
 from nvmeof_csi.service.records import AccessSpec, StagingRecord

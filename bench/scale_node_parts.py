@@ -19,8 +19,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path, PosixPath
 from typing import Any, TypeVar
 
-from nvmeof_csi.backends.loop_connector import LoopConnector
 from nvmeof_csi.host.executor import Executor, Result
+from nvmeof_csi.loop.connector import LoopConnector
 from nvmeof_csi.service.contracts import VolumeRef
 from nvmeof_csi.service.records import StagingRecord, StagingStore
 

@@ -25,10 +25,10 @@ import tomllib
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-from lab.machine_cache import machine_cache
-from lab.tlshd import CONF_TEXT as TLSHD_CONF
-from lab.tlshd import ensure_tlshd
-from lab.tlshd import version as tlshd_version
+from image.machine_cache import machine_cache
+from image.tlshd import CONF_TEXT as TLSHD_CONF
+from image.tlshd import ensure_tlshd
+from image.tlshd import version as tlshd_version
 
 REPO = Path(__file__).resolve().parent.parent
 CACHE = machine_cache() / "image"

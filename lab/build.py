@@ -10,7 +10,7 @@ Contract: :func:`build` is idempotent. It installs missing Debian packages, reso
 ``linux-image-amd64`` depends on today (in the flavour's suite), and rebuilds ``vmlinuz``/``initrd.img`` in
 the flavour's cache folder only when an input changed (kernel package version, module list, init script,
 busybox, this recipe). The result is described by ``build.json`` next to the images. The cache is machine-wide
-(``LAB_CACHE``, default ``lab/`` in :func:`lab.machine_cache.machine_cache`) so a fresh clone reuses it. Needs
+(``LAB_CACHE``, default ``lab/`` in :func:`image.machine_cache.machine_cache`) so a fresh clone reuses it. Needs
 root (apt-get, depmod on the unpacked tree).
 """
 
@@ -29,11 +29,12 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from lab.machine_cache import machine_cache
+from image.apt import apt_options
+from image.machine_cache import lab_cache
 
 LAB_DIR = Path(__file__).resolve().parent
 REPO = LAB_DIR.parent
-CACHE = Path(os.environ.get("LAB_CACHE") or machine_cache() / "lab")
+CACHE = lab_cache()
 INIT_SCRIPT = LAB_DIR / "guest" / "init.sh"
 
 #: Host packages: QEMU, and the userland the guest uses through the 9p root share.
@@ -133,32 +134,6 @@ def ensure_packages(packages: Sequence[str] = PACKAGES) -> None:
     env_argv = ["env", "DEBIAN_FRONTEND=noninteractive"]
     _run([*env_argv, "apt-get", "update", "-qq"])
     _run([*env_argv, "apt-get", "install", "-y", "-qq", "--no-install-recommends", *missing])
-
-
-def apt_options(suite: str, cache: Path) -> list[str]:
-    """apt options that read only ``suite`` of the Debian archive, with lists and downloads under ``cache``
-    (nothing of the host's apt configuration changes). No options for the host's own sources (``""``)."""
-    if not suite:
-        return []
-    root = cache / f"apt-{suite}"
-    for folder in (root / "lists" / "partial", root / "archives" / "partial"):
-        folder.mkdir(parents=True, exist_ok=True)
-    sources = root / "sources.list"
-    sources.write_text(
-        f"deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] http://deb.debian.org/debian {suite} main\n"
-    )
-    return [
-        "-o",
-        f"Dir::Etc::SourceList={sources}",
-        "-o",
-        "Dir::Etc::SourceParts=/dev/null",
-        "-o",
-        f"Dir::State::Lists={root / 'lists'}",
-        "-o",
-        f"Dir::Cache={root}",
-        "-o",
-        f"Dir::Cache::Archives={root / 'archives'}",
-    ]
 
 
 def resolve_kernel(apt: Sequence[str] = ()) -> tuple[str, str]:

@@ -14,9 +14,10 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
+from image.tlshd import ensure_tlshd
 from lab.build import REPO
 from lab.fabric import Fabric, Portal
-from lab.tlshd import ensure_tlshd, start_tlshd
+from lab.tlshd import start_tlshd
 from lab.vm import GuestTimeout, LabError, LabVM, Pending
 
 AGENT_SOCK = "/run/nvmeof-csi/agent.sock"

@@ -32,7 +32,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from lab.machine_cache import machine_cache
+from image.machine_cache import machine_cache
 
 REPO = Path(__file__).resolve().parents[2]
 VERSIONS = REPO / "versions.env"

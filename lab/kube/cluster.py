@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from image.build import current as current_image
+from image.machine_cache import machine_cache
 from lab.build import REPO
 from lab.cluster import LabCluster, qmp
 from lab.guest_calls import LabError
@@ -35,7 +36,6 @@ from lab.kube.images import build_images
 from lab.kube.layout import GPUS, MACHINES
 from lab.kube.node import KubeNode, qemu_netdev
 from lab.kube.pki import Pair, self_signed_ca, signed
-from lab.machine_cache import machine_cache
 from lab.vm import LabVM, VMExited
 
 DRIVER = "csi.nvmeof.io"

@@ -17,7 +17,7 @@ identity (the certificate's common name, or one of its DNS/URI subject alternati
 | ``admin`` | everything, also SetAnaState |
 
 A client whose certificate the **node CA** directly issued (``--node-ca``: the CA of the controller's node
-identity signer, ``backends/identity_signer.py``) is role ``node`` with the host NQN its certificate names
+identity signer, ``issuance/signer.py``) is role ``node`` with the host NQN its certificate names
 (:func:`~nvmeof_csi.identity.certs.node_identity_of`), without a policy entry; a certificate of the node CA
 that is no node identity is refused, and none is ever any other role whatever names it carries.
 

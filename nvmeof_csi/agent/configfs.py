@@ -21,9 +21,10 @@ from pathlib import Path
 from typing import Any
 
 from nvmeof_csi.agent.configfs_tree import ConfigfsError, ConfigfsTree, refusal
-from nvmeof_csi.agent.portals import ANA_STATES, PortSpec
+from nvmeof_csi.agent.portals import PortSpec
 from nvmeof_csi.errors import FailedPrecondition, InvalidArgument
 from nvmeof_csi.host.paths import component
+from nvmeof_csi.nvmeof.context import ANA_STATES
 from nvmeof_csi.nvmeof.dhchap import DHGROUP as DHCHAP_DHGROUP
 from nvmeof_csi.nvmeof.dhchap import HASH as DHCHAP_HASH
 

@@ -33,9 +33,13 @@ class ConfigfsTree:
 
     def __init__(self, root: Path, plain_tree: bool = False) -> None:
         """``plain_tree``: ``root`` is an ordinary folder standing in for configfs (tests), so removing an
-        object also removes the attribute files and default groups configfs would drop by itself."""
+        object also removes the attribute files and default groups configfs would drop by itself, and the
+        folders the kernel makes (``subsystems``, ``ports``, ``hosts``) are made here when missing."""
         self.root = root
         self._plain = plain_tree
+        if plain_tree:
+            for sub in ("subsystems", "ports", "hosts"):
+                (root / sub).mkdir(parents=True, exist_ok=True)
 
     # -- primitives ----------------------------------------------------------------------------------------
     def _read(self, path: AnyPath) -> str:

@@ -20,11 +20,11 @@ from __future__ import annotations
 import logging
 
 from nvmeof_csi.agent.parts import AgentParts, VolumeView, wants_tls
-from nvmeof_csi.agent.portals import ANA_STATES, PortSpec
+from nvmeof_csi.agent.portals import PortSpec
 from nvmeof_csi.agent.readonly import ReadOnlyExports
 from nvmeof_csi.agent.state import VolumeRecord
 from nvmeof_csi.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound
-from nvmeof_csi.nvmeof.context import check_auth
+from nvmeof_csi.nvmeof.context import ANA_STATES, check_auth
 from nvmeof_csi.nvmeof.dhchap import generate_key, parse_key
 from nvmeof_csi.nvmeof.nqn import check_host_nqn, volume_nqn
 from nvmeof_csi.nvmeof.tlspsk import generate_psk

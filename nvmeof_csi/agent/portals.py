@@ -1,5 +1,5 @@
-"""A target portal as the agent is configured with it (``--portal ID:TRTYPE:TRADDR:TRSVCID[:GROUP[:tls]]``), and
-the ANA states a portal group can be in.
+"""A target portal as the agent is configured with it (``--portal ID:TRTYPE:TRADDR:TRSVCID[:GROUP[:tls]]``); the
+ANA states a portal group can be in are ``nvmeof.context.ANA_STATES``.
 
 A portal serves either TLS or clear text, never both: a ``tls`` portal (NVMe/TCP only) requires TLS 1.3 of every
 connection (``addr_tsas`` tls1.3, ``addr_treq`` required) and exports only the volumes created with ``tls: psk``;
@@ -16,8 +16,6 @@ from dataclasses import dataclass
 
 from nvmeof_csi.errors import InvalidArgument
 from nvmeof_csi.nvmeof.context import TRANSPORTS
-
-ANA_STATES = ("optimized", "non-optimized", "inaccessible", "persistent-loss", "change")
 
 
 @dataclass(frozen=True)

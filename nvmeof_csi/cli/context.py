@@ -23,7 +23,7 @@ from typing import Any
 import typer
 import yaml
 
-from nvmeof_csi.agent.client import AgentClient, AgentTarget
+from nvmeof_csi.agentclient.client import AgentClient, AgentTarget
 from nvmeof_csi.errors import ConfigError
 from nvmeof_csi.rpc.endpoints import Endpoint, TlsFiles
 

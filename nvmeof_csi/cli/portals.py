@@ -6,9 +6,9 @@ from typing import Annotated
 
 import typer
 
-from nvmeof_csi.agent.portals import ANA_STATES
 from nvmeof_csi.cli.context import state
 from nvmeof_csi.cli.output import as_dict, render
+from nvmeof_csi.nvmeof.context import ANA_STATES
 
 portals_app = typer.Typer(help="Show the agents' portals.", no_args_is_help=True)
 ana_app = typer.Typer(help="Planned failover: set a portal group's ANA state.", no_args_is_help=True)

@@ -26,8 +26,6 @@ from nvmeof_csi.agent.pool import FileStore
 from nvmeof_csi.agent.readonly import KernelReadOnlyDevices, PlainReadOnlyDevices
 from nvmeof_csi.agent.state import StateStore
 from nvmeof_csi.agent.target_agent import TargetAgent
-from nvmeof_csi.backends.identity_certificate import IdentityCertificate, agent_identity
-from nvmeof_csi.backends.identity_checks import AGENT_SIGNER
 from nvmeof_csi.cmd.agent_settings import AgentSettings
 from nvmeof_csi.cmd.identity_wiring import certificates_api, keep_issued
 from nvmeof_csi.datasets.client import AlluxioRest, JobServiceLoader
@@ -37,6 +35,8 @@ from nvmeof_csi.datasets.hydrate import DatasetMetrics, Hydrator
 from nvmeof_csi.errors import DriverError, FailedPrecondition
 from nvmeof_csi.gen import nvmeof_agent_pb2_grpc as pb_grpc
 from nvmeof_csi.host.executor import SubprocessExecutor
+from nvmeof_csi.issuance.certificate import IdentityCertificate, agent_identity
+from nvmeof_csi.issuance.checks import AGENT_SIGNER
 from nvmeof_csi.rpc.endpoints import TlsFiles
 from nvmeof_csi.rpc.metrics import RpcMetrics, serve_metrics
 from nvmeof_csi.rpc.server import bind, bind_mtls, new_threaded_server, run_until_stopped

@@ -16,13 +16,13 @@ import logging
 import threading
 from collections.abc import Callable
 
-from nvmeof_csi.backends.agent_limits import AgentClients
-from nvmeof_csi.backends.identity_certificate import IdentityCertificate, node_identity
-from nvmeof_csi.backends.identity_checks import AGENT_SIGNER, NODE_SIGNER, Policy, check_agent, check_node
-from nvmeof_csi.backends.identity_signer import IdentitySigner
-from nvmeof_csi.backends.kube_nodes import KubeNodes, LazyApi, lazy_api, preflight
+from nvmeof_csi.agentclient.limits import AgentClients
 from nvmeof_csi.cmd.settings import Settings
 from nvmeof_csi.errors import ConfigError, DriverError
+from nvmeof_csi.issuance.certificate import IdentityCertificate, node_identity
+from nvmeof_csi.issuance.checks import AGENT_SIGNER, NODE_SIGNER, Policy, check_agent, check_node
+from nvmeof_csi.issuance.signer import IdentitySigner
+from nvmeof_csi.kube.nodes import KubeNodes, LazyApi, lazy_api, preflight
 from nvmeof_csi.service.fencing import NodeFacts
 from nvmeof_csi.topology.fabric_map import load_fabric_map
 
@@ -31,7 +31,7 @@ log = logging.getLogger(__name__)
 
 def certificates_api(kubeconfig: str) -> LazyApi:
     """The CertificatesV1Api, made at its first use; a kubeconfig or service account that cannot be read is a
-    ``ConfigError`` now (:func:`~nvmeof_csi.backends.kube_nodes.preflight`)."""
+    ``ConfigError`` now (:func:`~nvmeof_csi.kube.nodes.preflight`)."""
     try:
         preflight(kubeconfig)
     except (OSError, ValueError) as exc:

@@ -11,18 +11,15 @@ import logging
 import os
 
 from nvmeof_csi import DRIVER_NAME, TOPOLOGY_FABRIC, TOPOLOGY_RDMA
-from nvmeof_csi.backends.agent import AgentBackend
-from nvmeof_csi.backends.agent_api import HostNqnNodes
-from nvmeof_csi.backends.agent_limits import AgentClients, AgentHostKeys, AgentLimits
-from nvmeof_csi.backends.kube_nodes import KubeNodes
-from nvmeof_csi.backends.loop import LoopTargetBackend
-from nvmeof_csi.backends.loop_connector import LoopConnector
+from nvmeof_csi.agentclient.api import HostNqnNodes
+from nvmeof_csi.agentclient.limits import AgentClients, AgentHostKeys, AgentLimits
 from nvmeof_csi.cmd.identity_wiring import start_node_identity, start_signer
 from nvmeof_csi.cmd.settings import Backend, Settings
 from nvmeof_csi.csi.server import CsiServices
 from nvmeof_csi.datasets.client import AlluxioRest
 from nvmeof_csi.datasets.locality import CacheLocality
 from nvmeof_csi.errors import ConfigError
+from nvmeof_csi.fleet.backend import AgentBackend
 from nvmeof_csi.host.cgroups import PodCgroups
 from nvmeof_csi.host.executor import Executor, SubprocessExecutor
 from nvmeof_csi.host.filesystems import Filesystems
@@ -35,6 +32,9 @@ from nvmeof_csi.initiator.identity import ensure_identity
 from nvmeof_csi.initiator.metrics import NodeVolumeCollector
 from nvmeof_csi.initiator.sysfs import NvmeSysfs
 from nvmeof_csi.initiator.uevents import open_block_events
+from nvmeof_csi.kube.nodes import KubeNodes
+from nvmeof_csi.loop.backend import LoopTargetBackend
+from nvmeof_csi.loop.connector import LoopConnector
 from nvmeof_csi.nvmeof.nqn import node_id_for
 from nvmeof_csi.rpc.metrics import RpcMetrics
 from nvmeof_csi.service.contracts import Connector, NodeDirectory, StaticNodes, TargetBackend

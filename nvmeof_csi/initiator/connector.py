@@ -16,7 +16,7 @@ Contract (in addition to ``service/contracts.py``):
   one of their devices is mounted, held or open (then it is kept and reported).
 - ``condition`` is abnormal when a path is not live, naming the paths ("1 of 2 paths live: tcp:...:4421 connecting").
 - A volume with ``auth`` (DH-HMAC-CHAP) is connected with the keys its agent issued to this node, fetched with
-  the node's own identity (``host_keys``, ``backends/agent_limits.py``; ``nvmeof/dhchap.py``), written to
+  the node's own identity (``host_keys``, ``agentclient/limits.py``; ``nvmeof/dhchap.py``), written to
   ``/dev/nvme-fabrics`` directly so no key is ever on a command line; a kernel without host authentication, or
   a node with no way to fetch keys, is ``FailedPrecondition``, a key the target rejects (or a target that fails
   to prove its controller key) is ``PermissionDenied``; ``refresh_keys`` rolls live controllers to the agent's

@@ -22,6 +22,8 @@ from nvmeof_csi.nvmeof.qos import UNLIMITED, QosLimits, limits_from
 from nvmeof_csi.nvmeof.tlspsk import check_tls
 
 TRANSPORTS = ("tcp", "rdma")
+#: The ANA states a portal group can be in (what an agent sets and `nvmeofctl portals ana` accepts).
+ANA_STATES = ("optimized", "non-optimized", "inaccessible", "persistent-loss", "change")
 
 
 @dataclass(frozen=True)

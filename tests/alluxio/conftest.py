@@ -8,8 +8,9 @@ from collections.abc import Iterator
 
 import pytest
 
+from lab.dataset_files import make_dataset
 from nvmeof_csi.datasets.client import AlluxioRest
-from tests.support.datasets import Alluxio, make_dataset, start_alluxio
+from tests.support.datasets import Alluxio, start_alluxio
 
 
 @pytest.fixture(scope="session")

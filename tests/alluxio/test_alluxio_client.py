@@ -7,11 +7,12 @@ from pathlib import Path
 
 import pytest
 
+from lab.dataset_files import make_dataset
 from lab.fabric import wait_until
 from nvmeof_csi.datasets.client import AlluxioRest, CacheNotFound, CacheUnavailable, JobServiceLoader
 from nvmeof_csi.rpc.endpoints import Endpoint
 from nvmeof_csi.topology.fabric_map import AgentEntry, FabricMap
-from tests.support.datasets import Alluxio, make_dataset
+from tests.support.datasets import Alluxio
 
 MiB = 1 << 20
 FABRIC = FabricMap((AgentEntry("store-a", Endpoint.parse("unix:///a"), "f1", "z1", ("tcp",)),))

@@ -20,14 +20,14 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from typer.testing import CliRunner
 
+from lab.dataset_files import Dataset, make_dataset
 from lab.fabric import wait_until
-from nvmeof_csi.agent.client import AgentClient, AgentTarget
 from nvmeof_csi.agent.configfs import Nvmet
 from nvmeof_csi.agent.pool import FileStore
 from nvmeof_csi.agent.state import StateStore
 from nvmeof_csi.agent.target_agent import TargetAgent
-from nvmeof_csi.backends.agent import AgentBackend
-from nvmeof_csi.backends.agent_api import HostNqnNodes
+from nvmeof_csi.agentclient.api import HostNqnNodes
+from nvmeof_csi.agentclient.client import AgentClient, AgentTarget
 from nvmeof_csi.cli.main import app as cli_app
 from nvmeof_csi.csi.server import CsiServices, build_server
 from nvmeof_csi.datasets.client import AlluxioRest, JobServiceLoader
@@ -36,6 +36,7 @@ from nvmeof_csi.datasets.holders import DatasetHolders
 from nvmeof_csi.datasets.hydrate import DatasetMetrics, Hydrator
 from nvmeof_csi.datasets.locality import CacheLocality, bytes_by_host
 from nvmeof_csi.errors import DriverError
+from nvmeof_csi.fleet.backend import AgentBackend
 from nvmeof_csi.gen import csi_pb2, csi_pb2_grpc
 from nvmeof_csi.host.executor import SubprocessExecutor
 from nvmeof_csi.rpc.endpoints import Endpoint
@@ -46,7 +47,7 @@ from nvmeof_csi.topology.fabric_map import AgentEntry, FabricMap
 from nvmeof_csi.topology.placement import Candidate, place
 from tests.support.agents import PORTALS, LocalAgent, plain_configfs, start_agent
 from tests.support.dashboard import DATASET_PANELS, has_data, panel_queries, render, scraped, slug
-from tests.support.datasets import Alluxio, Dataset, make_dataset
+from tests.support.datasets import Alluxio
 from tests.support.env import RESULTS
 from tests.support.requests import mount_cap
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from nvmeof_csi.agent.client import AgentClient, AgentTarget
+from nvmeof_csi.agentclient.client import AgentClient, AgentTarget
 from nvmeof_csi.cli.main import app as nvmeofctl
 from nvmeof_csi.errors import ConfigError, DriverError, InvalidArgument, NotFound, Unavailable
 from nvmeof_csi.gen import nvmeof_agent_pb2 as pb

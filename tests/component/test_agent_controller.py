@@ -13,9 +13,9 @@ from typing import Any
 import grpc
 import pytest
 
-from nvmeof_csi.backends.agent import AgentBackend
-from nvmeof_csi.backends.agent_api import HostNqnNodes
+from nvmeof_csi.agentclient.api import HostNqnNodes
 from nvmeof_csi.csi.server import CsiServices, build_server
+from nvmeof_csi.fleet.backend import AgentBackend
 from nvmeof_csi.gen import csi_pb2, csi_pb2_grpc
 from nvmeof_csi.rpc.endpoints import Endpoint
 from nvmeof_csi.rpc.server import bind

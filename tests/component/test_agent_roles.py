@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from nvmeof_csi.agent.client import AgentClient, AgentTarget
+from nvmeof_csi.agentclient.client import AgentClient, AgentTarget
 from nvmeof_csi.errors import NotFound, PermissionDenied
 from nvmeof_csi.rpc.endpoints import Endpoint, TlsFiles
 from tests.component.test_agent import MiB, free_port, mtls_args

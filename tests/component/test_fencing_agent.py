@@ -12,12 +12,12 @@ import grpc
 import pytest
 from typer.testing import CliRunner
 
-from nvmeof_csi.agent.client import AgentClient, AgentTarget
 from nvmeof_csi.agent.configfs import Nvmet
 from nvmeof_csi.agent.pool import FileStore
 from nvmeof_csi.agent.readonly import PlainReadOnlyDevices
 from nvmeof_csi.agent.state import StateStore
 from nvmeof_csi.agent.target_agent import TargetAgent
+from nvmeof_csi.agentclient.client import AgentClient, AgentTarget
 from nvmeof_csi.cli.main import app as nvmeofctl
 from nvmeof_csi.errors import FailedPrecondition, InvalidArgument
 from nvmeof_csi.nvmeof.nqn import volume_nqn

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from nvmeof_csi.backends.loop import LoopTargetBackend
-from nvmeof_csi.backends.loop_connector import LoopConnector
 from nvmeof_csi.host.executor import SubprocessExecutor
 from nvmeof_csi.host.filesystems import Filesystems, usage
 from nvmeof_csi.host.mounter import Mounter
+from nvmeof_csi.loop.backend import LoopTargetBackend
+from nvmeof_csi.loop.connector import LoopConnector
 from nvmeof_csi.service.records import AccessSpec, StagingStore
 from nvmeof_csi.service.staging import StagingService
 from tests.support.env import root_with_loop

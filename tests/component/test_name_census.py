@@ -1,4 +1,4 @@
-"""The name census (``backends/name_census.py``): once every agent was listed, a name its home does not know is
+"""The name census (``fleet/census.py``): once every agent was listed, a name its home does not know is
 asked of the agents the census saw it on only — a create asks one agent, not all, and a dead agent that never held
 the name stops nothing — while a name kept away from its home (a changed map) is still found, and an incomplete
 census falls back to asking every agent."""
@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from nvmeof_csi.backends.agent import AgentBackend
 from nvmeof_csi.errors import Unavailable
+from nvmeof_csi.fleet.backend import AgentBackend
 from nvmeof_csi.gen import nvmeof_agent_pb2 as pb
 from nvmeof_csi.rpc.endpoints import Endpoint
 from nvmeof_csi.topology.fabric_map import AgentEntry, FabricMap

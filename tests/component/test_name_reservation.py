@@ -1,5 +1,5 @@
 """Controllers racing on one CSI name agree through its reservation at the name's home agent
-(``backends/agent_names.py``): one volume, whatever the agents' clocks say, after a crash between any two steps,
+(``fleet/names.py``): one volume, whatever the agents' clocks say, after a crash between any two steps,
 with a dead agent the request could not use; a delete frees the name; a refused create frees the reservation."""
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 
 from nvmeof_csi.agent.state import DELETING
-from nvmeof_csi.backends.agent import AgentBackend
-from nvmeof_csi.backends.agent_api import HostNqnNodes
+from nvmeof_csi.agentclient.api import HostNqnNodes
 from nvmeof_csi.errors import ResourceExhausted, Unavailable
+from nvmeof_csi.fleet.backend import AgentBackend
 from nvmeof_csi.rpc.endpoints import Endpoint
 from nvmeof_csi.service.contracts import TopologyRequirement, Volume
 from nvmeof_csi.service.provisioning import CapacityRange, VolumeService

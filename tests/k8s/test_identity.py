@@ -34,9 +34,9 @@ FOREIGN_NQN = "nqn.2014-08.org.nvmexpress:uuid:0f0f0f0f-0000-0000-0000-000000000
 ASK = """
 import json, pathlib, sys, tempfile
 from concurrent.futures import ThreadPoolExecutor
-from nvmeof_csi.backends.kube_nodes import api_client
-from nvmeof_csi.backends.identity_certificate import IdentityCertificate, agent_identity, node_identity
-from nvmeof_csi.backends.identity_checks import AGENT_SIGNER, NODE_SIGNER
+from nvmeof_csi.kube.nodes import api_client
+from nvmeof_csi.issuance.certificate import IdentityCertificate, agent_identity, node_identity
+from nvmeof_csi.issuance.checks import AGENT_SIGNER, NODE_SIGNER
 from kubernetes.client import CertificatesV1Api
 api = CertificatesV1Api(api_client(""))
 
@@ -60,7 +60,7 @@ with ThreadPoolExecutor(len(asks)) as pool:
 PROBE = """
 import json, sys, time
 from pathlib import Path
-from nvmeof_csi.agent.client import AgentClient, AgentTarget
+from nvmeof_csi.agentclient.client import AgentClient, AgentTarget
 from nvmeof_csi.rpc.endpoints import Endpoint, TlsFiles
 own = Path("/var/lib/nvmeof-csi/node/identity")
 target = AgentTarget("storage-1", Endpoint.parse(sys.argv[1]), TlsFiles(own / "tls.crt", own / "tls.key", Path("/tls/ca.crt")))

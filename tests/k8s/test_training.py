@@ -17,10 +17,11 @@ import pytest
 import yaml
 
 from lab.build import REPO
+from lab.dataset_files import make_dataset
 from lab.kube.cluster import DRIVER, KubeCluster
 from lab.kube.layout import GPUS
 from tests.k8s.conftest import ALLUXIO_PORTS
-from tests.support.datasets import make_dataset, start_alluxio
+from tests.support.datasets import start_alluxio
 from tests.support.kube import GPU_NODE, NS, WORKLOAD, termination_message, wait_for
 
 pytestmark = pytest.mark.lab

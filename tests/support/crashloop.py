@@ -22,9 +22,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from nvmeof_csi.agent.client import AgentClient, AgentTarget
 from nvmeof_csi.agent.configfs import Nvmet
 from nvmeof_csi.agent.state import StateStore
+from nvmeof_csi.agentclient.client import AgentClient, AgentTarget
 from nvmeof_csi.errors import DriverError, Unavailable
 from nvmeof_csi.nvmeof.nqn import volume_nqn
 from nvmeof_csi.rpc.endpoints import Endpoint

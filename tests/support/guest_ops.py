@@ -20,8 +20,8 @@ from typing import Any
 
 from google.protobuf.json_format import MessageToDict
 
-from nvmeof_csi.agent.client import AgentClient, AgentTarget
 from nvmeof_csi.agent.configfs import Nvmet
+from nvmeof_csi.agentclient.client import AgentClient, AgentTarget
 from nvmeof_csi.rpc.endpoints import Endpoint
 
 

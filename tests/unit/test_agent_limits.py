@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from nvmeof_csi.backends.agent_limits import AgentClients, AgentLimits
+from nvmeof_csi.agentclient.limits import AgentClients, AgentLimits
 from nvmeof_csi.errors import Unavailable
 from nvmeof_csi.gen import nvmeof_agent_pb2 as pb
 from nvmeof_csi.service.contracts import VolumeRef

@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from nvmeof_csi.backends.agent import AgentBackend
-from nvmeof_csi.backends.agent_limits import AgentClients, AgentHostKeys
+from nvmeof_csi.agentclient.limits import AgentClients, AgentHostKeys
 from nvmeof_csi.csi.params import parse
 from nvmeof_csi.errors import FailedPrecondition, InvalidArgument, NotFound, PermissionDenied
+from nvmeof_csi.fleet.backend import AgentBackend
 from nvmeof_csi.initiator.fabrics import FabricsDevice, FabricsError
 from nvmeof_csi.nvmeof.context import VolumeContext, parse_portals
 from nvmeof_csi.nvmeof.dhchap import HostKeys, generate_key, parse_key

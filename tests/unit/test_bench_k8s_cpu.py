@@ -62,14 +62,14 @@ Thread 0x7F01 (idle): "MainThread"
     run_forever (asyncio/base_events.py:607)
 Thread 0x7F02 (idle): "asyncio_0"
     _blocking_unary_unary (/opt/nvmeof-csi/lib/python3.11/site-packages/grpc/_channel.py:1162)
-    call (/opt/nvmeof-csi/lib/python3.11/site-packages/nvmeof_csi/agent/client.py:88)
+    call (/opt/nvmeof-csi/lib/python3.11/site-packages/nvmeof_csi/agentclient/client.py:88)
     create (/opt/nvmeof-csi/lib/python3.11/site-packages/nvmeof_csi/service/provisioning.py:120)
 Thread 0x7F03 (idle): "asyncio_1"
     _blocking_unary_unary (/opt/nvmeof-csi/lib/python3.11/site-packages/grpc/_channel.py:1162)
-    call (/opt/nvmeof-csi/lib/python3.11/site-packages/nvmeof_csi/agent/client.py:88)
+    call (/opt/nvmeof-csi/lib/python3.11/site-packages/nvmeof_csi/agentclient/client.py:88)
 """
     assert where(dump) == {
-        "asyncio_N | call (nvmeof_csi/agent/client.py) | _blocking_unary_unary (grpc/_channel.py)": 2,
+        "asyncio_N | call (nvmeof_csi/agentclient/client.py) | _blocking_unary_unary (grpc/_channel.py)": 2,
         "MainThread | - | select (selectors.py)": 1,
     }
     assert where("") == {}

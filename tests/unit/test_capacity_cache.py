@@ -1,5 +1,5 @@
 """The controller's cache of agents' free capacity: bounded staleness, parallel reads, a dead agent asked in the
-background only (``backends/capacity_cache.py``)."""
+background only (``fleet/capacity.py``)."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from nvmeof_csi.backends.agent import AgentBackend
-from nvmeof_csi.backends.capacity_cache import CapacityCache
 from nvmeof_csi.errors import Unavailable
+from nvmeof_csi.fleet.backend import AgentBackend
+from nvmeof_csi.fleet.capacity import CapacityCache
 from nvmeof_csi.topology.fabric_map import AgentEntry, FabricMap, parse_fabric_map
 from tests.support.agents import local_agents
 

@@ -62,7 +62,7 @@ def test_bytes_by_host_shares_a_file_over_its_blocks() -> None:
 
 
 def test_placement_prefers_the_agent_next_to_the_cached_data_set() -> None:
-    from nvmeof_csi.backends.agent import AgentBackend
+    from nvmeof_csi.fleet.backend import AgentBackend
     from nvmeof_csi.service.contracts import TopologyRequirement
     from nvmeof_csi.topology.fabric_map import parse_fabric_map
     from nvmeof_csi.topology.placement import Candidate, place

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from nvmeof_csi.backends.agent import AgentBackend
 from nvmeof_csi.errors import Aborted, DeadlineExceeded, NotFound
+from nvmeof_csi.fleet.backend import AgentBackend
 from nvmeof_csi.gen import nvmeof_agent_pb2 as pb
 from nvmeof_csi.topology.fabric_map import parse_fabric_map
 from tests.support.fakes import FakeClock

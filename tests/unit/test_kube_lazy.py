@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from nvmeof_csi.backends.kube_nodes import LazyApi, preflight
 from nvmeof_csi.cmd.identity_wiring import certificates_api
 from nvmeof_csi.errors import ConfigError
+from nvmeof_csi.kube.nodes import LazyApi, preflight
 
 
 def test_lazy_api_makes_its_object_at_first_use_once_and_retries_after_an_error() -> None:
@@ -46,7 +46,7 @@ def test_preflight_refuses_what_the_client_would_refuse(tmp_path: Path, monkeypa
         preflight("")
     monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.0.0.1")
     monkeypatch.setenv("KUBERNETES_SERVICE_PORT", "443")
-    monkeypatch.setattr("nvmeof_csi.backends.kube_nodes.SERVICE_ACCOUNT", tmp_path / "sa")
+    monkeypatch.setattr("nvmeof_csi.kube.nodes.SERVICE_ACCOUNT", tmp_path / "sa")
     with pytest.raises(ValueError, match="token"):
         preflight("")
     (tmp_path / "sa").mkdir()
@@ -64,7 +64,7 @@ def test_connecting_imports_no_kubernetes_client_until_asked(tmp_path: Path) -> 
     config.write_text("apiVersion: v1\nkind: Config\nclusters: []\ncontexts: []\nusers: []\n")
     script = (
         "import sys\n"
-        "from nvmeof_csi.backends.kube_nodes import KubeNodes\n"
+        "from nvmeof_csi.kube.nodes import KubeNodes\n"
         "from nvmeof_csi.cmd.identity_wiring import certificates_api\n"
         f"nodes = KubeNodes.connect({str(config)!r}, 'd')\n"
         f"certs = certificates_api({str(config)!r})\n"
@@ -85,7 +85,7 @@ def test_the_controller_makes_its_client_before_it_serves(tmp_path: Path) -> Non
     config = tmp_path / "kubeconfig"
     config.write_text("apiVersion: v1\nkind: Config\nclusters: []\ncontexts: []\nusers: []\n")
     script = (
-        "from nvmeof_csi.backends.kube_nodes import KubeNodes\n"
+        "from nvmeof_csi.kube.nodes import KubeNodes\n"
         "try:\n"
         f"    KubeNodes.connect({str(config)!r}, 'd', now=True)\n"
         "except Exception as exc:\n"

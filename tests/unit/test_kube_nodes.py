@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from nvmeof_csi.backends.kube_nodes import OUT_OF_SERVICE_TAINT, KubeNodes
 from nvmeof_csi.errors import Unavailable
+from nvmeof_csi.kube.nodes import OUT_OF_SERVICE_TAINT, KubeNodes
 
 DRIVER = "nvmeof.csi.io"
 

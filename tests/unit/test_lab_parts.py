@@ -191,13 +191,13 @@ def test_the_cluster_replaces_a_vm_that_exits_during_bring_up_once(
 
 
 def test_the_machine_cache_has_one_rule(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    from lab import machine_cache as mc
+    from image import machine_cache as mc
 
     monkeypatch.setenv("NVMEOF_CSI_CACHE", str(tmp_path))
     assert mc.machine_cache() == tmp_path
     monkeypatch.delenv("NVMEOF_CSI_CACHE")
-    monkeypatch.setattr("lab.machine_cache.os.geteuid", lambda: 0)
+    monkeypatch.setattr("image.machine_cache.os.geteuid", lambda: 0)
     assert mc.machine_cache() == Path("/var/cache/nvmeof-csi")
-    monkeypatch.setattr("lab.machine_cache.os.geteuid", lambda: 1000)
+    monkeypatch.setattr("image.machine_cache.os.geteuid", lambda: 1000)
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     assert mc.machine_cache() == tmp_path / "home" / ".cache" / "nvmeof-csi"

@@ -4,8 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from nvmeof_csi.backends.loop import CTX_PATH, LoopTargetBackend
 from nvmeof_csi.errors import AlreadyExists, FailedPrecondition, NotFound, ResourceExhausted
+from nvmeof_csi.loop.backend import CTX_PATH, LoopTargetBackend
 
 TOPO = {"topology.csi.nvmeof.io/fabric": "f1"}
 

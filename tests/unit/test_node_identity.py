@@ -17,17 +17,6 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import NameOID
 
-from nvmeof_csi.backends.identity_certificate import IdentityCertificate, agent_identity, node_identity
-from nvmeof_csi.backends.identity_checks import (
-    AGENT_SIGNER,
-    NODE_CLAIM,
-    NODE_SIGNER,
-    Policy,
-    Refused,
-    check_agent,
-    check_node,
-)
-from nvmeof_csi.backends.identity_signer import IdentitySigner
 from nvmeof_csi.errors import FailedPrecondition, InvalidArgument, Unavailable
 from nvmeof_csi.identity.certs import (
     expires,
@@ -39,6 +28,17 @@ from nvmeof_csi.identity.certs import (
     node_request,
     read_request,
 )
+from nvmeof_csi.issuance.certificate import IdentityCertificate, agent_identity, node_identity
+from nvmeof_csi.issuance.checks import (
+    AGENT_SIGNER,
+    NODE_CLAIM,
+    NODE_SIGNER,
+    Policy,
+    Refused,
+    check_agent,
+    check_node,
+)
+from nvmeof_csi.issuance.signer import IdentitySigner
 from tests.support.node_ca import NOW, make_ca
 
 NODE_SA = "system:serviceaccount:nvmeof-csi:nvmeof-csi-node"
@@ -213,7 +213,7 @@ def test_the_node_renews_at_two_thirds_of_the_lifetime(ca: tuple[bytes, bytes], 
 
 
 def test_a_node_with_its_own_identity_reads_only_the_agents_ca_from_the_map(tmp_path: Path) -> None:
-    from nvmeof_csi.backends.agent_limits import AgentClients
+    from nvmeof_csi.agentclient.limits import AgentClients
     from nvmeof_csi.errors import ConfigError
     from nvmeof_csi.topology.fabric_map import parse_fabric_map
 

@@ -13,8 +13,8 @@ import pytest
 from nvmeof_csi.agent.readonly import KernelReadOnlyDevices
 from nvmeof_csi.agent.state import StateStore
 from nvmeof_csi.agent.target_agent import TargetAgent
-from nvmeof_csi.backends.agent import AgentBackend
 from nvmeof_csi.errors import CommandError, FailedPrecondition, InvalidArgument
+from nvmeof_csi.fleet.backend import AgentBackend
 from nvmeof_csi.host.executor import Result
 from nvmeof_csi.initiator.connector import _context
 from nvmeof_csi.nvmeof.nqn import namespace_nguid, readonly_namespace_uuid, readonly_nqn, volume_nqn

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Protocol
 
-from nvmeof_csi.agent.client import AgentClient, AgentTarget
+from nvmeof_csi.agentclient.client import AgentClient, AgentTarget
 from nvmeof_csi.gen import nvmeof_agent_pb2 as pb
 from nvmeof_csi.nvmeof.nqn import valid_host_nqn
 from nvmeof_csi.topology.fabric_map import AgentEntry

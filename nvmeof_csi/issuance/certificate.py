@@ -1,6 +1,6 @@
 """A node's own identity: a GPU node's client certificate towards the agents, or a storage node's agent
 server certificate; its key made here, its certificate issued by the controller's signer
-(:mod:`nvmeof_csi.backends.identity_signer`) through a Kubernetes CertificateSigningRequest, and renewed before
+(:mod:`nvmeof_csi.issuance.signer`) through a Kubernetes CertificateSigningRequest, and renewed before
 it expires.
 
 Files, in ``folder`` (on the node's disk): ``tls.key`` (0600, made once, never sent anywhere) and ``tls.crt``.
@@ -25,10 +25,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from nvmeof_csi.backends.identity_checks import AGENT_SIGNER
 from nvmeof_csi.errors import FailedPrecondition, Unavailable
 from nvmeof_csi.host.atomic import write_atomic
 from nvmeof_csi.identity.certs import AGENT_PREFIX, NODE_PREFIX, certifies, expires, make_request, names_of, new_key
+from nvmeof_csi.issuance.checks import AGENT_SIGNER
 
 RENEW_AT = 2 / 3  # of the lifetime
 

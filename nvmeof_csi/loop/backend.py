@@ -2,7 +2,7 @@
 
 It exists so the whole CSI surface (controller and node, mount and block modes) runs on a machine without
 NVMe-oF, with real mkfs, mount and bind mounts. It implements exactly the ``TargetBackend`` protocol of
-``nvmeof_csi.service.contracts`` (its ``Connector`` is ``nvmeof_csi.backends.loop_connector``); it gives no
+``nvmeof_csi.service.contracts`` (its ``Connector`` is ``nvmeof_csi.loop.connector``); it gives no
 durability, isolation or access control and must never be used for real data.
 
 Layout under ``root``: ``<uuid>.img`` (sparse backing file) and ``<uuid>.json`` (name, capacity, parameters,

@@ -21,7 +21,7 @@ import threading
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from nvmeof_csi.backends.agent_api import AgentApi, default_client
+from nvmeof_csi.agentclient.api import AgentApi, default_client
 from nvmeof_csi.errors import DriverError, FailedPrecondition, Unavailable
 from nvmeof_csi.gen import nvmeof_agent_pb2 as pb
 from nvmeof_csi.nvmeof.dhchap import HostKeys

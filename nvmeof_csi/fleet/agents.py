@@ -3,7 +3,7 @@ kept), lookups by name, readiness, and the free capacity placement chooses from.
 
 Contract: :meth:`AgentFleet.health` is ready while at least one agent answers ready; an agent that cannot be
 reached is left out of placement (logged), never fatal; placement reads free capacity through a cache with bounded
-staleness (``backends/capacity_cache.py``), not from every agent on every create; ``_require`` raises
+staleness (``fleet/capacity.py``), not from every agent on every create; ``_require`` raises
 ``NotFound`` for a location the map does not list.
 """
 
@@ -14,9 +14,9 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 
-from nvmeof_csi.backends.agent_api import AgentApi, transport_of
-from nvmeof_csi.backends.capacity_cache import FRESH_FOR, CapacityCache
+from nvmeof_csi.agentclient.api import AgentApi, transport_of
 from nvmeof_csi.errors import DriverError, NotFound
+from nvmeof_csi.fleet.capacity import FRESH_FOR, CapacityCache
 from nvmeof_csi.service.contracts import Health, Topology, VolumeRef
 from nvmeof_csi.topology.fabric_map import AgentEntry, FabricMap
 from nvmeof_csi.topology.placement import Candidate, capacity_in
@@ -64,7 +64,7 @@ class AgentFleet:
 
     def _candidates(self) -> list[Candidate]:
         """The agents that answer, with their free bytes at most ``fresh_for`` seconds old
-        (``backends/capacity_cache.py``)."""
+        (``fleet/capacity.py``)."""
         return self.capacity_seen.candidates(self.fabric.agents)
 
     def available_capacity(self, segment: Topology | None, parameters: Mapping[str, str] | None = None) -> int:

@@ -1,4 +1,4 @@
-"""DEVELOPMENT-ONLY connector of the loop backend (``nvmeof_csi.backends.loop``): "connecting" a volume attaches
+"""DEVELOPMENT-ONLY connector of the loop backend (``nvmeof_csi.loop.backend``): "connecting" a volume attaches
 its backing file with ``losetup``; devices are found through sysfs. It implements the ``Connector`` protocol of
 ``nvmeof_csi.service.contracts`` so the node's whole surface runs without NVMe-oF; never for real data.
 """
@@ -10,10 +10,10 @@ import shutil
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from nvmeof_csi.backends.loop import CTX_PATH, LOSETUP_TIMEOUT
 from nvmeof_csi.errors import FailedPrecondition, NotFound
 from nvmeof_csi.host.executor import Executor
 from nvmeof_csi.host.filesystems import device_size
+from nvmeof_csi.loop.backend import CTX_PATH, LOSETUP_TIMEOUT
 from nvmeof_csi.service.contracts import NO_SECRETS, Condition, Health, VolumeRef
 
 

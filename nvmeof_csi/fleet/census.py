@@ -5,7 +5,7 @@ the same with 1 agent or 64, and one dead agent does not stop every create.
 Contract:
 - The census is *complete* once every agent of the fabric map has listed its volumes (ListVolumes, every page) at
   least once since this controller started. Until then :meth:`NameCensus.where` returns ``None`` and the name
-  directory asks every agent, as without a census (``backends/agent_names.py``).
+  directory asks every agent, as without a census (``fleet/names.py``).
 - ``where(name)``: the agents that held a volume called ``name`` (and the agent its ``name-kept-on`` label names,
   which keeps its reservation) at their last listing, plus what this controller reserved itself since
   (:meth:`NameCensus.note`). It may name agents that no longer hold the name: they are asked and say no.
@@ -24,7 +24,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 
-from nvmeof_csi.backends.agent_api import AgentApi
+from nvmeof_csi.agentclient.api import AgentApi
 from nvmeof_csi.errors import DriverError
 from nvmeof_csi.topology.fabric_map import AgentEntry
 

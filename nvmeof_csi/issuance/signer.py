@@ -1,5 +1,5 @@
 """The controller's signer of identities: Kubernetes CertificateSigningRequests for this driver's signerNames
-(node client identities, agent server identities) are checked (:mod:`nvmeof_csi.backends.identity_checks`) and
+(node client identities, agent server identities) are checked (:mod:`nvmeof_csi.issuance.checks`) and
 then approved and signed with the node CA, or denied with the reason.
 
 Contract: :meth:`IdentitySigner.pass_once` decides every pending request of each signerName it has a check for
@@ -19,9 +19,9 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from nvmeof_csi.backends.identity_checks import AGENT_SIGNER, Refused
 from nvmeof_csi.errors import DriverError
 from nvmeof_csi.identity.certs import Request, issue
+from nvmeof_csi.issuance.checks import AGENT_SIGNER, Refused
 
 log = logging.getLogger(__name__)
 

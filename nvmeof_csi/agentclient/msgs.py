@@ -4,7 +4,7 @@ limits, TLS mode), its accessible topology and content source; a snapshot."""
 
 from __future__ import annotations
 
-from nvmeof_csi.backends.agent_api import transport_of
+from nvmeof_csi.agentclient.api import transport_of
 from nvmeof_csi.gen import nvmeof_agent_pb2 as pb
 from nvmeof_csi.nvmeof.context import Portal, VolumeContext, check_auth, tunables_from
 from nvmeof_csi.nvmeof.qos import limits_from

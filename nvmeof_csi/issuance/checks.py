@@ -1,4 +1,4 @@
-"""What the controller's identity signer checks before it issues (``backends/identity_signer.py``): one function per
+"""What the controller's identity signer checks before it issues (``issuance/signer.py``): one function per
 signerName, each returning the checked request and its lifetime or raising :class:`Refused` naming the first
 fact that fails.
 

@@ -7,7 +7,7 @@ Contract:
   the one place where racing controllers agree on one UUID and one placement before anything is made. No clock
   is compared anywhere.
 - Adding or removing an agent moves the home of about 1/N of the names. A lookup that misses at the home asks
-  the agents the name census saw the name on (``backends/name_census.py``; every agent while the census is not
+  the agents the name census saw the name on (``fleet/census.py``; every agent while the census is not
   complete, or without one) for a reservation or a live volume of that name, so what was kept elsewhere (a
   changed map or topology, a volume made by an older driver) is still found; a reservation found is preferred to a
   volume found by name.
@@ -23,9 +23,9 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from nvmeof_csi.backends.agent_api import AgentApi
-from nvmeof_csi.backends.name_census import NameCensus
+from nvmeof_csi.agentclient.api import AgentApi
 from nvmeof_csi.errors import ResourceExhausted, Unavailable
+from nvmeof_csi.fleet.census import NameCensus
 from nvmeof_csi.topology.fabric_map import AgentEntry, FabricMap
 
 log = logging.getLogger(__name__)

@@ -6,7 +6,7 @@ Contract (in addition to ``service/contracts.py``):
 - Placement as in ``topology/placement.py``; a clone or a volume from a snapshot goes to its source's agent.
 - One volume per name, also with controllers racing: a create reserves the name (UUID and agent) at the name's
   home agent before anything is made, and then creates exactly what the reservation holds
-  (``backends/agent_names.py``); a retry after a crash anywhere in between finishes the same volume. A delete
+  (``fleet/names.py``); a retry after a crash anywhere in between finishes the same volume. A delete
   releases the reservation first (a crash then leaves a volume the CO's retried delete removes, never a
   reservation of a deleted volume). A create the reserved agent refuses for want of space releases it, so a
   retry may place the volume elsewhere.
@@ -24,12 +24,12 @@ import uuid as uuidlib
 from collections.abc import Callable, Mapping
 from functools import partial
 
-from nvmeof_csi.backends.agent_api import AgentApi, default_client, transport_of
-from nvmeof_csi.backends.agent_fleet import AgentFleet
-from nvmeof_csi.backends.agent_msgs import snapshot_of, volume_of
-from nvmeof_csi.backends.agent_names import Held, NameDirectory
-from nvmeof_csi.backends.name_census import KEPT_ON_LABEL, NameCensus
+from nvmeof_csi.agentclient.api import AgentApi, default_client, transport_of
+from nvmeof_csi.agentclient.msgs import snapshot_of, volume_of
 from nvmeof_csi.errors import Aborted, DeadlineExceeded, DriverError, NotFound, ResourceExhausted, Unavailable
+from nvmeof_csi.fleet.agents import AgentFleet
+from nvmeof_csi.fleet.census import KEPT_ON_LABEL, NameCensus
+from nvmeof_csi.fleet.names import Held, NameDirectory
 from nvmeof_csi.nvmeof.nqn import host_nqn_of, readonly_namespace_uuid, readonly_nqn
 from nvmeof_csi.service.contracts import (
     NO_SECRETS,
@@ -68,7 +68,7 @@ class AgentBackend(AgentFleet):
         clock: Callable[[], float] = time.monotonic,
         census: bool = False,
     ) -> None:
-        """``census``: look names up through a name census (``backends/name_census.py``; its sweeps are
+        """``census``: look names up through a name census (``fleet/census.py``; its sweeps are
         started by the caller, ``census.start()``) rather than on every agent."""
         super().__init__(fabric, client, clock)
         self._locality = locality

@@ -1,0 +1,1 @@
+"""The Kubernetes API side: Nodes, CSINodes, taints and boot IDs read through the official client."""

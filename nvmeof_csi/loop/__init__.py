@@ -1,0 +1,1 @@
+"""The development-only loop backend: volumes as sparse files, "connected" with losetup."""
