@@ -17,13 +17,14 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
 from nvmeof_csi.agent.filler import needs_fill
 from nvmeof_csi.agent.parts import NSID, AgentParts, portals_for
 from nvmeof_csi.agent.portals import PortSpec
-from nvmeof_csi.agent.readonly import ReadOnlyExports
+from nvmeof_csi.agent.readonly_exports import ReadOnlyExports
 from nvmeof_csi.agent.snapshots import SnapshotOps
 from nvmeof_csi.agent.state import CREATING, DELETING, AgentState, VolumeRecord
 from nvmeof_csi.agent.volumes import VolumeOps
@@ -32,22 +33,32 @@ from nvmeof_csi.nvmeof.nqn import is_driver_nqn, namespace_nguid, readonly_nqn, 
 
 log = logging.getLogger(__name__)
 
-PORT, ANA = "port", "ana"
-SNAPSHOT_DELETE, SNAPSHOT_FINISH, SNAPSHOT_DROP = "snapshot-delete", "snapshot-finish", "snapshot-drop"
-VOLUME_DELETE, VOLUME_FINISH, VOLUME_REPAIR, VOLUME_FILL_LATER = (
-    "volume-delete",
-    "volume-finish",
-    "volume-repair",
-    "volume-fill-later",
-)
-UNKNOWN, PRUNE = "unknown", "prune"
+
+class Kind(StrEnum):
+    """What an :class:`Action` does (its value is what logs and reports show)."""
+
+    PORT = "port"  # make a portal's port
+    ANA = "ana"  # set a portal group's ANA state
+    SNAPSHOT_DELETE = "snapshot-delete"  # finish deleting a snapshot
+    SNAPSHOT_FINISH = "snapshot-finish"  # finish taking a snapshot
+    SNAPSHOT_DROP = "snapshot-drop"  # drop a snapshot being taken whose source is gone
+    VOLUME_DELETE = "volume-delete"  # finish deleting a volume
+    VOLUME_FINISH = "volume-finish"  # finish creating a volume
+    VOLUME_REPAIR = "volume-repair"  # put a volume's configfs objects right
+    VOLUME_FILL_LATER = "volume-fill-later"  # a dataset fill resumes once the agent serves
+    UNKNOWN = "unknown"  # not ours or not known: reported, left alone
+    PRUNE = "prune"  # not known and ours: removed (``--prune``)
+
+    @property
+    def about_snapshot(self) -> bool:
+        return self in (Kind.SNAPSHOT_DELETE, Kind.SNAPSHOT_FINISH, Kind.SNAPSHOT_DROP)
 
 
 @dataclass(frozen=True)
 class Action:
-    """One step: ``kind`` (see the constants above), the object it is about, and what it means."""
+    """One step: its ``kind``, the object it is about, and what it means."""
 
-    kind: str
+    kind: Kind
     key: str
     text: str
 
@@ -84,10 +95,10 @@ def _plan_ports(state: AgentState, layout: Layout, tree: Mapping[str, Any]) -> l
         seen = tree["ports"].get(str(portal.port_id))
         want = [portal.trtype, portal.traddr, str(portal.trsvcid)]
         if seen is None or seen["addr"] != want or seen.get("tls", False) != portal.tls:
-            actions.append(Action(PORT, str(portal.port_id), f"port {portal.port_id}: {':'.join(want)}"))
+            actions.append(Action(Kind.PORT, str(portal.port_id), f"port {portal.port_id}: {':'.join(want)}"))
         ana = state.ana.get(portal.group, "optimized")
         if (seen["ana"] if seen else "optimized") != ana:
-            actions.append(Action(ANA, str(portal.port_id), f"port {portal.port_id}: ANA {ana}"))
+            actions.append(Action(Kind.ANA, str(portal.port_id), f"port {portal.port_id}: ANA {ana}"))
     return actions
 
 
@@ -95,11 +106,11 @@ def _plan_snapshots(state: AgentState) -> list[Action]:
     actions = []
     for snap in state.snapshots.values():
         if snap.status == DELETING:
-            actions.append(Action(SNAPSHOT_DELETE, snap.uuid, f"finished deleting snapshot {snap.uuid}"))
+            actions.append(Action(Kind.SNAPSHOT_DELETE, snap.uuid, f"finished deleting snapshot {snap.uuid}"))
         elif snap.status == CREATING and snap.source_volume in state.volumes:
-            actions.append(Action(SNAPSHOT_FINISH, snap.uuid, f"finished snapshot {snap.uuid}"))
+            actions.append(Action(Kind.SNAPSHOT_FINISH, snap.uuid, f"finished snapshot {snap.uuid}"))
         elif snap.status == CREATING:
-            actions.append(Action(SNAPSHOT_DROP, snap.uuid, f"dropped snapshot {snap.uuid} whose source is gone"))
+            actions.append(Action(Kind.SNAPSHOT_DROP, snap.uuid, f"dropped snapshot {snap.uuid} whose source is gone"))
     return actions
 
 
@@ -131,20 +142,22 @@ def _plan_volumes(state: AgentState, layout: Layout, observed: Observed) -> list
     actions = []
     for rec in state.volumes.values():
         if rec.status == DELETING:
-            actions.append(Action(VOLUME_DELETE, rec.uuid, f"finished deleting volume {rec.uuid}"))
+            actions.append(Action(Kind.VOLUME_DELETE, rec.uuid, f"finished deleting volume {rec.uuid}"))
         elif rec.status == CREATING and needs_fill(rec.parameters):
             actions.append(
-                Action(VOLUME_FILL_LATER, rec.uuid, f"volume {rec.uuid}: dataset hydration resumes in the background")
+                Action(
+                    Kind.VOLUME_FILL_LATER, rec.uuid, f"volume {rec.uuid}: dataset hydration resumes in the background"
+                )
             )
         elif rec.status == CREATING:
-            actions.append(Action(VOLUME_FINISH, rec.uuid, f"finished creating volume {rec.uuid}"))
+            actions.append(Action(Kind.VOLUME_FINISH, rec.uuid, f"finished creating volume {rec.uuid}"))
         elif why := volume_drift(rec, layout, observed):
-            actions.append(Action(VOLUME_REPAIR, rec.uuid, f"repaired volume {rec.uuid} ({why})"))
+            actions.append(Action(Kind.VOLUME_REPAIR, rec.uuid, f"repaired volume {rec.uuid} ({why})"))
     return actions
 
 
 def _plan_unknown(state: AgentState, layout: Layout, observed: Observed, prune: bool) -> list[Action]:
-    kind = PRUNE if prune else UNKNOWN
+    kind = Kind.PRUNE if prune else Kind.UNKNOWN
     known_nqns = {volume_nqn(u) for u in state.volumes} | {readonly_nqn(u) for u in state.volumes}
     known_ports = {str(p.port_id) for p in layout.portals}
     known_hosts = {h for v in state.volumes.values() for h in v.hosts}
@@ -152,11 +165,11 @@ def _plan_unknown(state: AgentState, layout: Layout, observed: Observed, prune: 
     known_files = {layout.volume_path(u) for u in state.volumes} | {layout.snapshot_path(u) for u in kept_snaps}
     tree = observed.tree
 
-    def ours(nqn: str) -> str:  # --prune never removes another user's subsystem, nor a port that exports one
-        return kind if is_driver_nqn(nqn) else UNKNOWN
+    def ours(nqn: str) -> Kind:  # --prune never removes another user's subsystem, nor a port that exports one
+        return kind if is_driver_nqn(nqn) else Kind.UNKNOWN
 
-    def port_kind(port: str) -> str:
-        return kind if all(is_driver_nqn(n) for n in tree["ports"][port].get("subsystems", [])) else UNKNOWN
+    def port_kind(port: str) -> Kind:
+        return kind if all(is_driver_nqn(n) for n in tree["ports"][port].get("subsystems", [])) else Kind.UNKNOWN
 
     return [
         *(Action(ours(n), f"subsystem:{n}", f"subsystem {n}") for n in tree["subsystems"] if n not in known_nqns),
@@ -218,18 +231,18 @@ class Applier:
         return report
 
     def _apply(self, action: Action, report: ConvergeReport) -> None:
-        if action.kind == UNKNOWN:
+        if action.kind == Kind.UNKNOWN:
             report.unknown.append(action.text)
             return
-        if action.kind == PRUNE:
+        if action.kind == Kind.PRUNE:
             self._prune(action.key)
             report.pruned.append(action.text)
             return
-        if action.kind in (PORT, ANA):
+        if action.kind in (Kind.PORT, Kind.ANA):
             self._port(action)
-        elif action.kind.startswith("snapshot-"):
+        elif action.kind.about_snapshot:
             self._snapshot(action)
-        elif action.kind != VOLUME_FILL_LATER:  # fills resume once the agent serves (they can take minutes)
+        elif action.kind != Kind.VOLUME_FILL_LATER:  # fills resume once the agent serves (they can take minutes)
             self._volume(action)
         report.applied.append(action.text)
         log.info("converge: %s", action.text)  # what a start after a crash or a power cut put right, one by one
@@ -238,7 +251,7 @@ class Applier:
         p = self._p
         portal = next(x for x in p.portals if str(x.port_id) == action.key)
         with p.ports_lock:
-            if action.kind == PORT:
+            if action.kind == Kind.PORT:
                 p.nvmet.ensure_port(portal)
             else:
                 p.nvmet.set_ana(portal.port_id, p.state.current.ana.get(portal.group, "optimized"))
@@ -247,9 +260,9 @@ class Applier:
         p = self._p
         with p.keys.hold(action.key):
             snap = p.state.current.snapshots[action.key]
-            if action.kind == SNAPSHOT_DELETE:
+            if action.kind == Kind.SNAPSHOT_DELETE:
                 self._snapshots.remove_snapshot(snap)
-            elif action.kind == SNAPSHOT_FINISH:
+            elif action.kind == Kind.SNAPSHOT_FINISH:
                 self._snapshots.take_snapshot(snap)
             else:
                 p.state.drop_snapshot(snap.uuid)
@@ -258,7 +271,7 @@ class Applier:
         p = self._p
         with p.keys.hold(action.key):
             rec = p.state.current.volumes[action.key]
-            if action.kind == VOLUME_DELETE:
+            if action.kind == Kind.VOLUME_DELETE:
                 self._volumes.teardown(rec)
             else:
                 self._volumes.materialize(rec)

@@ -29,7 +29,7 @@ import time
 from collections.abc import Callable
 
 from nvmeof_csi.agent.parts import AgentParts, VolumeView
-from nvmeof_csi.agent.readonly import ReadOnlyExports
+from nvmeof_csi.agent.readonly_exports import ReadOnlyExports
 from nvmeof_csi.agent.state import FenceMark, VolumeRecord
 from nvmeof_csi.errors import InvalidArgument
 from nvmeof_csi.nvmeof.nqn import readonly_nqn, volume_nqn

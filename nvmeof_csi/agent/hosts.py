@@ -21,7 +21,7 @@ import logging
 
 from nvmeof_csi.agent.parts import AgentParts, VolumeView, wants_tls
 from nvmeof_csi.agent.portals import PortSpec
-from nvmeof_csi.agent.readonly import ReadOnlyExports
+from nvmeof_csi.agent.readonly_exports import ReadOnlyExports
 from nvmeof_csi.agent.state import VolumeRecord
 from nvmeof_csi.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound
 from nvmeof_csi.nvmeof.context import ANA_STATES, check_auth

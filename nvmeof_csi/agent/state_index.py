@@ -10,10 +10,8 @@ Not thread-safe on its own: the store's lock guards it.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:  # no import at run time: ``agent/state.py`` imports this module
-    from nvmeof_csi.agent.state import AgentState, SnapshotRecord, VolumeRecord
+from nvmeof_csi.agent.state_model import AgentState, SnapshotRecord, VolumeRecord
 
 
 def _size(rec: VolumeRecord | SnapshotRecord | None) -> int:

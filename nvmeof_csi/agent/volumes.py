@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from nvmeof_csi.agent.configfs import NO_TARGET_AUTH
 from nvmeof_csi.agent.filler import Filler, needs_fill
 from nvmeof_csi.agent.parts import MODEL, NSID, AgentParts, VolumeView
-from nvmeof_csi.agent.readonly import ReadOnlyExports
+from nvmeof_csi.agent.readonly_exports import ReadOnlyExports
 from nvmeof_csi.agent.state import CREATING, DELETING, READY, VolumeRecord
 from nvmeof_csi.errors import (
     Aborted,

@@ -79,7 +79,7 @@ def test_after_a_reboot_everything_is_planned_back() -> None:
     vol = ready(hosts={HOST: ""})
     empty: dict[str, object] = {"subsystems": {}, "ports": {}, "hosts": []}
     got = kinds(c.plan(state_of(vol, ana={"b": "non-optimized"}), LAYOUT, c.Observed(empty, files_for(vol))))
-    assert got == [(c.PORT, "1"), (c.PORT, "2"), (c.ANA, "2"), (c.VOLUME_REPAIR, U1)]
+    assert got == [(c.Kind.PORT, "1"), (c.Kind.PORT, "2"), (c.Kind.ANA, "2"), (c.Kind.VOLUME_REPAIR, U1)]
 
 
 @pytest.mark.parametrize(
@@ -99,7 +99,7 @@ def test_each_kind_of_drift_is_repaired(change: Any, why: str) -> None:
     tree, files = tree_for(vol), files_for(vol)
     change(tree, files)
     actions = c.plan(state_of(vol), LAYOUT, c.Observed(tree, files))
-    assert kinds(actions)[0] == (c.VOLUME_REPAIR, U1) and why in actions[0].text
+    assert kinds(actions)[0] == (c.Kind.VOLUME_REPAIR, U1) and why in actions[0].text
 
 
 def test_interrupted_operations_are_finished() -> None:
@@ -118,12 +118,12 @@ def test_interrupted_operations_are_finished() -> None:
     state = state_of(creating, deleting, filling, snaps=(snap_done, orphan, taking))
     got = kinds(c.plan(state, LAYOUT, c.Observed(tree_for(deleting), files_for(deleting))))
     assert got == [
-        (c.SNAPSHOT_DELETE, S1),
-        (c.SNAPSHOT_DROP, orphan.uuid),
-        (c.SNAPSHOT_FINISH, taking.uuid),
-        (c.VOLUME_FINISH, U1),
-        (c.VOLUME_DELETE, U2),
-        (c.VOLUME_FILL_LATER, filling.uuid),
+        (c.Kind.SNAPSHOT_DELETE, S1),
+        (c.Kind.SNAPSHOT_DROP, orphan.uuid),
+        (c.Kind.SNAPSHOT_FINISH, taking.uuid),
+        (c.Kind.VOLUME_FINISH, U1),
+        (c.Kind.VOLUME_DELETE, U2),
+        (c.Kind.VOLUME_FILL_LATER, filling.uuid),
     ]
 
 
@@ -136,7 +136,7 @@ def test_unknown_objects_are_reported_or_pruned(prune: bool) -> None:
     tree["hosts"] = [HOST]
     files = {**files_for(vol), Path("/pool/volumes/orphan.img"): 1}
     got = kinds(c.plan(state_of(vol), LAYOUT, c.Observed(tree, files), prune=prune))
-    kind = c.PRUNE if prune else c.UNKNOWN
+    kind = c.Kind.PRUNE if prune else c.Kind.UNKNOWN
     assert got == [
         (kind, "subsystem:nqn.2026-11.io.nvmeof:vol:stray"),
         (kind, "port:9"),
@@ -153,4 +153,4 @@ def test_prune_never_removes_another_users_subsystem_or_the_port_that_exports_it
     tree["subsystems"][foreign] = {"allow_any_host": "0", "hosts": [], "namespaces": {}}
     tree["ports"]["7"] = {"addr": ["tcp", "10.0.0.7", "4420"], "subsystems": [foreign], "ana": "optimized"}
     got = kinds(c.plan(state_of(vol), LAYOUT, c.Observed(tree, files_for(vol)), prune=True))
-    assert got == [(c.UNKNOWN, f"subsystem:{foreign}"), (c.UNKNOWN, "port:7")]
+    assert got == [(c.Kind.UNKNOWN, f"subsystem:{foreign}"), (c.Kind.UNKNOWN, "port:7")]
