@@ -155,6 +155,8 @@ def build_services(settings: Settings, executor: Executor | None = None) -> CsiS
         )
         services.qos_period = settings.qos_period
         if settings.backend is Backend.NVMEOF:
-            services.registry.register(NodeVolumeCollector(store.all, NvmeSysfs(), qos, settings.metrics_pod_uid))
+            services.registry.register(
+                NodeVolumeCollector(store.all, NvmeSysfs(), qos, settings.metrics_pod_uid, connector.orphan_stats)
+            )
         services.checks.append(connector.health)
     return services

@@ -13,7 +13,9 @@ Contract (in addition to ``service/contracts.py``):
   touches ``vol10``), unless another staged volume still uses that subsystem. Controllers we did not make
   (other NQNs) are never touched.
 - ``reconcile`` releases controllers of the driver's subsystems that no staging record claims, except when
-  one of their devices is mounted, held or open (then it is kept and reported).
+  one of their devices is mounted, held or open (then it is kept and reported). A subsystem whose disconnect
+  fails is logged, counted (``orphan_stats``) and remembered; the others are still released and the start goes
+  on; ``retry_orphans`` (the node's periodic pass) tries the remembered ones again while nothing claims them.
 - ``condition`` is abnormal when a path is not live, naming the paths ("1 of 2 paths live: tcp:...:4421 connecting").
 - A volume with ``auth`` (DH-HMAC-CHAP) is connected with the keys its agent issued to this node, fetched with
   the node's own identity (``host_keys``, ``agentclient/limits.py``; ``nvmeof/dhchap.py``), written to
@@ -49,13 +51,14 @@ from nvmeof_csi.initiator.fabrics import FabricsDevice, FabricsError
 from nvmeof_csi.initiator.features import NodeFeatures
 from nvmeof_csi.initiator.identity import HostIdentity
 from nvmeof_csi.initiator.keys import ConnectKeys
+from nvmeof_csi.initiator.orphans import OrphanReleaser
 from nvmeof_csi.initiator.rekey import roll_keys
 from nvmeof_csi.initiator.sysfs import NvmeSysfs, Subsystem
 from nvmeof_csi.initiator.uevents import EventWait, PollingWait
 from nvmeof_csi.nvmeof.context import TUNABLES, Portal, VolumeContext
 from nvmeof_csi.nvmeof.dhchap import HostKeys
-from nvmeof_csi.nvmeof.nqn import is_driver_nqn, readonly_namespace_uuid, readonly_nqn, volume_nqn
-from nvmeof_csi.service.contracts import NO_SECRETS, Condition, Health, Problem, VolumeRef
+from nvmeof_csi.nvmeof.nqn import readonly_namespace_uuid, readonly_nqn, volume_nqn
+from nvmeof_csi.service.contracts import NO_SECRETS, Condition, Health, OrphanStats, Problem, VolumeRef
 
 log = logging.getLogger(__name__)
 CONNECT_TIMEOUT = 60.0
@@ -102,6 +105,7 @@ class NvmeofConnector:
         self._host_keys = host_keys
         self._keyring = keyring
         self._features = features  # None: no checks (tests on fake sysfs trees)
+        self._orphans = OrphanReleaser(executor, sysfs, in_use, CONNECT_TIMEOUT)
 
     @contextmanager
     def _polling(self) -> Iterator[EventWait]:
@@ -288,18 +292,22 @@ class NvmeofConnector:
                 actions.append(f"volume {ref.uuid}: reconnected {', '.join(missing)}")
             except DriverError as err:
                 actions.append(f"volume {ref.uuid}: could not reconnect {', '.join(missing)}: {err}")
-        for sub in self._sysfs.subsystems():
-            if not is_driver_nqn(sub.nqn) or sub.nqn in claimed_nqns:
-                continue
-            busy = [f"{ns.device} {why}" for ns in sub.namespaces if (why := self._in_use(ns.device))]
-            if busy:  # never pull a device from under a mount or a user, whatever the records say
-                log.warning("subsystem %s: no staging record claims it, but %s; kept", sub.nqn, "; ".join(busy))
-                actions.append(f"kept {sub.nqn}: no staged volume claims it, but {'; '.join(busy)}")
-                continue
-            for ctrl in sub.controllers:
-                self._exec.run(["nvme", "disconnect", "-d", ctrl.name], timeout=CONNECT_TIMEOUT)
-            actions.append(f"disconnected {sub.nqn}: no staged volume claims it")
-        return actions
+        return actions + self._orphans.release(claimed_nqns)
+
+    def retry_orphans(self, claimed: Sequence[tuple[VolumeRef, Mapping[str, str]]]) -> list[str]:
+        if not self._orphans.unreleased:
+            return []
+        claimed_nqns: set[str] = set()
+        for ref, context in claimed:
+            try:
+                claimed_nqns.add(_context(ref, context).nqn)
+            except DriverError:  # whatever it names, never release this volume's subsystems on its account
+                claimed_nqns |= {volume_nqn(ref.uuid), readonly_nqn(ref.uuid)}
+        return self._orphans.release(claimed_nqns, only=self._orphans.unreleased)
+
+    def orphan_stats(self) -> OrphanStats:
+        """Subsystems left connected after a failed release, and releases that failed since start."""
+        return self._orphans.stats()
 
     def condition(self, ref: VolumeRef, context: Mapping[str, str]) -> Condition:
         """Paths of the volume: some down -> ``degraded`` ``PathsDown`` naming them; none live ->

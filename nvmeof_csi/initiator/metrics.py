@@ -28,6 +28,7 @@ from prometheus_client.registry import Collector
 from nvmeof_csi.initiator.sysfs import NvmeSysfs
 from nvmeof_csi.nvmeof.context import VolumeContext
 from nvmeof_csi.nvmeof.qos import QOS_KEYS
+from nvmeof_csi.service.contracts import OrphanStats
 from nvmeof_csi.service.qos import QosEnforcer
 from nvmeof_csi.service.records import StagingRecord
 
@@ -50,9 +51,11 @@ class NodeVolumeCollector(Collector):
         sysfs: NvmeSysfs,
         qos: QosEnforcer | None = None,
         pod_uid: bool = False,
+        orphans: Callable[[], OrphanStats] | None = None,
     ) -> None:
         """``pod_uid``: label ``nvmeof_csi_volume_qos_enforced`` by pod (which pods run where is not every
-        scraper's business, so it is off unless asked for)."""
+        scraper's business, so it is off unless asked for). ``orphans``: the connector's unreleased subsystems."""
+        self._orphans = orphans
         self._records = records
         self._sysfs = sysfs
         self._enforcer = qos
@@ -103,6 +106,18 @@ class NodeVolumeCollector(Collector):
                 self._qos(record, limit, enforced)
             except Exception:
                 log.debug("metrics: limits of volume %s skipped", record.volume_id, exc_info=True)
+        if self._orphans is not None:
+            stats = self._orphans()
+            yield GaugeMetricFamily(
+                "nvmeof_csi_node_unreleased_subsystems",
+                "The driver's subsystems no staged volume claims, still connected because their release failed.",
+                value=stats.unreleased,
+            )
+            yield CounterMetricFamily(
+                "nvmeof_csi_node_orphan_release_failures",
+                "Releases of unclaimed subsystems that failed since the node plugin started (retried each pass).",
+                value=stats.failures,
+            )
         yield limit
         yield enforced
         yield paths

@@ -14,7 +14,7 @@ from nvmeof_csi.errors import FailedPrecondition, NotFound
 from nvmeof_csi.host.executor import Executor
 from nvmeof_csi.host.filesystems import device_size
 from nvmeof_csi.loop.backend import CTX_PATH, LOSETUP_TIMEOUT
-from nvmeof_csi.service.contracts import NO_SECRETS, Condition, Health, VolumeRef
+from nvmeof_csi.service.contracts import NO_SECRETS, Condition, Health, OrphanStats, VolumeRef
 
 
 class LoopConnector:
@@ -116,6 +116,12 @@ class LoopConnector:
             if self.find_device(ref, context) is None and Path(self._path(ref, context)).exists():
                 actions.append(f"re-attached {ref.uuid} as {self.connect(ref, context, timeout)}")
         return actions
+
+    def retry_orphans(self, claimed: Sequence[tuple[VolumeRef, Mapping[str, str]]]) -> list[str]:
+        return []  # orphans are not tracked
+
+    def orphan_stats(self) -> OrphanStats:
+        return OrphanStats()
 
     def condition(self, ref: VolumeRef, context: Mapping[str, str]) -> Condition:
         device = self.find_device(ref, context)

@@ -116,6 +116,15 @@ class Problem:
 
 
 @dataclass(frozen=True)
+class OrphanStats:
+    """Subsystems of the driver that nothing claims and that are still connected because their release failed
+    (``unreleased``), and how many releases failed since the node plugin started (``failures``)."""
+
+    unreleased: int = 0
+    failures: int = 0
+
+
+@dataclass(frozen=True)
 class Condition:
     """Health of one volume as seen from a node or a target: ``problems`` (empty: nothing known to be wrong)
     and a one-line summary."""
@@ -275,7 +284,17 @@ class Connector(Protocol):
 
     def reconcile(self, claimed: Sequence[tuple[VolumeRef, Mapping[str, str]]], timeout: float) -> list[str]:
         """At start: reconnect missing paths of the ``claimed`` (staged) volumes, release what this driver
-        connected that nothing claims, never touch anything else. Returns the actions taken."""
+        connected that nothing claims, never touch anything else. Returns the actions taken. A release that
+        fails is logged and remembered, never raised: one subsystem never stops the start."""
+        ...
+
+    def retry_orphans(self, claimed: Sequence[tuple[VolumeRef, Mapping[str, str]]]) -> list[str]:
+        """The node's periodic pass: release again the subsystems whose release failed before and that none of
+        ``claimed`` (the staged volumes now) claims; a failure is remembered again. Returns the actions."""
+        ...
+
+    def orphan_stats(self) -> OrphanStats:
+        """What :meth:`reconcile` and :meth:`retry_orphans` could not release (for metrics)."""
         ...
 
 

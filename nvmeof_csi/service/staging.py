@@ -294,10 +294,11 @@ class StagingService:
         return self._store.all()
 
     def reconcile_limits(self) -> list[str]:
-        """The node's periodic pass: roll every staged volume's live connections to its current keys, fetch the
+        """The node's periodic pass: release subsystems whose release failed before and that nothing claims, roll
+        every staged volume's live connections to its current keys, fetch the
         current limits of every published volume (live changes), and re-apply every published pod's limits that
         are not in force."""
-        actions = []
+        actions = self._connector.retry_orphans([(r.ref, r.context) for r in self._store.all()])
         source = self._limits_source
         if isinstance(source, PassLimits):
             source = source.for_pass()  # one listing per agent for the whole pass, not one call per volume

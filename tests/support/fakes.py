@@ -26,6 +26,7 @@ from nvmeof_csi.service.contracts import (
     ContentSource,
     Fence,
     Health,
+    OrphanStats,
     Snapshot,
     TargetBackend,
     Topology,
@@ -218,6 +219,12 @@ class FakeConnector:
     def reconcile(self, claimed: Sequence[tuple[VolumeRef, Mapping[str, str]]], timeout: float) -> list[str]:
         self.calls.append(("reconcile", ",".join(r.uuid for r, _ in claimed)))
         return []
+
+    def retry_orphans(self, claimed: Sequence[tuple[VolumeRef, Mapping[str, str]]]) -> list[str]:
+        return []
+
+    def orphan_stats(self) -> OrphanStats:
+        return OrphanStats()
 
 
 class FakeHost:

@@ -12,6 +12,7 @@ from nvmeof_csi.agent.metrics import AgentCollector
 from nvmeof_csi.initiator.metrics import NodeVolumeCollector
 from nvmeof_csi.initiator.sysfs import NvmeSysfs
 from nvmeof_csi.rpc.metrics import RpcMetrics, go_code_name
+from nvmeof_csi.service.contracts import OrphanStats
 from nvmeof_csi.service.records import AccessSpec, StagingRecord
 from tests.support.agents import make_agent
 from tests.unit.test_connector import VOL, connector, ctx
@@ -69,6 +70,13 @@ def test_node_volume_metrics_come_from_sysfs(tmp_path: Path) -> None:
     registry2 = CollectorRegistry()
     registry2.register(NodeVolumeCollector(lambda: [broken, record], NvmeSysfs(tmp_path)))
     assert b"nvmeof_csi_volume_reads_total" in generate_latest(registry2)  # one bad record fails nothing
+
+
+def test_node_orphan_release_metrics(tmp_path: Path) -> None:
+    registry = CollectorRegistry()
+    registry.register(NodeVolumeCollector(list, NvmeSysfs(tmp_path), orphans=lambda: OrphanStats(2, 5)))
+    assert sample(registry, "nvmeof_csi_node_unreleased_subsystems") == 2
+    assert sample(registry, "nvmeof_csi_node_orphan_release_failures_total") == 5
 
 
 def test_agent_metrics(tmp_path: Path) -> None:
