@@ -28,6 +28,7 @@ from nvmeof_csi.datasets.client import AlluxioRest, JobServiceLoader
 from nvmeof_csi.datasets.fill import DatasetVolumes
 from nvmeof_csi.datasets.hydrate import DatasetMetrics, Hydrator
 from nvmeof_csi.host.executor import SubprocessExecutor
+from nvmeof_csi.host.filesystems import Filesystems
 
 MiB = 1 << 20
 
@@ -56,7 +57,12 @@ def run(args: argparse.Namespace) -> None:
                 state=StateStore(base / "state"),
                 portals=[PortSpec(1, "tcp", "127.0.0.1", 4420, "a")],
                 filler=DatasetVolumes(
-                    Hydrator(rest, JobServiceLoader(rest), SubprocessExecutor(), DatasetMetrics(CollectorRegistry())),
+                    Hydrator(
+                        rest,
+                        JobServiceLoader(rest),
+                        Filesystems(SubprocessExecutor()),
+                        DatasetMetrics(CollectorRegistry()),
+                    ),
                     base / "pool" / ".hydrate",
                     (str(ds.root),),
                 ),

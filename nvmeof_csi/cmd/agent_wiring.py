@@ -35,6 +35,7 @@ from nvmeof_csi.datasets.hydrate import DatasetMetrics, Hydrator
 from nvmeof_csi.errors import DriverError, FailedPrecondition
 from nvmeof_csi.gen import nvmeof_agent_pb2_grpc as pb_grpc
 from nvmeof_csi.host.executor import SubprocessExecutor
+from nvmeof_csi.host.filesystems import Filesystems
 from nvmeof_csi.issuance.certificate import IdentityCertificate, agent_identity
 from nvmeof_csi.issuance.checks import AGENT_SIGNER
 from nvmeof_csi.rpc.endpoints import TlsFiles
@@ -49,7 +50,7 @@ def build_datasets(settings: AgentSettings, registry: CollectorRegistry) -> Data
     if not settings.alluxio_proxy:
         return None
     rest = AlluxioRest(settings.alluxio_proxy, settings.alluxio_job)
-    hydrator = Hydrator(rest, JobServiceLoader(rest), SubprocessExecutor(), DatasetMetrics(registry))
+    hydrator = Hydrator(rest, JobServiceLoader(rest), Filesystems(SubprocessExecutor()), DatasetMetrics(registry))
     return DatasetVolumes(
         hydrator,
         settings.pool_dir / ".hydrate",

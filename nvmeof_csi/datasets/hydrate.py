@@ -18,24 +18,21 @@ Step (4) copies ``FETCH_WORKERS`` files at a time; a file enters the journal onl
 
 from __future__ import annotations
 
-import contextlib
-import hashlib
 import json
 import logging
-import os
 import shutil
 import time
-from collections.abc import Callable, Iterator
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from nvmeof_csi.datasets.client import AlluxioRest, CacheNotFound, DatasetLoader, FileStatus
-from nvmeof_csi.errors import FailedPrecondition, OutOfRange, ResourceExhausted
+from nvmeof_csi.datasets.copier import Journal, copy_all
+from nvmeof_csi.errors import OutOfRange, ResourceExhausted
 from nvmeof_csi.host.atomic import write_atomic
-from nvmeof_csi.host.executor import Executor
+from nvmeof_csi.host.filesystems import Filesystems
 from nvmeof_csi.host.paths import inside
 from nvmeof_csi.service.datasets import DatasetSpec
 
@@ -118,12 +115,12 @@ class Hydrator:
         self,
         rest: AlluxioRest,
         loader: DatasetLoader,
-        executor: Executor,
+        filesystems: Filesystems,
         metrics: DatasetMetrics,
         sleep: Callable[[float], None] = time.sleep,
         load_timeout: float = 900.0,
     ) -> None:
-        self.rest, self.loader, self.executor, self.metrics = rest, loader, executor, metrics
+        self.rest, self.loader, self.filesystems, self.metrics = rest, loader, filesystems, metrics
         self._sleep = sleep
         self._load_timeout = load_timeout
 
@@ -136,77 +133,19 @@ class Hydrator:
             return _result_from(json.loads(done_marker.read_text()))
         self._ensure_namespace(spec)
         files = self.rest.files(spec.path)
-        total = sum(f.length for f in files)
-        needed = int(total * (1 + FS_OVERHEAD)) + FS_MIN_EXTRA
-        if needed > capacity:
-            raise OutOfRange(
-                f"data set {spec.path} holds {total} bytes in {len(files)} files; the volume needs "
-                f"at least {needed} bytes, it has {capacity}"
-            )
-        journal = work / "journal.jsonl"
-        done = _read_journal(journal)  # read once: the room check and the copies both go by it
-        self._check_room(work, total - sum(_int(d["size"]) for d in done.values()))
+        total = _fits(spec, files, capacity)
+        journal = Journal(work / "journal.jsonl")  # read once: the room check and the copies both go by it
+        self._check_room(work, total - journal.bytes_done())
         progress(Progress(0, len(files), 0, total, "warming the cache"))
         self._warm(spec, files)
         tree = work / "tree"
-        tree.mkdir(parents=True, exist_ok=True)
-        cache_bytes = sum(_int(d["cached"]) for d in done.values())
-        ufs_bytes = sum(_int(d["size"]) - _int(d["cached"]) for d in done.values())
-        bytes_done = sum(_int(d["size"]) for d in done.values())
-        todo = []
-        for status in files:
-            rel = status.path[len(spec.path) :].lstrip("/")
-            inside(tree, tree / rel, f"file of data set {spec.path}")  # a listed name cannot leave the tree
-            if not (rel in done and (tree / rel).is_file() and (tree / rel).stat().st_size == status.length):
-                todo.append((status, rel))
-        last_report = last_sync = 0.0
-        with journal.open("a") as log_fh:
-            for status, rel, digest in self._copy_all(todo, tree):
-                cached = status.length * status.in_alluxio_percentage // 100  # cached before this hydration
-                entry = {"path": rel, "size": status.length, "cached": cached, "sha256": digest}
-                log_fh.write(json.dumps(entry) + "\n")
-                log_fh.flush()
-                if time.monotonic() - last_sync > 1.0:  # the file is fsynced already; a lost entry is a re-copy
-                    os.fsync(log_fh.fileno())
-                    last_sync = time.monotonic()
-                done[rel] = entry
-                cache_bytes += cached
-                ufs_bytes += status.length - cached
-                bytes_done += status.length
-                if time.monotonic() - last_report > 1.0:
-                    progress(Progress(len(done), len(files), bytes_done, total, "copying"))
-                    last_report = time.monotonic()
-            os.fsync(log_fh.fileno())
+        self._copy(spec, files, tree, journal, Progress(len(journal.done), len(files), 0, total, "copying"), progress)
         progress(Progress(len(files), len(files), total, total, "building the filesystem"))
-        self.executor.run(
-            [
-                "mkfs.ext4",
-                "-F",
-                "-q",
-                "-d",
-                str(tree),
-                "-L",
-                "dataset",
-                "-E",
-                "lazy_itable_init=1,lazy_journal_init=1,root_owner=0:0",
-                str(backing),
-            ],
-            timeout=MKFS_TIMEOUT,
-        )
-        self._set_cache_policy(spec)
-        workers = {loc.host for f in self.rest.files(spec.path) for loc in f.locations}  # where it is cached now
-        result = HydrationResult(len(files), total, cache_bytes, ufs_bytes, tuple(sorted(workers)))
+        self.filesystems.make_from_tree(backing, tree, "dataset", timeout=MKFS_TIMEOUT)
+        result = self._finish(spec, files, journal)
         write_atomic(done_marker, json.dumps(result.to_json()).encode())
         shutil.rmtree(tree, ignore_errors=True)
-        self.metrics.record(spec, result)
         progress(Progress(len(files), len(files), total, total, "done"))
-        log.info(
-            "data set %s hydrated: %d files, %d bytes, %.1f%% from cache",
-            spec.path,
-            result.files,
-            result.bytes,
-            100 * result.hit_ratio,
-        )
         return result
 
     def release(self, spec: DatasetSpec) -> None:
@@ -268,54 +207,49 @@ class Hydrator:
                 "load job %s for %s still running after %.0fs; copying anyway", job, spec.path, self._load_timeout
             )
 
-    def _copy_all(self, todo: list[tuple[FileStatus, str]], tree: Path) -> Iterator[tuple[FileStatus, str, str]]:
-        """Copy every file of ``todo`` into ``tree``, ``FETCH_WORKERS`` at a time; yields (status, rel, sha256) as
-        each completes (fsynced). After the first failure no new copy starts; the copies still running are
-        finished and yielded (so the journal keeps them), then the first error is raised."""
-        pool = ThreadPoolExecutor(FETCH_WORKERS, thread_name_prefix="hydrate")
-        running: dict[Future[str], tuple[FileStatus, str]] = {}
-        queue = iter(todo)
-        failure: BaseException | None = None
-        try:
-            while True:
-                for status, rel in queue if failure is None else ():
-                    running[pool.submit(self._fetch, status.path, tree / rel, status.length)] = (status, rel)
-                    if len(running) >= 2 * FETCH_WORKERS:
-                        break
-                if not running:
-                    break
-                finished, _ = wait(running, return_when=FIRST_COMPLETED)
-                for future in finished:
-                    status, rel = running.pop(future)
-                    error = future.exception()
-                    if error is None:
-                        yield status, rel, future.result()
-                    elif failure is None:
-                        failure = error
-        finally:
-            pool.shutdown(wait=True, cancel_futures=True)
-        if failure is not None:
-            raise failure
+    def _copy(
+        self,
+        spec: DatasetSpec,
+        files: list[FileStatus],
+        tree: Path,
+        journal: Journal,
+        start: Progress,
+        progress: Callable[[Progress], None],
+    ) -> None:
+        """Step (4): every listed file not journaled yet (or whose copy is not whole) into ``tree``, journaled."""
+        tree.mkdir(parents=True, exist_ok=True)
+        todo = []
+        for status in files:
+            rel = status.path[len(spec.path) :].lstrip("/")
+            inside(tree, tree / rel, f"file of data set {spec.path}")  # a listed name cannot leave the tree
+            if not (rel in journal.done and (tree / rel).is_file() and (tree / rel).stat().st_size == status.length):
+                todo.append((status, rel))
+        bytes_done, last_report = journal.bytes_done(), 0.0
+        with journal:
+            for status, rel, digest in copy_all(self.rest, todo, tree):
+                cached = status.length * status.in_alluxio_percentage // 100  # cached before this hydration
+                journal.add({"path": rel, "size": status.length, "cached": cached, "sha256": digest})
+                bytes_done += status.length
+                if time.monotonic() - last_report > 1.0:
+                    progress(replace(start, files_done=len(journal.done), bytes_done=bytes_done))
+                    last_report = time.monotonic()
 
-    def _fetch(self, path: str, dest: Path, length: int) -> str:
-        """One file of the data set into ``dest`` (through ``dest.part``, fsynced); returns its sha256. At most
-        its listed ``length`` is written: a stream that runs past it (a file that grew, or a hostile cache) is
-        refused before it can fill the agent's disk."""
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        tmp = dest.with_name(dest.name + ".part")
-        sha, written = hashlib.sha256(), 0
-        with tmp.open("wb") as fh:
-            for chunk in self.rest.read(path):
-                written += len(chunk)
-                if written > length:
-                    tmp.unlink(missing_ok=True)
-                    raise FailedPrecondition(f"data set file {path} streamed more than its listed {length} bytes")
-                fh.write(chunk)
-                sha.update(chunk)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, dest)
-        return sha.hexdigest()
+    def _finish(self, spec: DatasetSpec, files: list[FileStatus], journal: Journal) -> HydrationResult:
+        """Step (6): the cache policy set, the result counted and logged."""
+        self._set_cache_policy(spec)
+        workers = {loc.host for f in self.rest.files(spec.path) for loc in f.locations}  # where it is cached now
+        cache_bytes = sum(_int(d["cached"]) for d in journal.done.values())
+        total = sum(f.length for f in files)
+        result = HydrationResult(len(files), total, cache_bytes, total - cache_bytes, tuple(sorted(workers)))
+        self.metrics.record(spec, result)
+        log.info(
+            "data set %s hydrated: %d files, %d bytes, %.1f%% from cache",
+            spec.path,
+            result.files,
+            result.bytes,
+            100 * result.hit_ratio,
+        )
+        return result
 
     def _set_cache_policy(self, spec: DatasetSpec) -> None:
         if spec.pin:
@@ -328,15 +262,16 @@ def _int(value: object) -> int:
     return int(str(value))
 
 
-def _read_journal(path: Path) -> dict[str, dict[str, object]]:
-    done: dict[str, dict[str, object]] = {}
-    if not path.exists():
-        return done
-    for line in path.read_text().splitlines():
-        with contextlib.suppress(ValueError, KeyError, TypeError):  # a torn last line is simply redone
-            entry = json.loads(line)
-            done[str(entry["path"])] = entry
-    return done
+def _fits(spec: DatasetSpec, files: list[FileStatus], capacity: int) -> int:
+    """Step (2): the data set's bytes, when ext4 holding them fits in ``capacity`` (``OutOfRange`` otherwise)."""
+    total = sum(f.length for f in files)
+    needed = int(total * (1 + FS_OVERHEAD)) + FS_MIN_EXTRA
+    if needed > capacity:
+        raise OutOfRange(
+            f"data set {spec.path} holds {total} bytes in {len(files)} files; the volume needs "
+            f"at least {needed} bytes, it has {capacity}"
+        )
+    return total
 
 
 def _result_from(doc: dict[str, object]) -> HydrationResult:

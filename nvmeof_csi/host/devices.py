@@ -38,3 +38,10 @@ def device_in_use(device: str, sys_root: Path = Path("/sys"), mountinfo: Path = 
         return "open" if exc.errno == errno.EBUSY else ""
     os.close(fd)
     return ""
+
+
+def device_number(device: str) -> str:
+    """``/dev/nvme0n1`` -> ``259:0`` (the device number the kernel's io.max lines use); ``OSError`` when the
+    device is not there."""
+    rdev = os.stat(device).st_rdev
+    return f"{os.major(rdev)}:{os.minor(rdev)}"

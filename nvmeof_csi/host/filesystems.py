@@ -82,6 +82,14 @@ class Filesystems:
             raise InvalidArgument(f"cannot make a filesystem of type {fstype!r}")
         self._exec.run([*argv, device], timeout=MKFS_TIMEOUT)
 
+    def make_from_tree(self, image: str | Path, tree: str | Path, label: str, timeout: float = MKFS_TIMEOUT) -> None:
+        """Build ext4 holding the folder ``tree`` directly in the file or device ``image`` (``mkfs.ext4 -d``: no
+        loop device, no mount), owned by root, with lazy initialisation. Overwrites what ``image`` held."""
+        argv = ["mkfs.ext4", "-F", "-q", "-d", str(tree), "-L", label]
+        self._exec.run(
+            [*argv, "-E", "lazy_itable_init=1,lazy_journal_init=1,root_owner=0:0", str(image)], timeout=timeout
+        )
+
     def set_readonly(self, device: str, readonly: bool = True) -> None:
         """Make the block device refuse (or accept again) writes from anyone on this host (``BLKROSET``)."""
         self._exec.run(["blockdev", "--setro" if readonly else "--setrw", device], timeout=PROBE_TIMEOUT)

@@ -151,6 +151,11 @@ class Mounter:
         return True
 
     @staticmethod
+    def exists(path: str | Path) -> bool:
+        """Whether anything is at ``path`` (a symlink counts by what it points to)."""
+        return os.path.exists(path)
+
+    @staticmethod
     def make_mount_point(path: str | Path, block: bool = False) -> None:
         """A folder at ``path`` (``block``: an empty file, for a bind-mounted device), its parents made too;
         one already there is fine."""

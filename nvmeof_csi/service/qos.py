@@ -20,7 +20,6 @@ Contract:
 from __future__ import annotations
 
 import logging
-import os
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -30,6 +29,7 @@ from typing import Protocol, runtime_checkable
 from nvmeof_csi.errors import DriverError
 from nvmeof_csi.host.atomic import read_json, remove_durably, write_json_atomic
 from nvmeof_csi.host.cgroups import PodCgroups
+from nvmeof_csi.host.devices import device_number
 from nvmeof_csi.nvmeof.qos import QosLimits, limits_from
 from nvmeof_csi.service.contracts import VolumeRef
 from nvmeof_csi.service.records import StagingRecord
@@ -47,12 +47,6 @@ class PassLimits(Protocol):
 
 
 log = logging.getLogger(__name__)
-
-
-def major_minor(device: str) -> str:
-    """``/dev/nvme0n1`` -> ``259:0`` (the device number the kernel's io.max lines use)."""
-    rdev = os.stat(device).st_rdev
-    return f"{os.major(rdev)}:{os.minor(rdev)}"
 
 
 class LimitOverrides:
@@ -101,7 +95,7 @@ class QosEnforcer:
         self,
         cgroups: PodCgroups,
         overrides: LimitOverrides | None = None,
-        device_number: Callable[[str], str] = major_minor,
+        device_number: Callable[[str], str] = device_number,
         wait: float = 2.0,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:

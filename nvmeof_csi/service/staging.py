@@ -14,7 +14,6 @@ Contract:
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
@@ -265,7 +264,7 @@ class StagingService:
             raise NotFound(f"volume {ref.uuid} is not staged on this node")
         if volume_path != record.staging_path and volume_path not in record.targets:
             raise NotFound(f"volume {ref.uuid} is not staged or published at {volume_path}")
-        if not os.path.exists(volume_path):
+        if not self._mounter.exists(volume_path):
             raise NotFound(f"path {volume_path} does not exist")
         return record
 

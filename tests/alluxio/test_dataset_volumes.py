@@ -39,6 +39,7 @@ from nvmeof_csi.errors import DriverError
 from nvmeof_csi.fleet.backend import AgentBackend
 from nvmeof_csi.gen import csi_pb2, csi_pb2_grpc
 from nvmeof_csi.host.executor import SubprocessExecutor
+from nvmeof_csi.host.filesystems import Filesystems
 from nvmeof_csi.rpc.endpoints import Endpoint
 from nvmeof_csi.rpc.server import bind
 from nvmeof_csi.service.datasets import DatasetSpec
@@ -87,7 +88,7 @@ async def stack(tmp_path: Path, alluxio: Alluxio) -> AsyncIterator[Stack]:
     (tmp_path / "pool").mkdir()
     registry = CollectorRegistry()
     rest = AlluxioRest(alluxio.cluster.proxy_url, alluxio.cluster.job_url, timeout=20, attempts=3)
-    hydrator = Hydrator(rest, JobServiceLoader(rest), SubprocessExecutor(), DatasetMetrics(registry))
+    hydrator = Hydrator(rest, JobServiceLoader(rest), Filesystems(SubprocessExecutor()), DatasetMetrics(registry))
     agent = TargetAgent(
         name="store-a",
         nvmet=Nvmet(plain_configfs(tmp_path / "nvmet"), plain_tree=True),

@@ -20,6 +20,7 @@ from nvmeof_csi.datasets.fill import DatasetVolumes, ufs_allowed
 from nvmeof_csi.datasets.hydrate import DatasetMetrics, HydrationResult, Hydrator, Progress
 from nvmeof_csi.errors import FailedPrecondition, InvalidArgument, OutOfRange, PermissionDenied
 from nvmeof_csi.host.executor import Result
+from nvmeof_csi.host.filesystems import Filesystems
 from nvmeof_csi.service.datasets import DatasetSpec
 
 
@@ -110,7 +111,7 @@ def hydrator(cache: FakeCache, mkfs: FakeMkfs) -> Hydrator:
         set_attribute=cache.set_attribute,
         free=cache.free,
     )
-    return Hydrator(rest, cache, mkfs, DatasetMetrics(CollectorRegistry()), sleep=lambda _s: None)  # type: ignore[arg-type]
+    return Hydrator(rest, cache, Filesystems(mkfs), DatasetMetrics(CollectorRegistry()), sleep=lambda _s: None)  # type: ignore[arg-type]
 
 
 def test_hydration_resumes_from_its_journal_and_builds_the_filesystem_once(tmp_path: Path) -> None:
@@ -295,12 +296,12 @@ def test_at_most_max_fills_volumes_hydrate_at_once_and_the_rest_say_they_wait(tm
 def test_the_completion_marker_is_written_atomically_and_the_journal_read_once(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from nvmeof_csi.datasets import hydrate as hydrate_mod
+    from nvmeof_csi.datasets import copier as copier_mod
     from nvmeof_csi.host.atomic import write_atomic
 
     written: list[Path] = []
     reads: list[Path] = []
-    real_read = hydrate_mod._read_journal
+    real_read = copier_mod.read_journal
 
     def spy_write(path: Path, data: bytes) -> None:
         written.append(path)
@@ -311,7 +312,7 @@ def test_the_completion_marker_is_written_atomically_and_the_journal_read_once(
         return real_read(path)
 
     monkeypatch.setattr("nvmeof_csi.datasets.hydrate.write_atomic", spy_write)
-    monkeypatch.setattr(hydrate_mod, "_read_journal", spy_read)
+    monkeypatch.setattr(copier_mod, "read_journal", spy_read)
     files = {"a.bin": b"a" * 100, "b/c.bin": b"c" * 200}
     spec = DatasetSpec("/ds", pin=False, ttl_seconds=0, medium="")
     hydrator(FakeCache(files), FakeMkfs()).hydrate(
