@@ -9,9 +9,9 @@ convergence happens before the first RPC is accepted; unknown objects are logged
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 import logging
-import threading
 import time
 
 from prometheus_client import CollectorRegistry
@@ -27,7 +27,7 @@ from nvmeof_csi.agent.readonly import KernelReadOnlyDevices, PlainReadOnlyDevice
 from nvmeof_csi.agent.state import StateStore
 from nvmeof_csi.agent.target_agent import TargetAgent
 from nvmeof_csi.cmd.agent_settings import AgentSettings
-from nvmeof_csi.cmd.identity_wiring import certificates_api, keep_issued
+from nvmeof_csi.cmd.identity_wiring import certificates_api, keeper
 from nvmeof_csi.datasets.client import AlluxioRest, JobServiceLoader
 from nvmeof_csi.datasets.fill import DatasetVolumes
 from nvmeof_csi.datasets.holders import DatasetHolders
@@ -38,6 +38,7 @@ from nvmeof_csi.host.executor import SubprocessExecutor
 from nvmeof_csi.host.filesystems import Filesystems
 from nvmeof_csi.issuance.certificate import IdentityCertificate, agent_identity
 from nvmeof_csi.issuance.checks import AGENT_SIGNER
+from nvmeof_csi.rpc.background import Background
 from nvmeof_csi.rpc.endpoints import TlsFiles
 from nvmeof_csi.rpc.metrics import RpcMetrics, serve_metrics
 from nvmeof_csi.rpc.server import bind, bind_mtls, new_threaded_server, run_until_stopped
@@ -96,9 +97,10 @@ def start_up(agent: TargetAgent, prune: bool) -> ConvergeReport:
     return report
 
 
-def own_tls(settings: AgentSettings, retry: float = 5.0) -> TlsFiles:
+def own_tls(settings: AgentSettings, background: Background, retry: float = 5.0) -> TlsFiles:
     """The agent's own server certificate (``--identity csr``): asked of the controller's signer until issued
-    (each failure logged), then kept renewed; the server picks up a renewed one at its next handshake."""
+    (each failure logged), then kept renewed by a loop in ``background``; the server picks up a renewed one at
+    its next handshake."""
     assert settings.tcp_endpoint is not None and settings.tls_ca is not None  # checked by the settings
     api = certificates_api(settings.kubeconfig)  # the client is imported when a certificate must be asked for
     cert = IdentityCertificate(
@@ -115,7 +117,7 @@ def own_tls(settings: AgentSettings, retry: float = 5.0) -> TlsFiles:
         except (DriverError, OSError) as exc:
             log.warning("agent identity: %s; trying again in %.0fs", exc, retry)
             time.sleep(retry)
-    keep_issued(cert, lambda: None)
+    background.add("identity", keeper(cert, lambda: None))
     return TlsFiles(cert.cert, cert.key, settings.tls_ca)
 
 
@@ -146,7 +148,8 @@ async def serve_agent(settings: AgentSettings, plain_tree: bool = False) -> None
         bind(server, settings.unix_endpoint, socket_mode=0o600)  # owner (root) only, from the first moment
         assert settings.unix_endpoint.path is not None
         sockets.append(settings.unix_endpoint.path)
-    tls = own_tls(settings) if settings.identity == "csr" else settings.tls
+    background = Background()
+    tls = own_tls(settings, background) if settings.identity == "csr" else settings.tls
     if settings.tcp_endpoint is not None:
         if tls is not None:
             bind_mtls(server, settings.tcp_endpoint, tls, extra_ca=node_ca or b"", reload=settings.identity == "csr")
@@ -160,6 +163,10 @@ async def serve_agent(settings: AgentSettings, plain_tree: bool = False) -> None
         len(agent.list_volumes()),
         ", ".join(f"{p.trtype}:{p.traddr}:{p.trsvcid}/{p.group}" for p in agent.portals),
     )
-    if agent.filler is not None:
-        threading.Thread(target=agent.resume_fills, name="resume-fills", daemon=True).start()
-    await run_until_stopped(server, settings.grace_seconds, sockets, socket_mode=0o600)  # owner (root) only
+    if agent.filler is not None:  # a fill does not watch the event: it resumes at the next start if stopped
+        background.add("resume-fills", lambda _stop: agent.resume_fills())
+    background.start()
+    try:
+        await run_until_stopped(server, settings.grace_seconds, sockets, socket_mode=0o600)  # owner (root) only
+    finally:
+        await asyncio.to_thread(background.stop, 2.0)

@@ -1,11 +1,13 @@
 """Identities in ``nvmeof-csi serve`` and ``nvmeof-csi agent``: the controller's signer (``--node-signer-ca``),
 a GPU node's own client certificate (``--node-identity csr``) and an agent's own server certificate (the
-agent's ``--identity csr``), each kept in a daemon thread.
+agent's ``--identity csr``). These build; each adds its loop to the process's :class:`Background`, which the
+server starts and stops.
 
-Contract: :func:`start_signer` returns the running signer, or ``None`` without ``--node-signer-ca``; it raises
-``ConfigError`` when the signer is asked for but the Kubernetes API cannot be reached. :func:`start_node_identity`
-makes the node's agent clients use its own certificate and keeps that certificate issued and renewed: a failure
-is logged and tried again every ``retry`` seconds (calls to agents meanwhile fail with UNAVAILABLE, naming it).
+Contract: :func:`build_signer` returns the signer (its loop added), or ``None`` without ``--node-signer-ca``; it
+raises ``ConfigError`` when the signer is asked for but the Kubernetes API cannot be reached.
+:func:`build_node_identity` makes the node's agent clients use its own certificate and adds the loop that keeps
+it issued and renewed: a failure is logged and tried again every ``retry`` seconds (calls to agents meanwhile
+fail with UNAVAILABLE, naming it).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from nvmeof_csi.issuance.certificate import IdentityCertificate, node_identity
 from nvmeof_csi.issuance.checks import AGENT_SIGNER, NODE_SIGNER, Policy, check_agent, check_node
 from nvmeof_csi.issuance.signer import IdentitySigner
 from nvmeof_csi.kube.nodes import KubeNodes, LazyApi, lazy_api, preflight
+from nvmeof_csi.rpc.background import Background, Loop
 from nvmeof_csi.service.fencing import NodeFacts
 from nvmeof_csi.topology.fabric_map import load_fabric_map
 
@@ -39,7 +42,7 @@ def certificates_api(kubeconfig: str) -> LazyApi:
     return lazy_api(kubeconfig, "CertificatesV1Api")
 
 
-def start_signer(settings: Settings, facts: NodeFacts) -> IdentitySigner | None:
+def build_signer(settings: Settings, facts: NodeFacts, background: Background) -> IdentitySigner | None:
     folder = settings.node_signer_ca
     if folder is None:
         return None
@@ -66,13 +69,18 @@ def start_signer(settings: Settings, facts: NodeFacts) -> IdentitySigner | None:
         agent_policy = Policy(settings.agent_signer_requester, lifetime)
         checks[AGENT_SIGNER] = lambda spec: check_agent(spec, agent_policy, agent_address, facts.addresses)
     signer = IdentitySigner(certificates_api(settings.kubeconfig), checks, ca)
-    signer.start()
-    log.info("identity signer running for %s (certificates for %s)", ", ".join(checks), lifetime)
+    background.add("identity-signer", signer.run)
+    log.info("identity signer for %s (certificates for %s)", ", ".join(checks), lifetime)
     return signer
 
 
-def start_node_identity(
-    settings: Settings, host_nqn: str, clients: AgentClients, every: float = 600.0, retry: float = 15.0
+def build_node_identity(
+    settings: Settings,
+    host_nqn: str,
+    clients: AgentClients,
+    background: Background,
+    every: float = 600.0,
+    retry: float = 15.0,
 ) -> IdentityCertificate | None:
     if settings.node_identity != "csr":
         return None
@@ -84,17 +92,14 @@ def start_node_identity(
         datetime.timedelta(hours=settings.node_identity_hours),
     )
     clients.use_identity(cert.cert, cert.key)
-    keep_issued(cert, clients.reset, every, retry)
+    background.add("identity", keeper(cert, clients.reset, every, retry))
     return cert
 
 
-def keep_issued(
-    cert: IdentityCertificate, renewed: Callable[[], None], every: float = 600.0, retry: float = 15.0
-) -> None:
-    """Keep ``cert`` issued and renewed in a daemon thread; ``renewed`` runs after each new certificate."""
+def keeper(cert: IdentityCertificate, renewed: Callable[[], None], every: float = 600.0, retry: float = 15.0) -> Loop:
+    """The loop that keeps ``cert`` issued and renewed until stopped; ``renewed`` runs after each new one."""
 
-    def keep() -> None:
-        stop = threading.Event()  # never set: the thread lives as long as the process
+    def keep(stop: threading.Event) -> None:
         while True:
             try:
                 if cert.ensure():
@@ -104,9 +109,10 @@ def keep_issued(
             except (DriverError, OSError) as exc:
                 log.warning("identity: %s; trying again in %.0fs", exc, retry)
                 wait = retry
-            stop.wait(wait)
+            if stop.wait(wait):
+                return
 
-    threading.Thread(target=keep, name="identity", daemon=True).start()
+    return keep
 
 
-__all__ = ["certificates_api", "keep_issued", "start_node_identity", "start_signer"]
+__all__ = ["build_node_identity", "build_signer", "certificates_api", "keeper"]

@@ -1,4 +1,6 @@
-"""Composition root of ``nvmeof-csi serve``: builds every concrete dependency from :class:`Settings`.
+"""Composition root of ``nvmeof-csi serve``: builds every concrete dependency from :class:`Settings`. It starts
+nothing: the loops that run beside the server go into ``CsiServices.background``, which ``csi.server.serve``
+starts once the server is bound and stops, in reverse order, when it stops.
 
 This is the only place that chooses the driver's implementations (real executor, loop or agent backend,
 kernel initiator); everything else receives its collaborators through constructors. The agent's composition
@@ -13,7 +15,7 @@ import os
 from nvmeof_csi import DRIVER_NAME, TOPOLOGY_FABRIC, TOPOLOGY_RDMA
 from nvmeof_csi.agentclient.api import HostNqnNodes
 from nvmeof_csi.agentclient.limits import AgentClients, AgentHostKeys, AgentLimits
-from nvmeof_csi.cmd.identity_wiring import start_node_identity, start_signer
+from nvmeof_csi.cmd.identity_wiring import build_node_identity, build_signer
 from nvmeof_csi.cmd.settings import Backend, Settings
 from nvmeof_csi.csi.server import CsiServices
 from nvmeof_csi.datasets.client import AlluxioRest
@@ -91,14 +93,14 @@ def build_services(settings: Settings, executor: Executor | None = None) -> CsiS
             locality = CacheLocality(AlluxioRest(settings.alluxio_proxy, "")) if settings.alluxio_proxy else None
             backend = AgentBackend(load_fabric_map(settings.fabric_map), locality=locality, census=True)
             assert backend.census is not None
-            backend.census.start()
+            services.background.add("name-census", backend.census.run)
             nodes = HostNqnNodes()
         else:
             backend = LoopTargetBackend(settings.state_dir / "loop", settings.loop_capacity_bytes, topology)
             nodes = StaticNodes(frozenset({settings.node_id}))
         facts = node_facts(settings)
         services.volumes = VolumeService(backend, nodes, settings.max_volumes_per_node, facts, settings.fence_on)
-        start_signer(settings, facts)
+        build_signer(settings, facts, services.background)
         services.checks.append(backend.health)
     if settings.mode.node:
         connector: Connector
@@ -118,7 +120,7 @@ def build_services(settings: Settings, executor: Executor | None = None) -> CsiS
                 )
             log.info("host identity %s (%s)", identity.nqn, origin)
             if clients is not None:
-                start_node_identity(settings, identity.nqn, clients)
+                build_node_identity(settings, identity.nqn, clients, services.background)
             services.node_id = node_id_for(identity.nqn)
             services.topology[TOPOLOGY_RDMA] = "true" if rdma_capable() else "false"
             connector = NvmeofConnector(

@@ -5,6 +5,7 @@ node's start-up reconciliation before the first RPC, and stops gracefully on SIG
 ``registration`` it also registers with kubelet (``csi/registration.py``) once the CSI socket serves, and with
 ``health_listen`` it answers ``GET /healthz`` from the same checks as Probe (``csi/health.py``). With
 ``services.workers`` the calls' blocking work (``rpc.calls.blocking``) runs on a pool of that many threads.
+``services.background`` (the loops the wiring built) starts once the node is reconciled and stops last.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from nvmeof_csi.csi.locks import CSI_LOCK_TABLE
 from nvmeof_csi.csi.node import NodeServicer
 from nvmeof_csi.csi.registration import KubeletRegistration
 from nvmeof_csi.gen import csi_pb2_grpc
+from nvmeof_csi.rpc.background import Background
 from nvmeof_csi.rpc.edge import Observe
 from nvmeof_csi.rpc.endpoints import Endpoint
 from nvmeof_csi.rpc.server import bind, new_server, run_until_stopped
@@ -50,6 +52,7 @@ class CsiServices:
     observe: Observe | None = None  # every RPC's method, code and duration (csi_plugin_operations_seconds)
     qos_period: float = 5.0  # seconds between the node's passes over published pods' io.max
     workers: int = 0  # threads for the calls' blocking work (0: asyncio's default executor, CPUs + 4, at most 32)
+    background: Background = field(default_factory=Background)  # loops started and stopped by :func:`serve`
 
 
 def build_server(services: CsiServices) -> grpc.aio.Server:
@@ -86,6 +89,7 @@ async def serve(
     if services.staging is not None:
         for action in await asyncio.to_thread(services.staging.reconcile, RECONCILE_TIMEOUT):
             log.info("reconcile: %s", action)
+    services.background.start()  # the loops the wiring built (name census, signer, own certificate)
     sides = [s for s, on in (("controller", services.volumes), ("node", services.staging)) if on is not None]
     log.info("serving %s (%s, node=%s)", endpoint, "+".join(sides), services.node_id)
     sockets = [endpoint.path] if endpoint.path is not None else []
@@ -102,6 +106,7 @@ async def serve(
     finally:
         stop.set()
         await asyncio.gather(*helpers, return_exceptions=True)
+        await asyncio.to_thread(services.background.stop)
 
 
 async def _limits_loop(staging: StagingService, period: float, stop: asyncio.Event) -> None:

@@ -105,9 +105,3 @@ class NameCensus:
         """Sweep until ``stop`` is set: every ``refresh`` seconds, or :data:`RETRY` after an agent did not answer."""
         while not stop.is_set():
             stop.wait(self._refresh if self.sweep() else min(RETRY, self._refresh))
-
-    def start(self) -> threading.Event:
-        """:meth:`run` in a daemon thread; set the returned event to stop it."""
-        stop = threading.Event()
-        threading.Thread(target=self.run, args=(stop,), name="name-census", daemon=True).start()
-        return stop

@@ -54,7 +54,6 @@ class IdentitySigner:
         """``certificates``: ``kubernetes.client.CertificatesV1Api`` (or a stand-in); ``checks``: signerName ->
         its check; ``ca``: the node CA's certificate and key (PEM)."""
         self._api, self._checks, self._ca, self._clock = certificates, dict(checks), ca, clock
-        self._stop = threading.Event()
 
     def pass_once(self) -> Mapping[str, int]:
         counts = {"issued": 0, "denied": 0, "left": 0}
@@ -104,17 +103,10 @@ class IdentitySigner:
         except Exception as exc:
             log.warning("node identity request %s: the API refused an update: %s", name, _status(exc))
 
-    def start(self, every: float = 3.0) -> None:
-        """Decide pending requests every ``every`` seconds in a daemon thread until :meth:`stop`."""
-
-        def loop() -> None:
-            while not self._stop.wait(every):
-                self.pass_once()
-
-        threading.Thread(target=loop, name="identity-signer", daemon=True).start()
-
-    def stop(self) -> None:
-        self._stop.set()
+    def run(self, stop: threading.Event, every: float = 3.0) -> None:
+        """Decide pending requests every ``every`` seconds until ``stop`` is set (a background loop)."""
+        while not stop.wait(every):
+            self.pass_once()
 
 
 def _status(exc: Exception) -> str:
