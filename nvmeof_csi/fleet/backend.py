@@ -69,7 +69,7 @@ class AgentBackend(AgentFleet):
         census: bool = False,
     ) -> None:
         """``census``: look names up through a name census (``fleet/census.py``; its sweeps are
-        started by the caller, ``census.start()``) rather than on every agent."""
+        run by the caller as a background loop, ``census.run``) rather than on every agent."""
         super().__init__(fabric, client, clock)
         self._locality = locality
         self._sleep, self._clock = sleep, clock
