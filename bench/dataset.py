@@ -29,6 +29,7 @@ from nvmeof_csi.datasets.fill import DatasetVolumes
 from nvmeof_csi.datasets.hydrate import DatasetMetrics, Hydrator
 from nvmeof_csi.host.executor import SubprocessExecutor
 from nvmeof_csi.host.filesystems import Filesystems
+from nvmeof_csi.nvmeof.parameters import VolumeParameters
 
 MiB = 1 << 20
 
@@ -82,7 +83,7 @@ def run(args: argparse.Namespace) -> None:
                 times = []
                 for name in (f"cold-{r}", f"warm-{r}"):
                     begin = time.monotonic()
-                    view = agent.create_volume(name, size, params, {})
+                    view = agent.create_volume(name, size, VolumeParameters.parse(params), {})
                     times.append(time.monotonic() - begin)
                     hit.append(float(view.record.labels["dataset.hitRatio"]))
                 cold.append(times[0])

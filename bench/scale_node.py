@@ -39,6 +39,7 @@ from nvmeof_csi.host.executor import SubprocessExecutor
 from nvmeof_csi.host.filesystems import Filesystems
 from nvmeof_csi.host.mounter import Mounter
 from nvmeof_csi.loop.backend import LoopTargetBackend
+from nvmeof_csi.nvmeof.parameters import VolumeParameters
 from nvmeof_csi.service.contracts import Volume
 from nvmeof_csi.service.qos import LimitOverrides, LimitsSource, QosEnforcer
 from nvmeof_csi.service.records import AccessSpec, StagingRecord
@@ -83,7 +84,7 @@ class Node:
     def bring_up(self, tag: str, cycles: list[dict[str, float]] | None = None) -> Published:
         """Create, stage and publish one volume for a pod of its own (its cgroup made first); with ``cycles``,
         NodeStage + NodePublish alone, split by part, is appended to it."""
-        vol = self.backend.create_volume(tag, 16 * MiB, dict(LIMITS))
+        vol = self.backend.create_volume(tag, 16 * MiB, VolumeParameters.parse(dict(LIMITS)))
         pod = str(uuid.uuid4())
         folder = self.cgroups.root / "kubepods" / f"pod{pod}"
         folder.mkdir(parents=True)

@@ -27,6 +27,7 @@ from nvmeof_csi.errors import InvalidArgument, NotFound, PermissionDenied
 from nvmeof_csi.gen import nvmeof_agent_pb2 as pb
 from nvmeof_csi.gen import nvmeof_agent_pb2_grpc as pb_grpc
 from nvmeof_csi.nvmeof.nqn import check_host_nqn, check_uuid
+from nvmeof_csi.nvmeof.parameters import VolumeParameters
 from nvmeof_csi.nvmeof.qos import mutable_only
 from nvmeof_csi.rpc.calls import require
 
@@ -172,7 +173,7 @@ class AgentServicer(pb_grpc.AgentServicer):
         view = self._agent.create_volume(
             name,
             request.capacity_bytes,
-            _map(request.parameters, "parameters"),
+            VolumeParameters.parse(_map(request.parameters, "parameters")),  # parsed once, at the agent's edge
             _map(request.labels, "labels"),
             source_volume,
             source_snap,

@@ -21,7 +21,6 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from nvmeof_csi.agent.filler import needs_fill
 from nvmeof_csi.agent.parts import NSID, AgentParts, portals_for
 from nvmeof_csi.agent.portals import PortSpec
 from nvmeof_csi.agent.readonly_exports import ReadOnlyExports
@@ -143,7 +142,7 @@ def _plan_volumes(state: AgentState, layout: Layout, observed: Observed) -> list
     for rec in state.volumes.values():
         if rec.status == DELETING:
             actions.append(Action(Kind.VOLUME_DELETE, rec.uuid, f"finished deleting volume {rec.uuid}"))
-        elif rec.status == CREATING and needs_fill(rec.parameters):
+        elif rec.status == CREATING and rec.options.dataset is not None:
             actions.append(
                 Action(
                     Kind.VOLUME_FILL_LATER, rec.uuid, f"volume {rec.uuid}: dataset hydration resumes in the background"

@@ -50,7 +50,7 @@ def check_fence(reason: str, boot_id: str) -> None:
 def pause(rec: VolumeRecord) -> float:
     """Seconds between two ports of a fence while other hosts remain: their reconnect delay and one more."""
     try:
-        delay = int(rec.parameters.get("reconnectDelay", DEFAULT_RECONNECT_DELAY))
+        delay = rec.options.tunable("reconnectDelay") or DEFAULT_RECONNECT_DELAY
     except ValueError:
         delay = DEFAULT_RECONNECT_DELAY
     return float(min(max(delay, 1), MAX_PAUSE) + 1)

@@ -24,7 +24,7 @@ from nvmeof_csi.agent.portals import PortSpec
 from nvmeof_csi.agent.readonly_exports import ReadOnlyExports
 from nvmeof_csi.agent.state import VolumeRecord
 from nvmeof_csi.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound
-from nvmeof_csi.nvmeof.context import ANA_STATES, check_auth
+from nvmeof_csi.nvmeof.context import ANA_STATES
 from nvmeof_csi.nvmeof.dhchap import generate_key, parse_key
 from nvmeof_csi.nvmeof.nqn import check_host_nqn, volume_nqn
 from nvmeof_csi.nvmeof.tlspsk import generate_psk
@@ -93,7 +93,7 @@ class HostOps:
     def _issued(self, rec: VolumeRecord, host_nqn: str) -> tuple[str, str]:
         """The keys this agent gives ``host_nqn`` on ``rec`` (``auth`` volumes only): the ones it already issued
         to that host (on this volume or another), else new random ones. Caller holds the host's key."""
-        mode = check_auth(rec.parameters.get("auth", "none"))
+        mode = rec.options.auth
         if mode == "none":
             return "", ""
         for other in [rec, *self._p.live_volumes()]:
@@ -155,7 +155,7 @@ class HostOps:
         return finished
 
     def _check_keys(self, rec: VolumeRecord, host_nqn: str, secret: str, ctrl_secret: str) -> None:
-        mode = check_auth(rec.parameters.get("auth", "none"))
+        mode = rec.options.auth
         if mode == "none" and (secret or ctrl_secret):
             raise InvalidArgument(f"volume {rec.uuid} was created with auth 'none'; a host key cannot be set")
         if mode != "none" and not secret:

@@ -143,7 +143,7 @@ class AgentParts:
 
 
 def wants_tls(rec: VolumeRecord) -> bool:
-    return rec.parameters.get("tls", "none") == "psk"
+    return rec.options.tls == "psk"
 
 
 def portals_for(rec: VolumeRecord, portals: Sequence[PortSpec]) -> list[PortSpec]:

@@ -18,6 +18,7 @@ from typing import Any, TypedDict
 from immutables import Map
 
 from nvmeof_csi.errors import DriverError
+from nvmeof_csi.nvmeof.parameters import VolumeParameters
 
 FORMAT_VERSION = 1
 CREATING, READY, DELETING = "creating", "ready", "deleting"
@@ -51,6 +52,11 @@ class VolumeRecord:
 
     def evolve(self, **changes: Any) -> VolumeRecord:
         return replace(self, **changes)
+
+    @cached_property
+    def options(self) -> VolumeParameters:
+        """The stored parameters, typed (parsed once per record: they were validated when it was made)."""
+        return VolumeParameters.parse(self.parameters)
 
     def without_host(self, host_nqn: str) -> VolumeRecord:
         """The record with ``host_nqn``'s grant gone: its keys and its read-only mark too."""

@@ -34,6 +34,7 @@ from nvmeof_csi.agent.state import SnapshotRecord, StateStore, VolumeRecord
 from nvmeof_csi.agent.volumes import VolumeOps
 from nvmeof_csi.errors import InvalidArgument, NotFound
 from nvmeof_csi.host.keyring import NvmeKeyring, handshake_daemon_running
+from nvmeof_csi.nvmeof.parameters import VolumeParameters
 
 
 class TargetAgent:
@@ -161,7 +162,7 @@ class TargetAgent:
         self,
         name: str,
         capacity_bytes: int,
-        parameters: Mapping[str, str],
+        parameters: VolumeParameters,
         labels: Mapping[str, str],
         source_volume: str = "",
         source_snapshot: str = "",

@@ -19,7 +19,7 @@ import uuid as uuidlib
 from collections.abc import Mapping
 
 from nvmeof_csi.agent.configfs import NO_TARGET_AUTH
-from nvmeof_csi.agent.filler import Filler, needs_fill
+from nvmeof_csi.agent.filler import Filler
 from nvmeof_csi.agent.parts import MODEL, NSID, AgentParts, VolumeView
 from nvmeof_csi.agent.readonly_exports import ReadOnlyExports
 from nvmeof_csi.agent.state import CREATING, DELETING, READY, VolumeRecord
@@ -34,9 +34,8 @@ from nvmeof_csi.errors import (
     Unavailable,
 )
 from nvmeof_csi.host.keyring import NO_DAEMON, NO_KEYRING
-from nvmeof_csi.nvmeof.context import check_auth
 from nvmeof_csi.nvmeof.nqn import namespace_nguid, readonly_nqn, volume_nqn
-from nvmeof_csi.nvmeof.tlspsk import check_tls
+from nvmeof_csi.nvmeof.parameters import VolumeParameters
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +49,7 @@ class VolumeOps:
         self,
         name: str,
         capacity_bytes: int,
-        parameters: Mapping[str, str],
+        parameters: VolumeParameters,
         labels: Mapping[str, str],
         source_volume: str = "",
         source_snapshot: str = "",
@@ -84,7 +83,7 @@ class VolumeOps:
                 uuid=self._fresh_uuid(vol_uuid, name),
                 name=name,
                 capacity_bytes=capacity_bytes,
-                parameters=dict(parameters),
+                parameters=parameters.to_map(),
                 labels=dict(labels),
                 source_volume=source_volume,
                 source_snapshot=source_snapshot,
@@ -97,23 +96,21 @@ class VolumeOps:
             log.info("volume %s (%s) created: %d bytes", rec.uuid, name, capacity_bytes)
             return p.view(rec)
 
-    def _check_auth(self, parameters: Mapping[str, str]) -> None:
+    def _check_auth(self, parameters: VolumeParameters) -> None:
         """A volume with ``auth`` only on a kernel whose nvmet can authenticate hosts."""
-        mode = check_auth(parameters.get("auth", "none"))
+        mode = parameters.auth
         if mode != "none" and not self._p.nvmet.supports_dhchap():
             raise FailedPrecondition(
                 f"agent {self._p.name} cannot create a volume with auth {mode!r}: "
                 f"{NO_TARGET_AUTH} (kernel {os.uname().release})"
             )
 
-    def _check_tls(self, parameters: Mapping[str, str]) -> None:
+    def _check_tls(self, parameters: VolumeParameters) -> None:
         """A ``tls: psk`` volume only over NVMe/TCP, on an agent with a TLS portal, a kernel keyring for PSKs and
         a running TLS handshake daemon."""
-        if check_tls(parameters.get("tls", "none")) == "none":
+        if parameters.tls == "none":  # a TLS volume over RDMA never parses (``VolumeParameters.parse``)
             return
         p = self._p
-        if parameters.get("transport", "tcp") != "tcp":
-            raise InvalidArgument("parameter 'tls: psk' is for transport tcp only (NVMe/TCP TLS)")
         if not p.keyring.available():
             raise FailedPrecondition(
                 f"agent {p.name} cannot create a TLS volume: {NO_KEYRING} (kernel {os.uname().release})"
@@ -142,8 +139,8 @@ class VolumeOps:
         return self._p.state.put_volume(rec.evolve(created_at=self._p.clock()))
 
     @staticmethod
-    def _check_same(rec: VolumeRecord, capacity: int, params: Mapping[str, str], src_vol: str, src_snap: str) -> None:
-        if rec.capacity_bytes != capacity or dict(rec.parameters) != dict(params):
+    def _check_same(rec: VolumeRecord, capacity: int, params: VolumeParameters, src_vol: str, src_snap: str) -> None:
+        if rec.capacity_bytes != capacity or rec.options.immutable() != params.immutable():
             raise AlreadyExists(f"volume {rec.name!r} exists with other capacity or parameters")
         if (rec.source_volume, rec.source_snapshot) != (src_vol, src_snap):
             raise AlreadyExists(f"volume {rec.name!r} exists with another content source")
@@ -169,7 +166,7 @@ class VolumeOps:
 
     def filler_for(self, rec: VolumeRecord) -> Filler | None:
         """The filler when ``rec`` must be filled (FAILED_PRECONDITION when this agent has none)."""
-        if not needs_fill(rec.parameters):
+        if not rec.options.dataset is not None:
             return None
         if self._p.filler is None:
             raise FailedPrecondition(
@@ -183,7 +180,7 @@ class VolumeOps:
         try:
             return self.materialize(rec)
         except Exception:  # any failure, not only domain errors: nothing half-made may stay
-            if needs_fill(rec.parameters) and self._p.filler is not None:
+            if rec.options.dataset is not None and self._p.filler is not None:
                 log.warning("volume %s (%s): fill failed; removing the volume", rec.uuid, rec.name)
                 self.teardown(self._p.state.put_volume(rec.evolve(status=DELETING)))
                 self._discard_work(rec)
@@ -192,8 +189,9 @@ class VolumeOps:
 
     def _release_dataset(self, rec: VolumeRecord) -> None:
         p = self._p
-        if needs_fill(rec.parameters) and p.filler is not None:
-            p.filler.release(rec.parameters, [v.parameters for v in p.live_volumes() if v.uuid != rec.uuid])
+        if rec.options.dataset is not None and p.filler is not None:
+            others = [v.options.dataset for v in p.live_volumes() if v.uuid != rec.uuid]
+            p.filler.release(rec.options.dataset, [d for d in others if d is not None])
 
     def _discard_work(self, rec: VolumeRecord) -> None:
         if self._p.filler is not None:
@@ -215,8 +213,8 @@ class VolumeOps:
         else:
             p.store.grow(path, rec.capacity_bytes)
         filler = self.filler_for(rec)
-        if filler is not None and rec.status != READY:  # filled before the namespace is exported
-            labels = filler.fill(rec.uuid, rec.parameters, path, rec.capacity_bytes)
+        if filler is not None and rec.options.dataset is not None and rec.status != READY:  # filled, then exported
+            labels = filler.fill(rec.uuid, rec.options.dataset, path, rec.capacity_bytes)
             rec = p.state.put_volume(rec.evolve(labels={**rec.labels, **labels}))
         nqn = volume_nqn(rec.uuid)
         p.nvmet.ensure_subsystem(nqn, serial=rec.uuid.replace("-", "")[:20], model=MODEL)
@@ -277,7 +275,7 @@ class VolumeOps:
         p = self._p
         with p.keys.hold(vol_uuid):
             rec = p.volume(vol_uuid)
-            merged = {**rec.parameters, **changes}
+            merged = rec.options.with_changes(changes).to_map()
             if merged != dict(rec.parameters):
                 rec = p.state.put_volume(rec.evolve(parameters=merged))
             return p.view(rec)
@@ -288,7 +286,7 @@ class VolumeOps:
         that fails now removes its volume, as a failed create does. Run after the agent serves."""
         p = self._p
         for rec in list(p.state.current.volumes.values()):
-            if rec.status != CREATING or not needs_fill(rec.parameters):
+            if rec.status != CREATING or not rec.options.dataset is not None:
                 continue
             with p.keys.hold(f"name:{rec.name}"), p.keys.hold(rec.uuid):
                 current = p.state.current.volumes.get(rec.uuid)

@@ -54,10 +54,6 @@ def default_client(entry: AgentEntry) -> AgentApi:
     return AgentClient(target, retry_unavailable=True)
 
 
-def transport_of(parameters: Mapping[str, str] | None) -> str:
-    return (parameters or {}).get("transport", "tcp")
-
-
 class HostNqnNodes:
     """NodeDirectory for the agent backend: every node ID that is a host NQN may be published to."""
 

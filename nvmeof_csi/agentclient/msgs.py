@@ -4,28 +4,28 @@ limits, TLS mode), its accessible topology and content source; a snapshot."""
 
 from __future__ import annotations
 
-from nvmeof_csi.agentclient.api import transport_of
 from nvmeof_csi.gen import nvmeof_agent_pb2 as pb
-from nvmeof_csi.nvmeof.context import Portal, VolumeContext, check_auth, tunables_from
-from nvmeof_csi.nvmeof.qos import limits_from
-from nvmeof_csi.nvmeof.tlspsk import check_tls
+from nvmeof_csi.nvmeof.context import Portal, VolumeContext
+from nvmeof_csi.nvmeof.parameters import VolumeParameters
 from nvmeof_csi.service.contracts import ContentSource, Fence, Snapshot, Volume, VolumeRef
 from nvmeof_csi.topology.fabric_map import AgentEntry
 from nvmeof_csi.topology.placement import volume_segment
 
 
 def volume_of(entry: AgentEntry, vol: pb.Volume) -> Volume:
-    transport = transport_of(vol.parameters)
+    """The service's volume; its parameters, as the agent stored them, are parsed here (the edge) once."""
+    params = VolumeParameters.parse(vol.parameters)
+    transport = params.transport
     context = VolumeContext(
         nqn=vol.nqn,
         namespace_uuid=vol.namespace_uuid,
         transport=transport,
         portals=tuple(Portal(p.trtype, p.traddr, str(p.trsvcid)) for p in vol.portals if p.trtype == transport),
-        tunables=tunables_from(vol.parameters),
+        tunables=params.tunables,
         agent=entry.name,
-        auth=check_auth(vol.parameters.get("auth", "none")),
-        tls=check_tls(vol.parameters.get("tls", "none")),
-        qos=limits_from(vol.parameters),
+        auth=params.auth,
+        tls=params.tls,
+        qos=params.limits,
     ).to_dict()
     source = None
     if vol.source_snapshot_uuid:
@@ -36,7 +36,7 @@ def volume_of(entry: AgentEntry, vol: pb.Volume) -> Volume:
         ref=VolumeRef(entry.name, vol.uuid),
         name=vol.name,
         capacity_bytes=vol.capacity_bytes,
-        parameters=dict(vol.parameters),
+        parameters=params,
         context=context,
         accessible_topology=(volume_segment(entry, transport),),
         published_nodes=tuple(sorted(vol.allowed_hosts)),

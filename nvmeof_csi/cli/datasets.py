@@ -11,7 +11,7 @@ from nvmeof_csi.cli.context import state
 from nvmeof_csi.cli.output import human_bytes, render
 from nvmeof_csi.datasets.client import AlluxioRest
 from nvmeof_csi.datasets.locality import bytes_by_host, node_label
-from nvmeof_csi.service.datasets import DatasetSpec
+from nvmeof_csi.nvmeof.dataset import DatasetSpec
 
 app = typer.Typer(help="Dataset volumes (filled through Alluxio): progress and cache hit ratio.", no_args_is_help=True)
 COLUMNS = ("dataset", "volumes", "hydrating", "bytes", "from_cache", "from_ufs", "hit_ratio", "cached_on")

@@ -22,7 +22,6 @@ from nvmeof_csi.errors import InvalidArgument, NotFound, OutOfRange, Unimplement
 from nvmeof_csi.gen import csi_pb2, csi_pb2_grpc
 from nvmeof_csi.rpc.calls import blocking, require
 from nvmeof_csi.service.contracts import ContentSource, Snapshot, Topology, TopologyRequirement, Volume, VolumeRef
-from nvmeof_csi.service.datasets import DatasetSpec
 from nvmeof_csi.service.provisioning import CapacityRange, VolumeService
 from nvmeof_csi.service.records import AccessSpec
 
@@ -139,16 +138,15 @@ class ControllerServicer(csi_pb2_grpc.ControllerServicer):
         if len(request.name.encode()) > 128:
             raise InvalidArgument("name must be at most 128 bytes")
         specs = capabilities.check_all(request.volume_capabilities)
-        params.parse(request.parameters)
-        if DatasetSpec.from_parameters(request.parameters) and any(s.fs_type not in ("", "ext4") for s in specs):
+        options = params.parse(request.parameters).with_changes(params.mutable(request.mutable_parameters))
+        if options.dataset is not None and any(s.fs_type not in ("", "ext4") for s in specs):
             raise InvalidArgument("dataset volumes are filled as ext4: fsType must be ext4 (or empty)")
         rng = _within_filesystem_floor(_range(request.capacity_range), specs)
         source = _source(request)
         if source is not None and not self._volumes.supports_snapshots:
             raise InvalidArgument("volume_content_source: snapshots and clones are not offered by this backend")
-        stored = {**params.stored_parameters(request.parameters), **params.mutable(request.mutable_parameters)}
         volume = await blocking(  # a long fill holds this worker at most until the caller's deadline
-            self._volumes.create, request.name, rng, stored, _requirement(request), source, context.time_remaining()
+            self._volumes.create, request.name, rng, options, _requirement(request), source, context.time_remaining()
         )
         return csi_pb2.CreateVolumeResponse(volume=self._volume_msg(volume))
 
@@ -200,7 +198,7 @@ class ControllerServicer(csi_pb2_grpc.ControllerServicer):
         ref = volume_id.decode(request.volume_id)
         volume = await blocking(self._volumes.get, ref)
         reasons = [r for r in (capabilities.unsupported_reason(c) for c in request.volume_capabilities) if r]
-        if dict(volume.parameters) != params.stored_parameters(request.parameters) and request.parameters:
+        if request.parameters and volume.parameters.immutable() != params.parse(request.parameters).immutable():
             reasons.append("parameters differ from those the volume was created with")
         if reasons:
             return csi_pb2.ValidateVolumeCapabilitiesResponse(message="; ".join(reasons))
@@ -229,7 +227,7 @@ class ControllerServicer(csi_pb2_grpc.ControllerServicer):
         segment: Mapping[str, str] | None = (
             dict(request.accessible_topology.segments) if request.HasField("accessible_topology") else None
         )
-        available = await blocking(self._volumes.capacity, segment, params.stored_parameters(request.parameters))
+        available = await blocking(self._volumes.capacity, segment, params.parse(request.parameters))
         largest = await blocking(self._volumes.max_volume_size)
         return csi_pb2.GetCapacityResponse(
             available_capacity=available, maximum_volume_size=Int64Value(value=min(largest, available))

@@ -20,16 +20,16 @@ from __future__ import annotations
 import logging
 import shutil
 import threading
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from urllib.parse import unquote
 
 from nvmeof_csi.datasets.holders import DatasetHolders
 from nvmeof_csi.datasets.hydrate import Hydrator, Progress
-from nvmeof_csi.errors import DriverError, InvalidArgument, PermissionDenied
+from nvmeof_csi.errors import DriverError, PermissionDenied
 from nvmeof_csi.host.paths import child
+from nvmeof_csi.nvmeof.dataset import DatasetSpec
 from nvmeof_csi.nvmeof.nqn import check_uuid
-from nvmeof_csi.service.datasets import DatasetSpec
 
 log = logging.getLogger(__name__)
 
@@ -91,10 +91,7 @@ class DatasetVolumes:
                 f"dataset.uri {spec.uri!r} is not under an under-store this agent may read (allowed: {allowed})"
             )
 
-    def fill(self, vol_uuid: str, parameters: Mapping[str, str], backing: Path, capacity: int) -> dict[str, str]:
-        spec = DatasetSpec.from_parameters(parameters)
-        if spec is None:
-            raise InvalidArgument(f"volume {vol_uuid}: no dataset.* parameters to fill it from")
+    def fill(self, vol_uuid: str, spec: DatasetSpec, backing: Path, capacity: int) -> dict[str, str]:
         self._check_source(spec)
         if self.holders is not None:
             self.holders.hold(spec)  # before the fill: another agent's release must see this agent
@@ -125,14 +122,9 @@ class DatasetVolumes:
     def discard(self, vol_uuid: str) -> None:
         shutil.rmtree(child(self.work_root, check_uuid(vol_uuid, "volume UUID"), "volume UUID"), ignore_errors=True)
 
-    def release(self, parameters: Mapping[str, str], others: Iterable[Mapping[str, str]]) -> None:
-        spec = DatasetSpec.from_parameters(parameters)
-        if spec is None:
+    def release(self, spec: DatasetSpec, others: Iterable[DatasetSpec]) -> None:
+        if any(other.path == spec.path for other in others):
             return
-        for params in others:
-            other = DatasetSpec.from_parameters(params)
-            if other is not None and other.path == spec.path:
-                return
         try:
             holding = self.holders.drop(spec) if self.holders is not None else []
             if holding:

@@ -18,7 +18,7 @@ import hashlib
 import logging
 
 from nvmeof_csi.datasets.client import AlluxioRest, CacheNotFound
-from nvmeof_csi.service.datasets import DatasetSpec
+from nvmeof_csi.nvmeof.dataset import DatasetSpec
 
 log = logging.getLogger(__name__)
 HOLDERS_ROOT = "/.nvmeof-csi/holders"

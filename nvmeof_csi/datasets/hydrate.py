@@ -34,7 +34,7 @@ from nvmeof_csi.errors import OutOfRange, ResourceExhausted
 from nvmeof_csi.host.atomic import write_atomic
 from nvmeof_csi.host.filesystems import Filesystems
 from nvmeof_csi.host.paths import inside
-from nvmeof_csi.service.datasets import DatasetSpec
+from nvmeof_csi.nvmeof.dataset import DatasetSpec
 
 log = logging.getLogger(__name__)
 FS_OVERHEAD = 0.08  # ext4 metadata, journal and per-file slack, as a share of the data set

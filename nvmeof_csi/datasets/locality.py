@@ -12,7 +12,7 @@ import hashlib
 from collections import defaultdict
 
 from nvmeof_csi.datasets.client import AlluxioRest
-from nvmeof_csi.service.datasets import DatasetSpec
+from nvmeof_csi.nvmeof.dataset import DatasetSpec
 
 LABEL_PREFIX = "dataset.csi.nvmeof.io/"
 

@@ -12,11 +12,12 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 
-from nvmeof_csi.agentclient.api import AgentApi, transport_of
+from nvmeof_csi.agentclient.api import AgentApi
 from nvmeof_csi.errors import DriverError, NotFound
 from nvmeof_csi.fleet.capacity import FRESH_FOR, CapacityCache
+from nvmeof_csi.nvmeof.parameters import VolumeParameters
 from nvmeof_csi.service.contracts import Health, Topology, VolumeRef
 from nvmeof_csi.topology.fabric_map import AgentEntry, FabricMap
 from nvmeof_csi.topology.placement import Candidate, capacity_in
@@ -67,8 +68,8 @@ class AgentFleet:
         (``fleet/capacity.py``)."""
         return self.capacity_seen.candidates(self.fabric.agents)
 
-    def available_capacity(self, segment: Topology | None, parameters: Mapping[str, str] | None = None) -> int:
-        return capacity_in(self._candidates(), transport_of(parameters), segment)
+    def available_capacity(self, segment: Topology | None, parameters: VolumeParameters | None = None) -> int:
+        return capacity_in(self._candidates(), parameters.transport if parameters else "tcp", segment)
 
     def max_volume_size(self) -> int:
         return max((c.free_bytes for c in self._candidates()), default=0)

@@ -24,13 +24,15 @@ import uuid as uuidlib
 from collections.abc import Callable, Mapping
 from functools import partial
 
-from nvmeof_csi.agentclient.api import AgentApi, default_client, transport_of
+from nvmeof_csi.agentclient.api import AgentApi, default_client
 from nvmeof_csi.agentclient.msgs import snapshot_of, volume_of
 from nvmeof_csi.errors import Aborted, DeadlineExceeded, DriverError, NotFound, ResourceExhausted, Unavailable
 from nvmeof_csi.fleet.agents import AgentFleet
 from nvmeof_csi.fleet.census import KEPT_ON_LABEL, NameCensus
 from nvmeof_csi.fleet.names import Held, NameDirectory
+from nvmeof_csi.nvmeof.dataset import DatasetSpec
 from nvmeof_csi.nvmeof.nqn import host_nqn_of, readonly_namespace_uuid, readonly_nqn
+from nvmeof_csi.nvmeof.parameters import VolumeParameters
 from nvmeof_csi.service.contracts import (
     NO_SECRETS,
     Condition,
@@ -41,7 +43,6 @@ from nvmeof_csi.service.contracts import (
     Volume,
     VolumeRef,
 )
-from nvmeof_csi.service.datasets import DatasetSpec
 from nvmeof_csi.topology.fabric_map import AgentEntry, FabricMap
 from nvmeof_csi.topology.placement import place, reachable
 
@@ -80,11 +81,12 @@ class AgentBackend(AgentFleet):
     def find_volume_by_name(
         self,
         name: str,
-        parameters: Mapping[str, str] | None = None,
+        parameters: VolumeParameters | None = None,
         requirement: TopologyRequirement | None = None,
         source: ContentSource | None = None,
     ) -> Volume | None:
-        scope = partial(self._could_hold, transport=transport_of(parameters), requirement=requirement, source=source)
+        transport = parameters.transport if parameters is not None else "tcp"
+        scope = partial(self._could_hold, transport=transport, requirement=requirement, source=source)
         held = self._names.find(name, scope if parameters is not None else lambda _: True)
         return self._volume_held(held) if held is not None else None
 
@@ -105,12 +107,12 @@ class AgentBackend(AgentFleet):
         self,
         name: str,
         capacity_bytes: int,
-        parameters: Mapping[str, str],
+        parameters: VolumeParameters,
         requirement: TopologyRequirement | None = None,
         source: ContentSource | None = None,
         wait: float | None = None,
     ) -> Volume:
-        transport = transport_of(parameters)
+        transport = parameters.transport
         could_hold = partial(self._could_hold, transport=transport, requirement=requirement, source=source)
         held = self._names.find(name, could_hold)
         if held is None:
@@ -128,11 +130,11 @@ class AgentBackend(AgentFleet):
         return self._create_held(held, capacity_bytes, parameters, source, limit)
 
     def _place(
-        self, size: int, transport: str, requirement: TopologyRequirement | None, parameters: Mapping[str, str]
+        self, size: int, transport: str, requirement: TopologyRequirement | None, parameters: VolumeParameters
     ) -> AgentEntry:
         """The agent a new volume goes to; when nothing fits by the cached free capacity, once more by fresh
         figures before ``ResourceExhausted`` (a cached figure is never the reason a create fails)."""
-        near = self._cached_near(parameters)
+        near = self._cached_near(parameters.dataset)
         try:
             return place(self._candidates(), size, transport, requirement, near)
         except ResourceExhausted:
@@ -143,17 +145,17 @@ class AgentBackend(AgentFleet):
         self,
         held: Held,
         capacity_bytes: int,
-        parameters: Mapping[str, str],
+        parameters: VolumeParameters,
         source: ContentSource | None,
         limit: float,
     ) -> Volume:
         entry = self._require(VolumeRef(held.agent, held.uuid))
-        timeout = limit if DatasetSpec.from_parameters(parameters) else None
+        timeout = limit if parameters.dataset is not None else None
         try:
             created = self._client(entry).create_volume(
                 held.name,
                 capacity_bytes,
-                parameters,
+                parameters.to_map(),
                 {NAME_LABEL: held.name, KEPT_ON_LABEL: held.kept_on},
                 source_volume=source.ref.uuid if source and source.kind == "volume" else "",
                 source_snapshot=source.ref.uuid if source and source.kind == "snapshot" else "",
@@ -209,9 +211,8 @@ class AgentBackend(AgentFleet):
             return True
         return any(reachable(entry, transport, segment) for segment in requirement.requisite)
 
-    def _cached_near(self, parameters: Mapping[str, str]) -> dict[str, int]:
+    def _cached_near(self, spec: DatasetSpec | None) -> dict[str, int]:
         """For a dataset volume: agent name -> bytes of the data set cached on the Alluxio worker next to it."""
-        spec = DatasetSpec.from_parameters(parameters)
         if spec is None or self._locality is None:
             return {}
         try:

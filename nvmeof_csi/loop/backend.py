@@ -27,7 +27,7 @@ from nvmeof_csi.errors import (
     Unimplemented,
 )
 from nvmeof_csi.host.atomic import read_json, remove_durably, write_json_atomic
-from nvmeof_csi.nvmeof.qos import limits_from
+from nvmeof_csi.nvmeof.parameters import VolumeParameters
 from nvmeof_csi.service.contracts import (
     NO_SECRETS,
     Condition,
@@ -39,7 +39,6 @@ from nvmeof_csi.service.contracts import (
     Volume,
     VolumeRef,
 )
-from nvmeof_csi.service.datasets import DatasetSpec
 
 LOCATION = "loop"
 CTX_BACKEND = "backend"
@@ -73,15 +72,16 @@ class LoopTargetBackend:
         return doc if isinstance(doc, dict) else None
 
     def _volume(self, vol_uuid: str, doc: Mapping[str, Any]) -> Volume:
+        params = VolumeParameters.parse(doc.get("parameters", {}))  # as stored: parsed once, here
         return Volume(
             ref=VolumeRef(LOCATION, vol_uuid),
             name=str(doc["name"]),
             capacity_bytes=int(doc["capacity_bytes"]),
-            parameters=dict(doc.get("parameters", {})),
+            parameters=params,
             context={
                 CTX_BACKEND: LOCATION,
                 CTX_PATH: str(self._image_path(vol_uuid)),
-                **limits_from(doc.get("parameters", {})).to_context(),
+                **params.limits.to_context(),
             },
             accessible_topology=(dict(self._topology),) if self._topology else (),
             published_nodes=tuple(sorted(doc.get("published", {}))),
@@ -120,7 +120,7 @@ class LoopTargetBackend:
         self,
         name: str,
         capacity_bytes: int,
-        parameters: Mapping[str, str],
+        parameters: VolumeParameters,
         requirement: TopologyRequirement | None = None,
         source: ContentSource | None = None,
         wait: float | None = None,
@@ -130,9 +130,9 @@ class LoopTargetBackend:
             return existing
         if source is not None:
             raise InvalidArgument("the loop backend cannot fill a volume from a snapshot or volume")
-        if parameters.get("auth", "none") != "none":
+        if parameters.auth != "none":
             raise FailedPrecondition("the loop backend has no in-band authentication (auth: none only)")
-        if DatasetSpec.from_parameters(parameters) is not None:
+        if parameters.dataset is not None:
             raise FailedPrecondition(
                 "the loop backend cannot fill dataset volumes (use the nvmeof backend with "
                 "agents started with --alluxio-proxy)"
@@ -151,7 +151,7 @@ class LoopTargetBackend:
                 f"loop backend has {self._capacity - self._provisioned()} bytes left, {capacity_bytes} requested"
             )
         vol_uuid = str(uuid.uuid4())
-        doc = {"name": name, "capacity_bytes": capacity_bytes, "parameters": dict(parameters), "published": {}}
+        doc = {"name": name, "capacity_bytes": capacity_bytes, "parameters": parameters.to_map(), "published": {}}
         write_json_atomic(self._meta_path(vol_uuid), doc)
         with open(self._image_path(vol_uuid), "ab") as image:
             os.truncate(image.fileno(), capacity_bytes)
@@ -160,7 +160,7 @@ class LoopTargetBackend:
     def find_volume_by_name(
         self,
         name: str,
-        parameters: Mapping[str, str] | None = None,
+        parameters: VolumeParameters | None = None,
         requirement: TopologyRequirement | None = None,
         source: ContentSource | None = None,
     ) -> Volume | None:
@@ -187,7 +187,7 @@ class LoopTargetBackend:
 
     def modify_volume(self, ref: VolumeRef, changes: Mapping[str, str]) -> None:
         doc = self._require(ref)
-        merged = {**doc.get("parameters", {}), **changes}
+        merged = VolumeParameters.parse(doc.get("parameters", {})).with_changes(changes).to_map()
         if merged != doc.get("parameters", {}):
             doc["parameters"] = merged
             write_json_atomic(self._meta_path(ref.uuid), doc)
@@ -232,7 +232,7 @@ class LoopTargetBackend:
     def unfence(self, ref: VolumeRef, node_id: str) -> None:
         """Nothing is kept fenced (see :meth:`fence`)."""
 
-    def available_capacity(self, segment: Topology | None, parameters: Mapping[str, str] | None = None) -> int:
+    def available_capacity(self, segment: Topology | None, parameters: VolumeParameters | None = None) -> int:
         if segment and any(self._topology.get(k) != v for k, v in segment.items()):
             return 0
         free_disk = shutil.disk_usage(self._root).free if self._root.is_dir() else 0

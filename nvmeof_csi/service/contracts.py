@@ -23,6 +23,8 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Protocol
 
+from nvmeof_csi.nvmeof.parameters import VolumeParameters
+
 Topology = Mapping[str, str]
 #: "no CSI secrets" (read-only, so a shared default can never be changed by a callee)
 NO_SECRETS: Mapping[str, str] = MappingProxyType({})
@@ -65,7 +67,7 @@ class Volume:
     ref: VolumeRef
     name: str
     capacity_bytes: int
-    parameters: Mapping[str, str] = field(default_factory=dict)
+    parameters: VolumeParameters = field(default_factory=VolumeParameters)
     context: Mapping[str, str] = field(default_factory=dict)  # what a node needs to connect
     accessible_topology: tuple[Topology, ...] = ()
     published_nodes: tuple[str, ...] = ()
@@ -153,7 +155,7 @@ class TargetBackend(Protocol):
         self,
         name: str,
         capacity_bytes: int,
-        parameters: Mapping[str, str],
+        parameters: VolumeParameters,
         requirement: TopologyRequirement | None = None,
         source: ContentSource | None = None,
         wait: float | None = None,
@@ -169,7 +171,7 @@ class TargetBackend(Protocol):
     def find_volume_by_name(
         self,
         name: str,
-        parameters: Mapping[str, str] | None = None,
+        parameters: VolumeParameters | None = None,
         requirement: TopologyRequirement | None = None,
         source: ContentSource | None = None,
     ) -> Volume | None:
@@ -218,7 +220,7 @@ class TargetBackend(Protocol):
         """Lift ``node_id``'s fence (it is not published by this); not fenced is success."""
         ...
 
-    def available_capacity(self, segment: Topology | None, parameters: Mapping[str, str] | None = None) -> int:
+    def available_capacity(self, segment: Topology | None, parameters: VolumeParameters | None = None) -> int:
         """Bytes that can still be provisioned for volumes with ``parameters`` (in ``segment`` when given; 0 if
         it cannot be reached)."""
         ...

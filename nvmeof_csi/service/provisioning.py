@@ -21,7 +21,7 @@ from nvmeof_csi.errors import (
     OutOfRange,
     ResourceExhausted,
 )
-from nvmeof_csi.nvmeof.qos import immutable
+from nvmeof_csi.nvmeof.parameters import VolumeParameters
 from nvmeof_csi.service.contracts import (
     NO_SECRETS,
     Condition,
@@ -128,7 +128,7 @@ class VolumeService:
         self,
         name: str,
         cap: CapacityRange,
-        parameters: Mapping[str, str],
+        parameters: VolumeParameters,
         requirement: TopologyRequirement | None = None,
         source: ContentSource | None = None,
         wait: float | None = None,
@@ -143,7 +143,7 @@ class VolumeService:
                 raise AlreadyExists(
                     f"volume {name!r} exists with {existing.capacity_bytes} bytes, outside the requested range"
                 )
-            if immutable(existing.parameters) != immutable(parameters):  # mutable ones may have changed since
+            if existing.parameters.immutable() != parameters.immutable():  # mutable ones may have changed since
                 raise AlreadyExists(f"volume {name!r} exists with different parameters")
             if existing.source != source:
                 raise AlreadyExists(f"volume {name!r} exists with a different content source")
@@ -237,7 +237,7 @@ class VolumeService:
         volumes, token = _after(self._backend.list_volumes(), starting_token, lambda v: v.ref.uuid, max_entries)
         return Page(volumes, token)
 
-    def capacity(self, segment: Topology | None, parameters: Mapping[str, str] | None = None) -> int:
+    def capacity(self, segment: Topology | None, parameters: VolumeParameters | None = None) -> int:
         return self._backend.available_capacity(segment, parameters)
 
     def max_volume_size(self) -> int:

@@ -40,9 +40,9 @@ from nvmeof_csi.fleet.backend import AgentBackend
 from nvmeof_csi.gen import csi_pb2, csi_pb2_grpc
 from nvmeof_csi.host.executor import SubprocessExecutor
 from nvmeof_csi.host.filesystems import Filesystems
+from nvmeof_csi.nvmeof.dataset import DatasetSpec
 from nvmeof_csi.rpc.endpoints import Endpoint
 from nvmeof_csi.rpc.server import bind
-from nvmeof_csi.service.datasets import DatasetSpec
 from nvmeof_csi.service.provisioning import VolumeService
 from nvmeof_csi.topology.fabric_map import AgentEntry, FabricMap
 from nvmeof_csi.topology.placement import Candidate, place
@@ -193,7 +193,7 @@ async def test_cold_then_warm_hydration_pin_and_release(
         )
     )
     near = AgentBackend(two, client=lambda _: LocalAgent(stack.agent), locality=CacheLocality(alluxio.rest))
-    cached = near._cached_near(params)
+    cached = near._cached_near(DatasetSpec.from_parameters(params))
     assert cached == {"store-a": held["127.0.0.1"], "store-b": 0}
     roomier = [Candidate(two.agents[0], 1 << 30), Candidate(two.agents[1], 1 << 40)]
     assert place(roomier, 512 * MiB, "tcp", None, cached).name == "store-a"
@@ -219,7 +219,7 @@ async def test_cold_then_warm_hydration_pin_and_release(
     store_b.holders.hold(spec)
     await stack.delete(vol_b.volume_id)
     assert alluxio.rest.get_status(sample).pinned, "store-b still holds the data set: it must stay pinned"
-    store_b.release(params, [])  # store-b's last volume of it goes: now nobody holds it
+    store_b.release(spec, [])  # store-b's last volume of it goes: now nobody holds it
     assert not alluxio.rest.get_status(sample).pinned
     assert not alluxio.rest.exists(DatasetHolders.folder(spec)), "the holders' folder outlived the last holder"
     assert wait_until(lambda: alluxio.rest.get_status(sample).in_alluxio_percentage == 0, 60), "not freed"

@@ -73,6 +73,10 @@ def test_api_round_trip(agent: Running) -> None:
             c.get_volume("00000000-0000-0000-0000-000000000000")
         with pytest.raises(InvalidArgument):
             c.create_volume("", MiB)
+        with pytest.raises(InvalidArgument, match="'colour'"):  # parsed at the agent's edge, whoever sent it
+            c.create_volume("pvc-colour", MiB, {"colour": "blue"})
+        with pytest.raises(InvalidArgument, match="queueSize"):
+            c.create_volume("pvc-deep", MiB, {"queueSize": "4096"})
         assert c.lookup_name("pvc-1") == pb.Reservation(name="pvc-1", volume_uuid=vol.uuid)  # a volume, no reservation
         kept = c.reserve_name("pvc-2", RESERVED, "store-a")
         assert c.reserve_name("pvc-2", vol.uuid, "store-b") == kept == c.lookup_name("pvc-2")  # the first one stays

@@ -17,6 +17,7 @@ from nvmeof_csi.agentclient.api import HostNqnNodes
 from nvmeof_csi.csi.server import CsiServices, build_server
 from nvmeof_csi.fleet.backend import AgentBackend
 from nvmeof_csi.gen import csi_pb2, csi_pb2_grpc
+from nvmeof_csi.nvmeof.parameters import VolumeParameters
 from nvmeof_csi.rpc.endpoints import Endpoint
 from nvmeof_csi.rpc.server import bind
 from nvmeof_csi.service.provisioning import CapacityRange, VolumeService
@@ -225,7 +226,7 @@ async def test_a_restarted_controller_finds_everything(ctl: Ctl) -> None:
     vol = (await ctl.stub.CreateVolume(create_req("keep"))).volume
     fresh = controller_services(ctl.agents).volumes
     assert fresh is not None
-    again = await asyncio.to_thread(fresh.create, "keep", CapacityRange(GiB), {})
+    again = await asyncio.to_thread(fresh.create, "keep", CapacityRange(GiB), VolumeParameters())
     assert f"nvmeof-v1.{again.ref.location}.{again.ref.uuid}" == vol.volume_id
 
 
@@ -300,9 +301,9 @@ async def test_modify_volume_records_mutable_limits_on_the_agent(ctl: Ctl) -> No
     )
     for _ in range(2):  # repeated: the same outcome
         await ctl.stub.ControllerModifyVolume(modify)
-        assert held() == {"readIops": "300", "writeIops": "50", "readBps": "max"}
+        assert held() == {"readIops": "300", "writeIops": "50"}  # readBps max: lifted, so not held
     await ctl.stub.ControllerModifyVolume(csi_pb2.ControllerModifyVolumeRequest(volume_id=vol.volume_id))
-    assert held() == {"readIops": "300", "writeIops": "50", "readBps": "max"}
+    assert held() == {"readIops": "300", "writeIops": "50"}  # readBps max: lifted, so not held
     for bad, code in (
         ({"queueSize": "64"}, grpc.StatusCode.INVALID_ARGUMENT),  # needs a reconnect: not mutable
         ({"XXX_FakeKey": "x"}, grpc.StatusCode.INVALID_ARGUMENT),
@@ -313,7 +314,7 @@ async def test_modify_volume_records_mutable_limits_on_the_agent(ctl: Ctl) -> No
                 csi_pb2.ControllerModifyVolumeRequest(volume_id=vol.volume_id, mutable_parameters=bad)
             )
         assert info.value.code() == code, bad
-    assert held() == {"readIops": "300", "writeIops": "50", "readBps": "max"}
+    assert held() == {"readIops": "300", "writeIops": "50"}  # readBps max: lifted, so not held
     with pytest.raises(grpc.aio.AioRpcError) as info:
         await ctl.stub.ControllerModifyVolume(
             csi_pb2.ControllerModifyVolumeRequest(

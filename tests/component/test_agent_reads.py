@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from nvmeof_csi.agent.names import Reservation
+from nvmeof_csi.nvmeof.parameters import VolumeParameters
 from tests.support.agents import make_agent
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -26,6 +27,7 @@ import json, sys
 from pathlib import Path
 from nvmeof_csi.agent.api import AgentServicer
 from nvmeof_csi.gen import nvmeof_agent_pb2 as pb
+from nvmeof_csi.nvmeof.parameters import VolumeParameters
 from tests.support.agents import make_agent
 
 tmp = Path(sys.argv[1])
@@ -54,7 +56,7 @@ def _read_only(folder: Path) -> None:
 def test_get_volume_lookup_and_list_answer_from_a_read_only_state_folder(tmp_path: Path) -> None:
     agent = make_agent(tmp_path)
     agent.converge()
-    vol = agent.create_volume("pvc-ro", 8 * MiB, {}, {}).record
+    vol = agent.create_volume("pvc-ro", 8 * MiB, VolumeParameters.parse({}), {}).record
     agent.reserve_name(Reservation("pvc-reserved", UNRESERVED, "store-b"))
     _read_only(tmp_path / "state")
     before = {p: p.stat().st_mtime_ns for p in [tmp_path / "state", *(tmp_path / "state").rglob("*")]}

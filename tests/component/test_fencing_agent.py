@@ -21,6 +21,7 @@ from nvmeof_csi.agentclient.client import AgentClient, AgentTarget
 from nvmeof_csi.cli.main import app as nvmeofctl
 from nvmeof_csi.errors import FailedPrecondition, InvalidArgument
 from nvmeof_csi.nvmeof.nqn import volume_nqn
+from nvmeof_csi.nvmeof.parameters import VolumeParameters
 from nvmeof_csi.rpc.endpoints import Endpoint
 from tests.support.agents import PORTALS, plain_configfs, start_agent
 
@@ -67,7 +68,7 @@ def agent_on(tmp: Path, nvmet: SpyNvmet, sleeps: list[float] | None = None) -> T
 def test_a_fence_ends_the_hosts_grant_and_cycles_every_port_link_once(tmp_path: Path) -> None:
     nvmet, sleeps = SpyNvmet(tmp_path / "nvmet"), list[float]()
     agent = agent_on(tmp_path, nvmet, sleeps)
-    vol = agent.create_volume("pvc-1", 8 * MiB, {"reconnectDelay": "3"}, {}).record
+    vol = agent.create_volume("pvc-1", 8 * MiB, VolumeParameters.parse({"reconnectDelay": "3"}), {}).record
     agent.allow_host(vol.uuid, GPU1)
     agent.allow_host(vol.uuid, GPU2, readonly=True)
     nvmet.calls.clear()
@@ -93,7 +94,7 @@ def test_a_fence_ends_the_hosts_grant_and_cycles_every_port_link_once(tmp_path: 
 def test_a_fence_of_the_only_host_does_not_wait_between_ports(tmp_path: Path) -> None:
     sleeps: list[float] = []
     agent = agent_on(tmp_path, SpyNvmet(tmp_path / "nvmet"), sleeps)
-    vol = agent.create_volume("pvc-1", 8 * MiB, {}, {}).record
+    vol = agent.create_volume("pvc-1", 8 * MiB, VolumeParameters.parse({}), {}).record
     agent.allow_host(vol.uuid, GPU1)
     agent.fence_host(vol.uuid, GPU1, "NODE_OUT_OF_SERVICE")
     assert sleeps == []
@@ -104,7 +105,7 @@ def test_an_agent_killed_between_the_grant_and_the_teardown_finishes_the_fence_w
 ) -> None:
     dying = SpyNvmet(tmp_path / "nvmet", die_at_unlink=True)
     agent = agent_on(tmp_path, dying)
-    vol = agent.create_volume("pvc-1", 8 * MiB, {}, {}).record
+    vol = agent.create_volume("pvc-1", 8 * MiB, VolumeParameters.parse({}), {}).record
     agent.allow_host(vol.uuid, GPU1)
     with pytest.raises(SystemExit):
         agent.fence_host(vol.uuid, GPU1, "NODE_OUT_OF_SERVICE", BOOT)
@@ -129,7 +130,7 @@ def test_an_agent_killed_between_the_grant_and_the_teardown_finishes_the_fence_w
 
 def test_fence_input_is_checked(tmp_path: Path) -> None:
     agent = agent_on(tmp_path, SpyNvmet(tmp_path / "nvmet"))
-    vol = agent.create_volume("pvc-1", 8 * MiB, {}, {}).record
+    vol = agent.create_volume("pvc-1", 8 * MiB, VolumeParameters.parse({}), {}).record
     for reason, boot in (("", ""), ("x" * 65, ""), ("../etc", ""), ("NODE_OUT_OF_SERVICE", "not/a-boot-id")):
         with pytest.raises(InvalidArgument):
             agent.fence_host(vol.uuid, GPU1, reason, boot)

@@ -13,6 +13,7 @@ from nvmeof_csi.host.filesystems import Filesystems, usage
 from nvmeof_csi.host.mounter import Mounter
 from nvmeof_csi.loop.backend import LoopTargetBackend
 from nvmeof_csi.loop.connector import LoopConnector
+from nvmeof_csi.nvmeof.parameters import VolumeParameters
 from nvmeof_csi.service.records import AccessSpec, StagingStore
 from nvmeof_csi.service.staging import StagingService
 from tests.support.env import root_with_loop
@@ -47,7 +48,7 @@ def parts(tmp_path: Path):  # type: ignore[no-untyped-def]
 @pytest.mark.parametrize("fs", ["ext4", "xfs"])
 def test_data_survives_restage_and_expand_grows_fs(parts, fs: str) -> None:  # type: ignore[no-untyped-def]
     backend, svc, tmp = parts
-    vol = backend.create_volume("pvc", 320 * MiB, {})
+    vol = backend.create_volume("pvc", 320 * MiB, VolumeParameters())
     vid = f"nvmeof-v1.loop.{vol.ref.uuid}"
     staging, target = str(tmp / "staging"), str(tmp / "pod" / "mnt")
     access = AccessSpec(block=False, fs_type=fs)
@@ -78,7 +79,7 @@ def test_data_survives_restage_and_expand_grows_fs(parts, fs: str) -> None:  # t
 @pytest.mark.root
 def test_block_volume_bytes_round_trip(parts) -> None:  # type: ignore[no-untyped-def]
     backend, svc, tmp = parts
-    vol = backend.create_volume("blk", 64 * MiB, {})
+    vol = backend.create_volume("blk", 64 * MiB, VolumeParameters())
     vid = f"nvmeof-v1.loop.{vol.ref.uuid}"
     staging, target = str(tmp / "staging"), str(tmp / "pod" / "dev")
     svc.stage(vid, vol.ref, staging, AccessSpec(block=True), vol.context, 60)

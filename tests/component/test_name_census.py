@@ -14,6 +14,7 @@ import pytest
 from nvmeof_csi.errors import Unavailable
 from nvmeof_csi.fleet.backend import AgentBackend
 from nvmeof_csi.gen import nvmeof_agent_pb2 as pb
+from nvmeof_csi.nvmeof.parameters import VolumeParameters
 from nvmeof_csi.rpc.endpoints import Endpoint
 from nvmeof_csi.topology.fabric_map import AgentEntry, FabricMap
 from tests.support.agents import LocalAgent, local_agents
@@ -59,15 +60,19 @@ def test_a_complete_census_asks_only_the_home_for_a_new_name(agents: tuple[dict[
     view, asked = agents
     ctrl = backend(view)
     assert ctrl.census is not None
-    ctrl.create_volume("before", MiB, {})  # incomplete census: every agent is asked
+    ctrl.create_volume("before", MiB, VolumeParameters.parse({}))  # incomplete census: every agent is asked
     assert sum(asked.values()) == len(NAMES)
     assert ctrl.census.sweep()
     asked.clear()
-    ctrl.create_volume("fresh", MiB, {})
+    ctrl.create_volume("fresh", MiB, VolumeParameters.parse({}))
     assert sum(asked.values()) == 1  # the home only
     view[NAMES[-1]].down = True
     view[NAMES[-2]].down = True
-    made = [ctrl.create_volume(f"while-two-are-dead-{i}", MiB, {}) for i in range(4) if _home_up(ctrl, view, i)]
+    made = [
+        ctrl.create_volume(f"while-two-are-dead-{i}", MiB, VolumeParameters.parse({}))
+        for i in range(4)
+        if _home_up(ctrl, view, i)
+    ]
     assert made  # creates whose home answers go on: the dead agents never held those names
 
 
@@ -86,9 +91,9 @@ def test_a_name_kept_away_from_its_home_is_still_found(agents: tuple[dict[str, C
         for n in (f"moved-home-{i}" for i in range(100))
         if old._names.home(n, lambda _e: True) != ctrl._names.home(n, lambda _e: True)
     )
-    first = old.create_volume(name, MiB, {})
+    first = old.create_volume(name, MiB, VolumeParameters.parse({}))
     assert ctrl.census is not None and ctrl.census.sweep()
-    again = ctrl.create_volume(name, MiB, {})
+    again = ctrl.create_volume(name, MiB, VolumeParameters.parse({}))
     assert again.ref == first.ref
     assert sum(len(a.agent.list_volumes()) for a in view.values()) == 1
 

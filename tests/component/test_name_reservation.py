@@ -15,6 +15,7 @@ from nvmeof_csi.agent.state import DELETING
 from nvmeof_csi.agentclient.api import HostNqnNodes
 from nvmeof_csi.errors import ResourceExhausted, Unavailable
 from nvmeof_csi.fleet.backend import AgentBackend
+from nvmeof_csi.nvmeof.parameters import VolumeParameters
 from nvmeof_csi.rpc.endpoints import Endpoint
 from nvmeof_csi.service.contracts import TopologyRequirement, Volume
 from nvmeof_csi.service.provisioning import CapacityRange, VolumeService
@@ -45,7 +46,7 @@ def volumes_in_all(agents: dict[str, LocalAgent]) -> int:
 def race(first: VolumeService, second: VolumeService, name: str) -> list[Volume]:
     results: list[Volume] = []
     threads = [
-        threading.Thread(target=lambda s=s: results.append(s.create(name, CapacityRange(GiB), {})))
+        threading.Thread(target=lambda s=s: results.append(s.create(name, CapacityRange(GiB), VolumeParameters())))
         for s in (first, second)
     ]
     for t in threads:
@@ -96,10 +97,12 @@ def test_a_controller_paused_between_any_two_steps_returns_the_volume_the_other_
         setattr(local, pause, hold)
     c1, c2 = service(view1), service(view2)
     first: list[Volume] = []
-    t1 = threading.Thread(target=lambda: first.append(c1.create("late", CapacityRange(GiB), {})))
+    t1 = threading.Thread(
+        target=lambda: first.append(c1.create("late", CapacityRange(GiB), VolumeParameters.parse({})))
+    )
     t1.start()
     assert waiting.wait(30)
-    returned_by_2 = c2.create("late", CapacityRange(GiB), {})
+    returned_by_2 = c2.create("late", CapacityRange(GiB), VolumeParameters.parse({}))
     go.set()
     t1.join(60)
     assert first == [returned_by_2] and returned_by_2.ref.location == winner
@@ -116,9 +119,9 @@ def test_a_controller_that_died_after_reserving_is_finished_by_the_next(tmp_path
     for local in view1.values():
         local.before_create = crash
     with pytest.raises(SystemExit):
-        service(view1).create("orphan", CapacityRange(GiB), {})
+        service(view1).create("orphan", CapacityRange(GiB), VolumeParameters.parse({}))
     assert volumes_in_all(agents) == 0
-    made = service(view2).create("orphan", CapacityRange(GiB), {})
+    made = service(view2).create("orphan", CapacityRange(GiB), VolumeParameters.parse({}))
     assert made.ref.location == "store-a"  # where the dead controller's reservation put it, not view 2's choice
     assert volumes_in_all(agents) == 1
 
@@ -126,10 +129,10 @@ def test_a_controller_that_died_after_reserving_is_finished_by_the_next(tmp_path
 def test_a_delete_frees_the_name_and_a_new_create_makes_a_new_volume(tmp_path: Path) -> None:
     agents = local_agents(tmp_path, NAMES, capacity=8 * GiB)
     ctl = service(dict(agents))
-    old = ctl.create("again", CapacityRange(GiB), {})
+    old = ctl.create("again", CapacityRange(GiB), VolumeParameters.parse({}))
     ctl.delete(old.ref)
     assert all(a.lookup_name("again") is None for a in agents.values())
-    new = ctl.create("again", CapacityRange(GiB), {})
+    new = ctl.create("again", CapacityRange(GiB), VolumeParameters.parse({}))
     assert new.ref.uuid != old.ref.uuid and volumes_in_all(agents) == 1
 
 
@@ -138,7 +141,7 @@ def test_a_retried_delete_finishes_what_the_agent_left_half_deleted(tmp_path: Pa
     retry must still reach the agent's idempotent delete, not stop at the lookup."""
     agents = local_agents(tmp_path, NAMES, capacity=8 * GiB)
     ctl = service(dict(agents))
-    made = ctl.create("half", CapacityRange(GiB), {})
+    made = ctl.create("half", CapacityRange(GiB), VolumeParameters.parse({}))
     agent = agents[made.ref.location].agent
     agent.state.put_volume(agent.state.current.volumes[made.ref.uuid].evolve(status=DELETING))
     ctl.delete(made.ref)
@@ -150,15 +153,19 @@ def test_a_create_the_reserved_agent_refuses_for_space_frees_the_reservation(tmp
     agents = local_agents(tmp_path, NAMES, capacity=2 * GiB)
     stale = {n: LocalAgent(a.agent, free=(7 * GiB if n == "store-a" else 0)) for n, a in agents.items()}
     with pytest.raises(ResourceExhausted):
-        service(stale).create("big", CapacityRange(4 * GiB), {})
+        service(stale).create("big", CapacityRange(4 * GiB), VolumeParameters.parse({}))
     assert all(a.lookup_name("big") is None for a in agents.values()) and volumes_in_all(agents) == 0
 
 
 def test_a_volume_made_before_reservations_is_adopted_not_duplicated(tmp_path: Path) -> None:
     agents = local_agents(tmp_path, NAMES, capacity=8 * GiB)
-    old = agents["store-c"].agent.create_volume("legacy", GiB, {}, {"csi.nvmeof.io/name": "legacy"}).record
+    old = (
+        agents["store-c"]
+        .agent.create_volume("legacy", GiB, VolumeParameters.parse({}), {"csi.nvmeof.io/name": "legacy"})
+        .record
+    )
     view1, _ = views(agents)  # would place a new volume on store-a
-    got = service(view1).create("legacy", CapacityRange(GiB), {})
+    got = service(view1).create("legacy", CapacityRange(GiB), VolumeParameters.parse({}))
     assert (got.ref.location, got.ref.uuid) == ("store-c", old.uuid) and volumes_in_all(agents) == 1
 
 
@@ -182,8 +189,8 @@ def test_a_dead_agent_fails_only_the_creates_that_could_have_used_it(tmp_path: P
     def on(fab: str) -> TopologyRequirement:
         return TopologyRequirement(requisite=({"topology.csi.nvmeof.io/fabric": fab},))
 
-    made = ctl.create("on-f1", CapacityRange(GiB), {}, on("f1"))
+    made = ctl.create("on-f1", CapacityRange(GiB), VolumeParameters.parse({}), on("f1"))
     assert made.ref.location in ("store-a", "store-b")
     with pytest.raises(Unavailable, match="store-c"):
-        ctl.create("on-f2", CapacityRange(GiB), {}, on("f2"))
+        ctl.create("on-f2", CapacityRange(GiB), VolumeParameters.parse({}), on("f2"))
     assert volumes_in_all({n: view[n] for n in NAMES[:2]}) == 1

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +12,7 @@ import grpc
 
 from nvmeof_csi.csi.server import serve
 from nvmeof_csi.gen import csi_pb2, csi_pb2_grpc
+from nvmeof_csi.nvmeof.parameters import VolumeParameters
 from nvmeof_csi.rpc.endpoints import Endpoint
 from nvmeof_csi.service.contracts import Volume
 from tests.support.fakes import FakeBackend
@@ -31,7 +31,7 @@ class Held(FakeBackend):
         self.most = 0
         self._lock = threading.Lock()
 
-    def create_volume(self, name: str, capacity_bytes: int, parameters: Mapping[str, str], *a: Any, **k: Any) -> Volume:
+    def create_volume(self, name: str, capacity_bytes: int, parameters: VolumeParameters, *a: Any, **k: Any) -> Volume:
         with self._lock:
             self.inside.add(threading.current_thread().name)
             self.most = max(self.most, len(self.inside))

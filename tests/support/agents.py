@@ -19,6 +19,7 @@ from nvmeof_csi.agent.readonly import PlainReadOnlyDevices
 from nvmeof_csi.agent.state import StateStore
 from nvmeof_csi.agent.target_agent import TargetAgent
 from nvmeof_csi.gen import nvmeof_agent_pb2 as pb
+from nvmeof_csi.nvmeof.parameters import VolumeParameters
 
 PORTALS = (PortSpec(1, "tcp", "127.0.0.1", 4420, "a"), PortSpec(2, "tcp", "127.0.0.2", 4421, "b"))
 
@@ -126,7 +127,13 @@ class LocalAgent:
     ) -> pb.Volume:
         self.before_create()
         view = self.agent.create_volume(
-            name, capacity_bytes, dict(parameters or {}), dict(labels or {}), source_volume, source_snapshot, vol_uuid
+            name,
+            capacity_bytes,
+            VolumeParameters.parse(parameters or {}),
+            dict(labels or {}),
+            source_volume,
+            source_snapshot,
+            vol_uuid,
         )
         return volume_msg(view)
 

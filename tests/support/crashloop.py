@@ -168,7 +168,7 @@ def run(
                         client.delete_volume(expected[name])
                         del expected[name]
                     else:
-                        expected[name] = client.create_volume(name, 4 * MiB, {"op": "crashloop"}).uuid
+                        expected[name] = client.create_volume(name, 4 * MiB, {"queueSize": "64"}).uuid
                         _sign(work, expected[name])
                 break
             except Unavailable:

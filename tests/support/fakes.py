@@ -19,6 +19,7 @@ from nvmeof_csi.errors import (
     Unimplemented,
 )
 from nvmeof_csi.host.executor import Executor, Result
+from nvmeof_csi.nvmeof.parameters import VolumeParameters
 from nvmeof_csi.service.contracts import (
     NO_SECRETS,
     Condition,
@@ -59,7 +60,7 @@ class FakeBackend:
         self,
         name: str,
         capacity_bytes: int,
-        parameters: Mapping[str, str],
+        parameters: VolumeParameters,
         requirement: TopologyRequirement | None = None,
         source: ContentSource | None = None,
         wait: float | None = None,
@@ -79,14 +80,14 @@ class FakeBackend:
         if sum(v.capacity_bytes for v in self.volumes.values()) + capacity_bytes > self.capacity:
             raise ResourceExhausted("fake backend full")
         ref = VolumeRef(self.location, str(uuid.uuid4()))
-        vol = Volume(ref, name, capacity_bytes, dict(parameters), {"fake": ref.uuid}, (dict(TOPO),))
+        vol = Volume(ref, name, capacity_bytes, parameters, {"fake": ref.uuid}, (dict(TOPO),))
         self.volumes[ref.uuid] = vol
         return vol
 
     def find_volume_by_name(
         self,
         name: str,
-        parameters: Mapping[str, str] | None = None,
+        parameters: VolumeParameters | None = None,
         requirement: TopologyRequirement | None = None,
         source: ContentSource | None = None,
     ) -> Volume | None:
@@ -108,7 +109,7 @@ class FakeBackend:
         vol = self.volumes.get(ref.uuid)
         if vol is None:
             raise NotFound(f"volume {ref.uuid} does not exist")
-        self.volumes[ref.uuid] = replace(vol, parameters={**vol.parameters, **changes})
+        self.volumes[ref.uuid] = replace(vol, parameters=vol.parameters.with_changes(changes))
 
     def expand_volume(self, ref: VolumeRef, capacity_bytes: int) -> int:
         vol = self.volumes[ref.uuid]
@@ -143,7 +144,7 @@ class FakeBackend:
         vol = self.volumes[ref.uuid]
         self.volumes[ref.uuid] = replace(vol, fenced={k: v for k, v in vol.fenced.items() if k != node_id})
 
-    def available_capacity(self, segment: Topology | None, parameters: Mapping[str, str] | None = None) -> int:
+    def available_capacity(self, segment: Topology | None, parameters: VolumeParameters | None = None) -> int:
         if segment and any(TOPO.get(k) != v for k, v in segment.items()):
             return 0
         return self.capacity - sum(v.capacity_bytes for v in self.volumes.values())

@@ -21,7 +21,9 @@ from nvmeof_csi.errors import (
     OutOfRange,
     ResourceExhausted,
 )
+from nvmeof_csi.nvmeof.dataset import DatasetSpec
 from nvmeof_csi.nvmeof.nqn import namespace_nguid, volume_nqn
+from nvmeof_csi.nvmeof.parameters import VolumeParameters
 from tests.support.agents import make_agent
 
 MiB = 1 << 20
@@ -31,7 +33,7 @@ HOST = "nqn.2014-08.org.nvmexpress:uuid:0f0f0f0f-0000-0000-0000-000000000001"
 def test_create_materialises_file_subsystem_and_links(tmp_path: Path) -> None:
     agent = make_agent(tmp_path)
     agent.converge()
-    view = agent.create_volume("pvc-1", 64 * MiB, {"queueSize": "64"}, {"team": "ml"})
+    view = agent.create_volume("pvc-1", 64 * MiB, VolumeParameters.parse({"queueSize": "64"}), {"team": "ml"})
     rec = view.record
     image = agent.store.volume_path(rec.uuid)
     assert image.stat().st_size == 64 * MiB and image.stat().st_blocks == 0
@@ -41,16 +43,19 @@ def test_create_materialises_file_subsystem_and_links(tmp_path: Path) -> None:
     assert sub["namespaces"]["1"]["device_uuid"] == rec.uuid
     assert sub["namespaces"]["1"]["device_nguid"] == namespace_nguid(rec.uuid) != rec.uuid
     assert all(volume_nqn(rec.uuid) in p["subsystems"] for p in dump["ports"].values())
-    assert agent.create_volume("pvc-1", 64 * MiB, {"queueSize": "64"}, {"team": "ml"}).record.uuid == rec.uuid
+    assert (
+        agent.create_volume("pvc-1", 64 * MiB, VolumeParameters.parse({"queueSize": "64"}), {"team": "ml"}).record.uuid
+        == rec.uuid
+    )
     with pytest.raises(AlreadyExists):
-        agent.create_volume("pvc-1", 128 * MiB, {"queueSize": "64"}, {})
+        agent.create_volume("pvc-1", 128 * MiB, VolumeParameters.parse({"queueSize": "64"}), {})
     assert agent.get_volume(name="pvc-1").record.uuid == rec.uuid
 
 
 def test_delete_removes_everything_and_repeats(tmp_path: Path) -> None:
     agent = make_agent(tmp_path)
     agent.converge()
-    rec = agent.create_volume("v", MiB, {}, {}).record
+    rec = agent.create_volume("v", MiB, VolumeParameters.parse({}), {}).record
     agent.allow_host(rec.uuid, HOST)
     agent.delete_volume(rec.uuid)
     agent.delete_volume(rec.uuid)
@@ -65,7 +70,7 @@ def test_restart_converge_changes_nothing(tmp_path: Path) -> None:
     agent = make_agent(tmp_path)
     agent.converge()
     for i in range(3):
-        rec = agent.create_volume(f"v{i}", MiB, {}, {}).record
+        rec = agent.create_volume(f"v{i}", MiB, VolumeParameters.parse({}), {}).record
         agent.allow_host(rec.uuid, HOST)
     agent.set_ana("b", "non-optimized")
     before = agent.nvmet.dump()
@@ -77,7 +82,7 @@ def test_restart_converge_changes_nothing(tmp_path: Path) -> None:
 def test_crash_after_state_save_finishes_create_and_delete(tmp_path: Path) -> None:
     agent = make_agent(tmp_path)
     agent.converge()
-    done = agent.create_volume("keep", MiB, {}, {}).record
+    done = agent.create_volume("keep", MiB, VolumeParameters.parse({}), {}).record
     # a create interrupted right after its record was saved: no file, no configfs yet
     pending = done.evolve(uuid="3f6c1f8e-0000-4000-8000-000000000001", name="half", status=CREATING)
     agent.state.put_volume(pending)
@@ -96,9 +101,9 @@ def test_crash_after_state_save_finishes_create_and_delete(tmp_path: Path) -> No
 def test_a_delete_whose_record_removal_a_power_cut_lost_is_finished_again(tmp_path: Path) -> None:
     agent = make_agent(tmp_path)
     agent.converge()
-    other = agent.create_volume("other", MiB, {}, {}).record
+    other = agent.create_volume("other", MiB, VolumeParameters.parse({}), {}).record
     agent.allow_host(other.uuid, HOST)
-    gone = agent.create_volume("gone", MiB, {}, {}).record
+    gone = agent.create_volume("gone", MiB, VolumeParameters.parse({}), {}).record
     agent.allow_host(gone.uuid, HOST)
     agent.delete_volume(gone.uuid)
     record = tmp_path / "state" / "volumes" / f"{gone.uuid}.deleting.json"
@@ -117,7 +122,7 @@ def test_a_delete_whose_record_removal_a_power_cut_lost_is_finished_again(tmp_pa
 def test_a_create_whose_ready_rename_a_power_cut_lost_is_finished_again(tmp_path: Path) -> None:
     agent = make_agent(tmp_path)
     agent.converge()
-    rec = agent.create_volume("kept", MiB, {}, {}).record
+    rec = agent.create_volume("kept", MiB, VolumeParameters.parse({}), {}).record
     agent.allow_host(rec.uuid, HOST)
     with open(agent.store.volume_path(rec.uuid), "r+b") as image:
         image.write(b"the pod's bytes")
@@ -130,7 +135,9 @@ def test_a_create_whose_ready_rename_a_power_cut_lost_is_finished_again(tmp_path
     assert again.status == "ready" and again.name == "kept" and dict(again.hosts) == {HOST: ""}
     assert restarted.nvmet.allowed_hosts(volume_nqn(rec.uuid)) == [HOST]
     assert agent.store.volume_path(rec.uuid).read_bytes()[:15] == b"the pod's bytes"
-    assert restarted.create_volume("kept", MiB, {}, {}).record.uuid == rec.uuid  # a retried create finds it
+    assert (
+        restarted.create_volume("kept", MiB, VolumeParameters.parse({}), {}).record.uuid == rec.uuid
+    )  # a retried create finds it
 
 
 def test_unknown_objects_reported_then_pruned(tmp_path: Path) -> None:
@@ -150,7 +157,7 @@ def test_unknown_objects_reported_then_pruned(tmp_path: Path) -> None:
 def test_snapshot_and_clones_keep_data(tmp_path: Path) -> None:
     agent = make_agent(tmp_path)
     agent.converge()
-    src = agent.create_volume("src", 8 * MiB, {}, {}).record
+    src = agent.create_volume("src", 8 * MiB, VolumeParameters.parse({}), {}).record
     payload = os.urandom(MiB)
     with open(agent.store.volume_path(src.uuid), "r+b") as f:
         f.seek(3 * MiB)
@@ -162,8 +169,10 @@ def test_snapshot_and_clones_keep_data(tmp_path: Path) -> None:
     with open(agent.store.volume_path(src.uuid), "r+b") as f:
         f.seek(3 * MiB)
         f.write(b"\0" * MiB)  # the source changes after the snapshot
-    from_snap = agent.create_volume("from-snap", 16 * MiB, {}, {}, source_snapshot=snap.uuid).record
-    from_vol = agent.create_volume("from-vol", 8 * MiB, {}, {}, source_volume=src.uuid).record
+    from_snap = agent.create_volume(
+        "from-snap", 16 * MiB, VolumeParameters.parse({}), {}, source_snapshot=snap.uuid
+    ).record
+    from_vol = agent.create_volume("from-vol", 8 * MiB, VolumeParameters.parse({}), {}, source_volume=src.uuid).record
     with open(agent.store.volume_path(from_snap.uuid), "rb") as f:
         f.seek(3 * MiB)
         assert f.read(MiB) == payload
@@ -172,9 +181,11 @@ def test_snapshot_and_clones_keep_data(tmp_path: Path) -> None:
         f.seek(3 * MiB)
         assert f.read(MiB) == b"\0" * MiB
     with pytest.raises(OutOfRange):
-        agent.create_volume("too-small", MiB, {}, {}, source_snapshot=snap.uuid)
+        agent.create_volume("too-small", MiB, VolumeParameters.parse({}), {}, source_snapshot=snap.uuid)
     with pytest.raises(NotFound):
-        agent.create_volume("no-source", 8 * MiB, {}, {}, source_snapshot="00000000-0000-0000-0000-000000000000")
+        agent.create_volume(
+            "no-source", 8 * MiB, VolumeParameters.parse({}), {}, source_snapshot="00000000-0000-0000-0000-000000000000"
+        )
     assert [s.uuid for s in agent.list_snapshots(source_volume=src.uuid)] == [snap.uuid]
     agent.delete_snapshot(snap.uuid)
     agent.delete_snapshot(snap.uuid)
@@ -184,9 +195,9 @@ def test_snapshot_and_clones_keep_data(tmp_path: Path) -> None:
 def test_hosts_resize_capacity_and_ana(tmp_path: Path) -> None:
     agent = make_agent(tmp_path, capacity=10 * MiB)
     agent.converge()
-    rec = agent.create_volume("v", 4 * MiB, {}, {}).record
+    rec = agent.create_volume("v", 4 * MiB, VolumeParameters.parse({}), {}).record
     with pytest.raises(ResourceExhausted):
-        agent.create_volume("w", 7 * MiB, {}, {})
+        agent.create_volume("w", 7 * MiB, VolumeParameters.parse({}), {})
     with pytest.raises(InvalidArgument, match="host NQN"):
         agent.allow_host(rec.uuid, "not an nqn")
     with pytest.raises(InvalidArgument, match="DH-HMAC-CHAP"):
@@ -214,7 +225,7 @@ def test_fifty_concurrent_creates_over_ten_names_make_ten_volumes(tmp_path: Path
 
     def create(i: int) -> str:
         start.wait()
-        return agent.create_volume(f"name-{i % 10}", MiB, {}, {}).record.uuid
+        return agent.create_volume(f"name-{i % 10}", MiB, VolumeParameters.parse({}), {}).record.uuid
 
     with ThreadPoolExecutor(50) as pool:
         uuids = list(pool.map(create, range(50)))
@@ -239,8 +250,8 @@ class BrokenFiller:
     def discard(self, vol_uuid: str) -> None:
         self.discarded.append(vol_uuid)
 
-    def release(self, parameters: Any, others: Any) -> None:
-        self.released.append(parameters["dataset.path"])
+    def release(self, spec: DatasetSpec, others: Any) -> None:
+        self.released.append(spec.path)
 
 
 class QuickFiller(BrokenFiller):
@@ -266,9 +277,9 @@ def test_only_a_volume_without_a_fill_leaves_its_ready_rename_unflushed(
         fsync_dir(folder)
 
     monkeypatch.setattr(state_module, "fsync_dir", spy)
-    agent.create_volume("plain", MiB, {}, {})
+    agent.create_volume("plain", MiB, VolumeParameters.parse({}), {})
     assert flushed == []  # the creating record was written durably by write_atomic; the rename is not flushed
-    agent.create_volume("ds", MiB, {"dataset.path": "/datasets/x"}, {})
+    agent.create_volume("ds", MiB, VolumeParameters.parse({"dataset.path": "/datasets/x"}), {})
     assert flushed == [tmp_path / "state" / "volumes"]
 
 
@@ -279,7 +290,7 @@ def test_any_fill_failure_removes_the_half_made_volume(tmp_path: Path) -> None:
     agent = TargetAgent(agent.name, agent.nvmet, agent.store, agent.state, agent.portals, filler=filler)
     agent.converge()
     with pytest.raises(RuntimeError):
-        agent.create_volume("ds", MiB, {"dataset.path": "/datasets/x"}, {})
+        agent.create_volume("ds", MiB, VolumeParameters.parse({"dataset.path": "/datasets/x"}), {})
     assert dict(agent.state.current.volumes) == {} and agent.store.files() == [] and agent.nvmet.subsystems() == []
     assert len(filler.discarded) == 1
     assert filler.released == ["/datasets/x"]  # before: the data set stayed held (pinned) forever
@@ -291,20 +302,20 @@ RESERVED = "5d0c9a1e-8f53-4b39-a3a2-0d9f7e0b1c01"
 def test_a_create_with_a_reserved_uuid_makes_that_volume_and_a_repeat_returns_it(tmp_path: Path) -> None:
     agent = make_agent(tmp_path)
     agent.converge()
-    made = agent.create_volume("pvc-r", MiB, {}, {}, vol_uuid=RESERVED).record
+    made = agent.create_volume("pvc-r", MiB, VolumeParameters.parse({}), {}, vol_uuid=RESERVED).record
     assert made.uuid == RESERVED and agent.nvmet.has_subsystem(volume_nqn(RESERVED))
-    assert agent.create_volume("pvc-r", MiB, {}, {}, vol_uuid=RESERVED).record == made
-    assert agent.create_volume("pvc-r", MiB, {}, {}).record == made  # by name alone, as before
+    assert agent.create_volume("pvc-r", MiB, VolumeParameters.parse({}), {}, vol_uuid=RESERVED).record == made
+    assert agent.create_volume("pvc-r", MiB, VolumeParameters.parse({}), {}).record == made  # by name alone, as before
 
 
 def test_a_name_held_under_another_uuid_or_a_uuid_held_by_another_name_is_refused(tmp_path: Path) -> None:
     agent = make_agent(tmp_path)
     agent.converge()
-    held = agent.create_volume("pvc-a", MiB, {}, {}).record
+    held = agent.create_volume("pvc-a", MiB, VolumeParameters.parse({}), {}).record
     with pytest.raises(AlreadyExists, match="not as the reserved"):
-        agent.create_volume("pvc-a", MiB, {}, {}, vol_uuid=RESERVED)
+        agent.create_volume("pvc-a", MiB, VolumeParameters.parse({}), {}, vol_uuid=RESERVED)
     with pytest.raises(AlreadyExists, match="is taken"):
-        agent.create_volume("pvc-b", MiB, {}, {}, vol_uuid=held.uuid)
+        agent.create_volume("pvc-b", MiB, VolumeParameters.parse({}), {}, vol_uuid=held.uuid)
     assert [v.record.uuid for v in agent.list_volumes()] == [held.uuid]
 
 
@@ -314,7 +325,7 @@ def test_lookup_name_reports_a_reservation_else_a_volume_of_that_name(tmp_path: 
     agent = make_agent(tmp_path)
     agent.converge()
     assert agent.lookup_name("pvc-x") is None
-    old = agent.create_volume("pvc-x", MiB, {}, {}).record  # made before reservations
+    old = agent.create_volume("pvc-x", MiB, VolumeParameters.parse({}), {}).record  # made before reservations
     assert agent.lookup_name("pvc-x") == Reservation("pvc-x", old.uuid, "")
     kept = agent.reserve_name(Reservation("pvc-x", old.uuid, "store-a"))
     assert agent.lookup_name("pvc-x") == kept == Reservation("pvc-x", old.uuid, "store-a")

@@ -22,6 +22,7 @@ from nvmeof_csi.initiator.fabrics import FabricsDevice, FabricsError
 from nvmeof_csi.nvmeof.context import VolumeContext, parse_portals
 from nvmeof_csi.nvmeof.dhchap import HostKeys, generate_key, parse_key
 from nvmeof_csi.nvmeof.nqn import VOLUME_NQN_PREFIX as NQN_PREFIX
+from nvmeof_csi.nvmeof.parameters import VolumeParameters
 from nvmeof_csi.service.contracts import VolumeRef
 from nvmeof_csi.topology.fabric_map import AgentEntry, parse_fabric_map
 from tests.support.agents import LocalAgent, make_agent
@@ -64,9 +65,9 @@ def test_host_keys_never_show_a_key() -> None:
 def test_agent_refuses_auth_volumes_on_a_kernel_without_nvmet_auth(tmp_path: Path) -> None:
     agent = auth_agent(tmp_path, supported=False)
     with pytest.raises(FailedPrecondition, match="CONFIG_NVME_TARGET_AUTH"):
-        agent.create_volume("v", 1 << 20, {"auth": "dhchap"}, {})
+        agent.create_volume("v", 1 << 20, VolumeParameters.parse({"auth": "dhchap"}), {})
     assert agent.list_volumes() == [] and agent.nvmet.hosts() == []  # nothing saved, the probe entry is gone
-    agent.create_volume("plain", 1 << 20, {}, {})  # auth: none works on every kernel
+    agent.create_volume("plain", 1 << 20, VolumeParameters.parse({}), {})  # auth: none works on every kernel
 
 
 def test_agent_issues_random_host_keys_and_keeps_them_owner_only(
@@ -74,7 +75,7 @@ def test_agent_issues_random_host_keys_and_keeps_them_owner_only(
 ) -> None:
     caplog.set_level(logging.DEBUG)
     agent = auth_agent(tmp_path)
-    vol = agent.create_volume("v", 1 << 20, {"auth": "dhchap-bidirectional"}, {}).record
+    vol = agent.create_volume("v", 1 << 20, VolumeParameters.parse({"auth": "dhchap-bidirectional"}), {}).record
     with pytest.raises(InvalidArgument, match="DH-HMAC-CHAP key"):
         agent.allow_host(vol.uuid, HOST, "DHHC-1:00:bm90IGEga2V5:")
     agent.allow_host(vol.uuid, HOST)  # no keys given: the agent issues them
@@ -98,9 +99,9 @@ def test_agent_issues_random_host_keys_and_keeps_them_owner_only(
 
 def test_each_host_gets_its_own_keys_the_same_on_every_volume_and_cannot_mix(tmp_path: Path) -> None:
     agent = auth_agent(tmp_path)
-    a = agent.create_volume("a", 1 << 20, {"auth": "dhchap"}, {}).record
-    b = agent.create_volume("b", 1 << 20, {"auth": "dhchap"}, {}).record
-    plain = agent.create_volume("plain", 1 << 20, {}, {}).record
+    a = agent.create_volume("a", 1 << 20, VolumeParameters.parse({"auth": "dhchap"}), {}).record
+    b = agent.create_volume("b", 1 << 20, VolumeParameters.parse({"auth": "dhchap"}), {}).record
+    plain = agent.create_volume("plain", 1 << 20, VolumeParameters.parse({}), {}).record
     agent.allow_host(a.uuid, HOST)
     agent.allow_host(b.uuid, HOST)
     agent.allow_host(b.uuid, OTHER_HOST)
@@ -123,7 +124,7 @@ def test_controller_publish_needs_no_secret_and_the_node_fetches_only_its_own_ke
     agent = auth_agent(tmp_path)
     fabric = parse_fabric_map({"agents": [{"name": "store-a", "endpoint": "unix:///nowhere", "fabric": "f1"}]})
     backend = AgentBackend(fabric, client=lambda _entry: LocalAgent(agent))
-    vol = agent.create_volume("v", 1 << 20, {"auth": "dhchap"}, {}).record
+    vol = agent.create_volume("v", 1 << 20, VolumeParameters.parse({"auth": "dhchap"}), {}).record
     ref = VolumeRef("store-a", vol.uuid)
     backend.publish(ref, HOST, False)
     issued = agent.state.current.volumes[vol.uuid].hosts[HOST]
@@ -221,8 +222,8 @@ def test_fabrics_device_errors_never_carry_the_options(tmp_path: Path) -> None:
 # -- key rotation ---------------------------------------------------------------------------------------------
 def test_rotating_a_host_key_changes_it_on_every_volume_and_in_configfs_one_key_at_a_time(tmp_path: Path) -> None:
     agent = auth_agent(tmp_path)
-    a = agent.create_volume("a", 1 << 20, {"auth": "dhchap-bidirectional"}, {}).record
-    b = agent.create_volume("b", 1 << 20, {"auth": "dhchap-bidirectional"}, {}).record
+    a = agent.create_volume("a", 1 << 20, VolumeParameters.parse({"auth": "dhchap-bidirectional"}), {}).record
+    b = agent.create_volume("b", 1 << 20, VolumeParameters.parse({"auth": "dhchap-bidirectional"}), {}).record
     for vol in (a, b):
         agent.allow_host(vol.uuid, HOST)
     agent.allow_host(a.uuid, OTHER_HOST)
@@ -263,7 +264,7 @@ def test_the_node_rolls_its_live_controllers_to_the_agents_current_keys(tmp_path
 
 def test_a_rotation_a_killed_agent_left_half_done_is_finished_at_start(tmp_path: Path) -> None:
     agent = auth_agent(tmp_path)
-    vols = [agent.create_volume(n, 1 << 20, {"auth": "dhchap"}, {}).record for n in ("a", "b")]
+    vols = [agent.create_volume(n, 1 << 20, VolumeParameters.parse({"auth": "dhchap"}), {}).record for n in ("a", "b")]
     for vol in vols:
         agent.allow_host(vol.uuid, HOST)
     agent.allow_host(vols[0].uuid, OTHER_HOST)

@@ -14,6 +14,7 @@ import pytest
 from nvmeof_csi.errors import Unavailable
 from nvmeof_csi.fleet.backend import AgentBackend
 from nvmeof_csi.fleet.capacity import CapacityCache
+from nvmeof_csi.nvmeof.parameters import VolumeParameters
 from nvmeof_csi.topology.fabric_map import AgentEntry, FabricMap, parse_fabric_map
 from tests.support.agents import local_agents
 
@@ -126,9 +127,9 @@ def test_placement_reads_fresh_figures_before_it_says_nothing_fits(tmp_path: Pat
     agent.free = 0
     backend = AgentBackend(fabric(1), client=lambda _entry: agent, clock=Clock())
     with pytest.raises(Exception, match="no agent offers"):
-        backend.create_volume("v0", 1 << 20, {})
+        backend.create_volume("v0", 1 << 20, VolumeParameters.parse({}))
     agent.free = 1 << 30  # room now, while the cached figure (0) is still fresh
-    assert backend.create_volume("v1", 1 << 20, {}).capacity_bytes == 1 << 20
+    assert backend.create_volume("v1", 1 << 20, VolumeParameters.parse({})).capacity_bytes == 1 << 20
 
 
 def test_an_agent_that_answers_unavailable_for_a_create_stays_in_placement(tmp_path: Path) -> None:
@@ -142,7 +143,7 @@ def test_an_agent_that_answers_unavailable_for_a_create_stays_in_placement(tmp_p
 
     agent.before_create = refuse
     with pytest.raises(Unavailable):
-        backend.create_volume("v0", 1 << 20, {})
+        backend.create_volume("v0", 1 << 20, VolumeParameters.parse({}))
     agent.before_create = lambda: None
     assert backend.max_volume_size() > 0
-    assert backend.create_volume("v0", 1 << 20, {}).capacity_bytes == 1 << 20
+    assert backend.create_volume("v0", 1 << 20, VolumeParameters.parse({})).capacity_bytes == 1 << 20

@@ -21,7 +21,7 @@ from nvmeof_csi.datasets.hydrate import DatasetMetrics, HydrationResult, Hydrato
 from nvmeof_csi.errors import FailedPrecondition, InvalidArgument, OutOfRange, PermissionDenied
 from nvmeof_csi.host.executor import Result
 from nvmeof_csi.host.filesystems import Filesystems
-from nvmeof_csi.service.datasets import DatasetSpec
+from nvmeof_csi.nvmeof.dataset import DatasetSpec
 
 
 @pytest.mark.parametrize(
@@ -159,9 +159,9 @@ def test_release_only_after_the_last_volume(tmp_path: Path) -> None:
     cache = FakeCache({})
     volumes = DatasetVolumes(hydrator(cache, FakeMkfs()), tmp_path)
     spec = DatasetSpec("/ds")
-    volumes.release({"dataset.path": spec.path}, [{"dataset.path": "/other"}, {"dataset.path": "/ds"}])
+    volumes.release(spec, [DatasetSpec("/other"), DatasetSpec("/ds")])
     assert not cache.freed
-    volumes.release({"dataset.path": spec.path}, [{"dataset.path": "/other"}, {}])
+    volumes.release(spec, [DatasetSpec("/other")])
     assert cache.freed and ("/ds", {"pinned": False}) in cache.attrs
 
 
@@ -200,9 +200,9 @@ def test_a_data_set_is_released_only_when_no_agent_holds_it(tmp_path: Path) -> N
     for agent in (a, b):
         assert agent.holders is not None
         agent.holders.hold(spec)
-    a.release({"dataset.path": "/ds"}, [])  # store-a's last volume of /ds goes; store-b still has one
+    a.release(spec, [])  # store-a's last volume of /ds goes; store-b still has one
     assert not cache.freed
-    b.release({"dataset.path": "/ds"}, [])
+    b.release(spec, [])
     assert cache.freed and ("/ds", {"pinned": False}) in cache.attrs
     assert folders.folders == set()  # nothing left of the holders' records
 
@@ -242,7 +242,9 @@ def test_the_agent_is_no_confused_deputy(tmp_path: Path, params: dict[str, str],
     storage node copy any folder it can read (its own /etc) into a volume."""
     volumes = DatasetVolumes(hydrator(FakeCache({}), FakeMkfs()), tmp_path, ["/srv/ok"], "/datasets")
     with pytest.raises(PermissionDenied, match=needle):
-        volumes.fill("3f6c1f8e-0000-4000-8000-000000000001", params, tmp_path / "v.img", 1 << 30)
+        spec = DatasetSpec.from_parameters(params)
+        assert spec is not None
+        volumes.fill("3f6c1f8e-0000-4000-8000-000000000001", spec, tmp_path / "v.img", 1 << 30)
 
 
 def test_ttl_is_bounded() -> None:
@@ -275,7 +277,7 @@ def test_at_most_max_fills_volumes_hydrate_at_once_and_the_rest_say_they_wait(tm
     labels: list[dict[str, str]] = []
     threads = [
         threading.Thread(
-            target=lambda u=u: labels.append(volumes.fill(u, {"dataset.path": "/datasets/ds"}, tmp_path / u, 1 << 30))
+            target=lambda u=u: labels.append(volumes.fill(u, DatasetSpec("/datasets/ds"), tmp_path / u, 1 << 30))
         )
         for u in uuids
     ]

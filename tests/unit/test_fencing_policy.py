@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 import pytest
 
 from nvmeof_csi.errors import FailedPrecondition
+from nvmeof_csi.nvmeof.parameters import VolumeParameters
 from nvmeof_csi.service.contracts import StaticNodes
 from nvmeof_csi.service.fencing import (
     CLEANUP_SUCCEEDED,
@@ -90,7 +91,7 @@ def service(facts: Facts, fence_on: frozenset[str] = frozenset(FENCE_ON_CHOICES)
 def test_an_out_of_service_unpublish_fences_and_the_node_is_refused_until_it_rebooted() -> None:
     facts = Facts(boots={"n1": "boot-1"})
     svc, backend = service(facts)
-    vol = svc.create("pvc", CapacityRange(GiB), {})
+    vol = svc.create("pvc", CapacityRange(GiB), VolumeParameters.parse({}))
     svc.publish(vol.ref, "n1", readonly=False)
     assert svc.unpublish(vol.ref, "n1", OUT_OF_SERVICE) == OUT_OF_SERVICE
     assert facts.taint_reads == []  # the reason said it all
@@ -106,7 +107,7 @@ def test_an_out_of_service_unpublish_fences_and_the_node_is_refused_until_it_reb
 def test_without_a_reason_the_taint_decides_and_a_clean_unpublish_never_fences() -> None:
     facts = Facts(tainted={"n2"})
     svc, backend = service(facts)
-    vol = svc.create("pvc", CapacityRange(GiB), {})
+    vol = svc.create("pvc", CapacityRange(GiB), VolumeParameters.parse({}))
     for node in ("n1", "n2"):
         svc.publish(vol.ref, node, readonly=True)
     assert svc.unpublish(vol.ref, "n1") == "" and svc.unpublish(vol.ref, "n2") == TAINT_REASON
@@ -118,7 +119,7 @@ def test_without_a_reason_the_taint_decides_and_a_clean_unpublish_never_fences()
 
 def test_fencing_turned_off_only_revokes_the_grant() -> None:
     svc, backend = service(Facts(tainted={"n1"}), fence_on=frozenset())
-    vol = svc.create("pvc", CapacityRange(GiB), {})
+    vol = svc.create("pvc", CapacityRange(GiB), VolumeParameters.parse({}))
     svc.publish(vol.ref, "n1", readonly=False)
     assert svc.unpublish(vol.ref, "n1", OUT_OF_SERVICE) == ""
     assert backend.volumes[vol.ref.uuid].fenced == {} and backend.volumes[vol.ref.uuid].published_nodes == ()
@@ -128,7 +129,7 @@ def test_a_host_identity_several_nodes_claim_is_refused_until_only_one_does() ->
     """A cloned /etc/nvme/hostnqn: two machines, one node ID; the target could not tell them apart."""
     facts = Facts(claims={"n1": ["gpu-a", "gpu-b"]})
     svc, backend = service(facts)
-    vol = svc.create("pvc", CapacityRange(GiB), {})
+    vol = svc.create("pvc", CapacityRange(GiB), VolumeParameters.parse({}))
     with pytest.raises(FailedPrecondition, match=r"claimed by 2 Nodes \(gpu-a, gpu-b\)"):
         svc.publish(vol.ref, "n1", readonly=False)
     assert backend.volumes[vol.ref.uuid].published_nodes == ()

@@ -11,6 +11,7 @@ import pytest
 from nvmeof_csi.errors import Aborted, DeadlineExceeded, NotFound
 from nvmeof_csi.fleet.backend import AgentBackend
 from nvmeof_csi.gen import nvmeof_agent_pb2 as pb
+from nvmeof_csi.nvmeof.parameters import VolumeParameters
 from nvmeof_csi.topology.fabric_map import parse_fabric_map
 from tests.support.fakes import FakeClock
 
@@ -75,17 +76,19 @@ def test_a_fill_past_the_deadline_is_aborted_and_a_retry_returns_it_when_ready()
     agent, clock = SlowFillAgent(ready_after=12), FakeClock(min_step=0.01)
     b = backend(agent, clock)
     with pytest.raises(Aborted, match="still being filled"):
-        b.create_volume("ds", 1 << 30, DATASET, wait=5.0)
+        b.create_volume("ds", 1 << 30, VolumeParameters.parse(DATASET), wait=5.0)
     assert agent.creates == [5.0]  # the agent call was bounded by the caller's deadline, not an hour
     with pytest.raises(Aborted, match=r"still being filled on agent store-a \(40%\)"):
-        b.create_volume("ds", 1 << 30, DATASET, wait=5.0)  # the retry watches; it never calls create again
+        b.create_volume(
+            "ds", 1 << 30, VolumeParameters.parse(DATASET), wait=5.0
+        )  # the retry watches; it never calls create again
     assert agent.creates == [5.0] and 5.0 <= clock.now <= 6.1
-    vol = b.create_volume("ds", 1 << 30, DATASET, wait=30.0)
+    vol = b.create_volume("ds", 1 << 30, VolumeParameters.parse(DATASET), wait=30.0)
     assert vol.ready and vol.ref.uuid == UUID and agent.creates == [5.0]
 
 
 def test_without_a_deadline_the_wait_is_the_backend_bound() -> None:
     agent, clock = SlowFillAgent(ready_after=10**9), FakeClock(min_step=0.01)
     with pytest.raises(Aborted):
-        backend(agent, clock).create_volume("ds", 1 << 30, DATASET, wait=None)
+        backend(agent, clock).create_volume("ds", 1 << 30, VolumeParameters.parse(DATASET), wait=None)
     assert agent.creates == [3600.0]

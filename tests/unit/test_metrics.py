@@ -11,6 +11,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from nvmeof_csi.agent.metrics import AgentCollector
 from nvmeof_csi.initiator.metrics import NodeVolumeCollector
 from nvmeof_csi.initiator.sysfs import NvmeSysfs
+from nvmeof_csi.nvmeof.parameters import VolumeParameters
 from nvmeof_csi.rpc.metrics import RpcMetrics, go_code_name
 from nvmeof_csi.service.contracts import OrphanStats
 from nvmeof_csi.service.records import AccessSpec, StagingRecord
@@ -82,7 +83,7 @@ def test_node_orphan_release_metrics(tmp_path: Path) -> None:
 def test_agent_metrics(tmp_path: Path) -> None:
     agent = make_agent(tmp_path, capacity=10 << 20)
     agent.converge()
-    vol = agent.create_volume("v", 4 << 20, {}, {}).record
+    vol = agent.create_volume("v", 4 << 20, VolumeParameters.parse({}), {}).record
     agent.allow_host(vol.uuid, HOST)
     registry = CollectorRegistry()
     registry.register(AgentCollector(agent, lambda: 3))

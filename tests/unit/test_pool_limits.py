@@ -15,6 +15,7 @@ from nvmeof_csi.agent.pool import PoolUsage
 from nvmeof_csi.agent.target_agent import TargetAgent
 from nvmeof_csi.errors import ResourceExhausted
 from nvmeof_csi.gen import nvmeof_agent_pb2 as pb
+from nvmeof_csi.nvmeof.parameters import VolumeParameters
 from tests.support.agents import make_agent
 
 MiB = 1 << 20
@@ -24,13 +25,13 @@ HOST = "nqn.2014-08.org.nvmexpress:uuid:0f0f0f0f-0000-0000-0000-0000000000b1"
 def test_snapshots_count_against_the_limit(tmp_path: Path) -> None:
     agent = make_agent(tmp_path, capacity=10 * MiB)
     agent.converge()
-    vol = agent.create_volume("v", 4 * MiB, {}, {}).record
+    vol = agent.create_volume("v", 4 * MiB, VolumeParameters.parse({}), {}).record
     agent.create_snapshot("s1", vol.uuid)
     assert agent.provisioned_bytes() == 8 * MiB  # before: 4 MiB, the snapshot was free
     with pytest.raises(ResourceExhausted, match="left to provision"):
         agent.create_snapshot("s2", vol.uuid)
     with pytest.raises(ResourceExhausted):
-        agent.create_volume("w", 4 * MiB, {}, {})
+        agent.create_volume("w", 4 * MiB, VolumeParameters.parse({}), {})
 
 
 def test_past_the_high_water_mark_nothing_new_is_made_and_what_exists_keeps_working(
@@ -39,13 +40,13 @@ def test_past_the_high_water_mark_nothing_new_is_made_and_what_exists_keeps_work
     base = make_agent(tmp_path)
     agent = TargetAgent(base.name, base.nvmet, base.store, base.state, base.portals, high_water=90)
     agent.converge()
-    vol = agent.create_volume("v", 4 * MiB, {}, {}).record
+    vol = agent.create_volume("v", 4 * MiB, VolumeParameters.parse({}), {}).record
     full = [PoolUsage(100 * MiB, 5 * MiB, 95 * MiB)]
     monkeypatch.setattr(pool_module.FileStore, "usage", lambda self: full[0])
     for make in (
-        lambda: agent.create_volume("w", MiB, {}, {}),
+        lambda: agent.create_volume("w", MiB, VolumeParameters.parse({}), {}),
         lambda: agent.create_snapshot("s", vol.uuid),
-        lambda: agent.create_volume("c", 4 * MiB, {}, {}, source_volume=vol.uuid),
+        lambda: agent.create_volume("c", 4 * MiB, VolumeParameters.parse({}), {}, source_volume=vol.uuid),
     ):
         with pytest.raises(ResourceExhausted, match="high-water mark 90%"):
             make()
@@ -55,4 +56,4 @@ def test_past_the_high_water_mark_nothing_new_is_made_and_what_exists_keeps_work
     full[0] = PoolUsage(100 * MiB, 50 * MiB, 50 * MiB)
     capacity = AgentServicer(agent, []).GetCapacity(pb.GetCapacityRequest(), None)  # type: ignore[arg-type]
     assert capacity.pools[0].free_bytes == 40 * MiB
-    agent.create_volume("w", MiB, {}, {})
+    agent.create_volume("w", MiB, VolumeParameters.parse({}), {})

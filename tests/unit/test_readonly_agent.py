@@ -18,6 +18,7 @@ from nvmeof_csi.fleet.backend import AgentBackend
 from nvmeof_csi.host.executor import Result
 from nvmeof_csi.initiator.connector import _context
 from nvmeof_csi.nvmeof.nqn import namespace_nguid, readonly_namespace_uuid, readonly_nqn, volume_nqn
+from nvmeof_csi.nvmeof.parameters import VolumeParameters
 from nvmeof_csi.service.contracts import VolumeRef
 from nvmeof_csi.topology.fabric_map import parse_fabric_map
 from tests.support.agents import LocalAgent, make_agent, plain_configfs
@@ -35,7 +36,7 @@ def ready_agent(tmp: Path) -> TargetAgent:
 
 def test_a_read_only_host_is_allowed_only_on_the_read_only_subsystem(tmp_path: Path) -> None:
     agent = ready_agent(tmp_path)
-    vol = agent.create_volume("v", 8 * MiB, {}, {}).record
+    vol = agent.create_volume("v", 8 * MiB, VolumeParameters.parse({}), {}).record
     agent.allow_host(vol.uuid, WRITER)
     agent.allow_host(vol.uuid, READER, readonly=True)
     tree = agent.nvmet.dump()
@@ -55,7 +56,7 @@ def test_a_read_only_host_is_allowed_only_on_the_read_only_subsystem(tmp_path: P
 def test_without_devices_a_read_only_grant_is_refused_before_anything_is_saved(tmp_path: Path) -> None:
     base = ready_agent(tmp_path)
     agent = TargetAgent(base.name, base.nvmet, base.store, base.state, base.portals)  # no readonly_devices
-    vol = agent.create_volume("v", 8 * MiB, {}, {}).record
+    vol = agent.create_volume("v", 8 * MiB, VolumeParameters.parse({}), {}).record
     with pytest.raises(FailedPrecondition, match="refuses writes"):
         agent.allow_host(vol.uuid, READER, readonly=True)
     assert agent.get_volume(vol.uuid).record.hosts == {}
@@ -64,7 +65,7 @@ def test_without_devices_a_read_only_grant_is_refused_before_anything_is_saved(t
 
 def test_converge_repairs_and_rebuilds_the_read_only_subsystem(tmp_path: Path) -> None:
     agent = ready_agent(tmp_path)
-    vol = agent.create_volume("v", 8 * MiB, {}, {}).record
+    vol = agent.create_volume("v", 8 * MiB, VolumeParameters.parse({}), {}).record
     agent.allow_host(vol.uuid, READER, readonly=True)
     agent.nvmet.deny(readonly_nqn(vol.uuid), READER)  # drift
     agent.nvmet.allow(volume_nqn(vol.uuid), READER)  # worse drift: the reader on the writable subsystem
@@ -83,7 +84,7 @@ def test_converge_repairs_and_rebuilds_the_read_only_subsystem(tmp_path: Path) -
 
 def test_fencing_a_read_only_host_removes_it_from_the_read_only_subsystem(tmp_path: Path) -> None:
     agent = ready_agent(tmp_path)
-    vol = agent.create_volume("v", 8 * MiB, {}, {}).record
+    vol = agent.create_volume("v", 8 * MiB, VolumeParameters.parse({}), {}).record
     agent.allow_host(vol.uuid, WRITER)
     agent.allow_host(vol.uuid, READER, readonly=True)
     agent.fence_host(vol.uuid, READER, "NODE_OUT_OF_SERVICE", "")
@@ -93,7 +94,7 @@ def test_fencing_a_read_only_host_removes_it_from_the_read_only_subsystem(tmp_pa
 
 def test_deleting_a_volume_removes_its_read_only_subsystem(tmp_path: Path) -> None:
     agent = ready_agent(tmp_path)
-    vol = agent.create_volume("v", 8 * MiB, {}, {}).record
+    vol = agent.create_volume("v", 8 * MiB, VolumeParameters.parse({}), {}).record
     agent.allow_host(vol.uuid, READER, readonly=True)
     agent.delete_volume(vol.uuid)
     assert agent.nvmet.dump()["subsystems"] == {}
@@ -169,7 +170,7 @@ def test_publish_read_only_names_the_read_only_subsystem_and_the_node_accepts_on
     agent = ready_agent(tmp_path)
     fabric = parse_fabric_map({"agents": [{"name": "store-a", "endpoint": "unix:///nowhere", "fabric": "f1"}]})
     backend = AgentBackend(fabric, client=lambda _entry: LocalAgent(agent))
-    vol = agent.create_volume("v", MiB, {}, {}).record
+    vol = agent.create_volume("v", MiB, VolumeParameters.parse({}), {}).record
     ref = VolumeRef("store-a", vol.uuid)
     published = backend.publish(ref, READER, True)
     assert published["nqn"] == readonly_nqn(vol.uuid) and published["readonly"] == "true"

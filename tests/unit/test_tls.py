@@ -20,6 +20,7 @@ from nvmeof_csi.initiator.keys import ConnectKeys
 from nvmeof_csi.nvmeof.context import VolumeContext
 from nvmeof_csi.nvmeof.dhchap import HostKeys
 from nvmeof_csi.nvmeof.nqn import volume_nqn
+from nvmeof_csi.nvmeof.parameters import VolumeParameters
 from nvmeof_csi.nvmeof.tlspsk import format_psk, generate_psk, identity, parse_psk
 from nvmeof_csi.service.contracts import VolumeRef
 from tests.support.agents import make_agent
@@ -122,26 +123,30 @@ def tls_agent(tmp: Path, ring: NvmeKeyring | None = None, daemon: bool = True, t
 def test_agent_refuses_a_tls_volume_it_cannot_serve(tmp_path: Path) -> None:
     (tmp_path / "a").mkdir()
     with pytest.raises(FailedPrecondition, match="no TLS portal"):
-        tls_agent(tmp_path / "a", tls_portal=False).create_volume("v", 1 << 20, {"tls": "psk"}, {})
+        tls_agent(tmp_path / "a", tls_portal=False).create_volume(
+            "v", 1 << 20, VolumeParameters.parse({"tls": "psk"}), {}
+        )
     with pytest.raises(FailedPrecondition, match="CONFIG_NVME_TARGET_TCP_TLS"):
         (tmp_path / "b").mkdir()
         tls_agent(tmp_path / "b", FakeKeyring(tmp_path / "b", present=False)).create_volume(
-            "v", 1 << 20, {"tls": "psk"}, {}
+            "v", 1 << 20, VolumeParameters.parse({"tls": "psk"}), {}
         )
     (tmp_path / "c").mkdir()
     with pytest.raises(FailedPrecondition, match="tlshd"):
-        tls_agent(tmp_path / "c", daemon=False).create_volume("v", 1 << 20, {"tls": "psk"}, {})
+        tls_agent(tmp_path / "c", daemon=False).create_volume("v", 1 << 20, VolumeParameters.parse({"tls": "psk"}), {})
     (tmp_path / "d").mkdir()
     with pytest.raises(InvalidArgument, match="transport tcp only"):
-        tls_agent(tmp_path / "d").create_volume("v", 1 << 20, {"tls": "psk", "transport": "rdma"}, {})
+        tls_agent(tmp_path / "d").create_volume(
+            "v", 1 << 20, VolumeParameters.parse({"tls": "psk", "transport": "rdma"}), {}
+        )
 
 
 def test_agent_issues_one_psk_per_host_and_exports_tls_volumes_on_tls_portals_only(tmp_path: Path) -> None:
     ring = FakeKeyring(tmp_path)
     agent = tls_agent(tmp_path, ring)
-    a = agent.create_volume("a", 1 << 20, {"tls": "psk"}, {})
-    b = agent.create_volume("b", 1 << 20, {"tls": "psk"}, {})
-    clear = agent.create_volume("c", 1 << 20, {}, {})
+    a = agent.create_volume("a", 1 << 20, VolumeParameters.parse({"tls": "psk"}), {})
+    b = agent.create_volume("b", 1 << 20, VolumeParameters.parse({"tls": "psk"}), {})
+    clear = agent.create_volume("c", 1 << 20, VolumeParameters.parse({}), {})
     assert [p.port_id for p, _ in a.portals] == [3] and [p.port_id for p, _ in clear.portals] == [1, 2]
     for vol in (a, b, clear):
         agent.allow_host(vol.record.uuid, HOST)
@@ -162,7 +167,7 @@ def test_agent_issues_one_psk_per_host_and_exports_tls_volumes_on_tls_portals_on
 
 def test_agent_after_a_reboot_puts_every_psk_back_and_unlinks_a_wrong_kind_portal(tmp_path: Path) -> None:
     agent = tls_agent(tmp_path, FakeKeyring(tmp_path))
-    vol = agent.create_volume("a", 1 << 20, {"tls": "psk"}, {})
+    vol = agent.create_volume("a", 1 << 20, VolumeParameters.parse({"tls": "psk"}), {})
     agent.allow_host(vol.record.uuid, HOST)
     agent.nvmet.link(1, volume_nqn(vol.record.uuid))  # exported in clear text by mistake
     fresh = FakeKeyring(tmp_path)  # the kernel's keyring after a reboot: empty
@@ -220,8 +225,8 @@ def test_volume_health_judges_each_volume_by_the_portals_of_its_kind(tmp_path: P
     """A clear volume is not degraded for not being on a TLS portal, nor a TLS volume for not being on a clear one;
     a TLS volume off one of its TLS portals is."""
     agent = tls_agent(tmp_path, FakeKeyring(tmp_path))
-    clear = agent.create_volume("c", 1 << 20, {}, {})
-    tls = agent.create_volume("t", 1 << 20, {"tls": "psk"}, {})
+    clear = agent.create_volume("c", 1 << 20, VolumeParameters.parse({}), {})
+    tls = agent.create_volume("t", 1 << 20, VolumeParameters.parse({"tls": "psk"}), {})
     parts = agent._parts
     assert volume_health(parts, clear.record) == [] and volume_health(parts, tls.record) == []
     agent.nvmet.unlink(TLS_PORTAL.port_id, volume_nqn(tls.record.uuid))

@@ -9,6 +9,7 @@ from nvmeof_csi.errors import (
     OutOfRange,
     ResourceExhausted,
 )
+from nvmeof_csi.nvmeof.parameters import VolumeParameters
 from nvmeof_csi.service.contracts import StaticNodes, VolumeRef
 from nvmeof_csi.service.provisioning import CapacityRange, GiB, MiB, VolumeService, choose_size
 from tests.support.fakes import FakeBackend
@@ -38,26 +39,26 @@ def test_choose_size_rejects(required: int, limit: int, error: type[Exception]) 
 
 def test_create_is_idempotent_by_name_and_checks_compatibility() -> None:
     s, backend = svc()
-    a = s.create("pvc-1", CapacityRange(GiB), {"queueSize": "64"})
-    b = s.create("pvc-1", CapacityRange(GiB), {"queueSize": "64"})
+    a = s.create("pvc-1", CapacityRange(GiB), VolumeParameters.parse({"queueSize": "64"}))
+    b = s.create("pvc-1", CapacityRange(GiB), VolumeParameters.parse({"queueSize": "64"}))
     assert a == b and len(backend.volumes) == 1
     with pytest.raises(AlreadyExists, match="outside the requested range"):
-        s.create("pvc-1", CapacityRange(2 * GiB), {"queueSize": "64"})
+        s.create("pvc-1", CapacityRange(2 * GiB), VolumeParameters.parse({"queueSize": "64"}))
     with pytest.raises(AlreadyExists, match="different parameters"):
-        s.create("pvc-1", CapacityRange(GiB), {"queueSize": "128"})
+        s.create("pvc-1", CapacityRange(GiB), VolumeParameters.parse({"queueSize": "128"}))
 
 
 def test_capacity_exhausted() -> None:
     s, _ = svc(capacity=3 * GiB)
-    s.create("a", CapacityRange(2 * GiB), {})
+    s.create("a", CapacityRange(2 * GiB), VolumeParameters.parse({}))
     with pytest.raises(ResourceExhausted):
-        s.create("b", CapacityRange(2 * GiB), {})
+        s.create("b", CapacityRange(2 * GiB), VolumeParameters.parse({}))
 
 
 def test_publish_checks_volume_node_and_limit() -> None:
     s, _ = svc(max_per_node=1)
-    a = s.create("a", CapacityRange(GiB), {})
-    b = s.create("b", CapacityRange(GiB), {})
+    a = s.create("a", CapacityRange(GiB), VolumeParameters.parse({}))
+    b = s.create("b", CapacityRange(GiB), VolumeParameters.parse({}))
     with pytest.raises(NotFound, match="node"):
         s.publish(a.ref, "ghost", False)
     with pytest.raises(NotFound, match="volume"):
@@ -75,7 +76,7 @@ def test_publish_checks_volume_node_and_limit() -> None:
 def test_a_one_node_volume_is_refused_to_a_second_node_until_the_first_lets_go() -> None:
     """CSI: FAILED_PRECONDITION when a volume without a MULTI_NODE mode is published at another node."""
     s, _ = svc()
-    a = s.create("a", CapacityRange(GiB), {})
+    a = s.create("a", CapacityRange(GiB), VolumeParameters.parse({}))
     s.publish(a.ref, "n1", False, one_node=True)
     s.publish(a.ref, "n1", False, one_node=True)  # the same node again: fine
     with pytest.raises(FailedPrecondition, match="published to node 'n1'"):
@@ -90,7 +91,7 @@ def test_pagination_survives_deleting_the_last_entry_of_a_page() -> None:
     s, _ = svc()
     names = [f"v{i}" for i in range(7)]
     for n in names:
-        s.create(n, CapacityRange(MiB), {})
+        s.create(n, CapacityRange(MiB), VolumeParameters.parse({}))
     first = s.list(3, "")
     assert len(first.volumes) == 3 and first.next_token
     s.delete(first.volumes[-1].ref)
@@ -114,7 +115,7 @@ def test_list_bad_token_is_aborted() -> None:
 
 def test_expand_grows_never_shrinks() -> None:
     s, _ = svc()
-    v = s.create("a", CapacityRange(GiB), {})
+    v = s.create("a", CapacityRange(GiB), VolumeParameters.parse({}))
     assert s.expand(v.ref, CapacityRange(GiB // 2)) == GiB
     assert s.expand(v.ref, CapacityRange(2 * GiB + 1)) == 2 * GiB + MiB
     with pytest.raises(NotFound):

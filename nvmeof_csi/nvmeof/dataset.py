@@ -8,7 +8,8 @@
 - ``dataset.medium``: ``MEM``, ``SSD`` or ``HDD``: the tier the data set is pinned to (default: any)
 
 Contract: :meth:`DatasetSpec.from_parameters` returns ``None`` for an ordinary volume, a validated spec
-otherwise, and raises :class:`InvalidArgument` naming the bad key.
+otherwise, and raises :class:`InvalidArgument` naming the bad key; :meth:`DatasetSpec.to_parameters` is its
+inverse (every key spelled out, so the spec it gives back is the same).
 """
 
 from __future__ import annotations
@@ -37,6 +38,16 @@ class DatasetSpec:
     def label(self) -> str:
         """The metrics label for this data set (its Alluxio path)."""
         return self.path
+
+    def to_parameters(self) -> dict[str, str]:
+        keys = {"dataset.path": self.path, "dataset.pin": "true" if self.pin else "false"}
+        if self.uri:
+            keys["dataset.uri"] = self.uri
+        if self.ttl_seconds:
+            keys["dataset.ttl"] = str(self.ttl_seconds)
+        if self.medium:
+            keys["dataset.medium"] = self.medium
+        return keys
 
     @classmethod
     def from_parameters(cls, params: Mapping[str, str]) -> DatasetSpec | None:
