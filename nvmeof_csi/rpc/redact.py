@@ -1,6 +1,6 @@
-"""Protobuf messages made safe to log: every ``secrets`` map, every field whose name ends in ``secret``
-(our agent API) and every field the CSI spec marks ``csi_secret`` is replaced by a placeholder, at any
-depth. The input message is never modified.
+"""Protobuf messages made safe to log: every ``secrets`` map, every field whose name ends in ``secret`` or
+``psk`` (our agent API: DH-HMAC-CHAP keys, NVMe/TCP TLS pre-shared keys) and every field the CSI spec marks
+``csi_secret`` is replaced by a placeholder, at any depth. The input message is never modified.
 """
 
 from __future__ import annotations
@@ -15,11 +15,12 @@ from nvmeof_csi.gen import csi_pb2
 
 REDACTED = "***stripped***"
 SECRET_OPTION = csi_pb2.DESCRIPTOR.package + ".csi_secret"
+SECRET_SUFFIXES = ("secret", "psk")  # a field of ours named so holds key material
 
 
 @cache  # a pure function of an immutable descriptor (a fixed, small set): computed once per field
 def _is_secret(field: FieldDescriptor) -> bool:
-    if field.name == "secrets" or field.name.endswith("secret"):
+    if field.name == "secrets" or field.name.endswith(SECRET_SUFFIXES):
         return True
     return any(opt.full_name == SECRET_OPTION and bool(value) for opt, value in field.GetOptions().ListFields())
 

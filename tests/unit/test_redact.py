@@ -1,4 +1,4 @@
-from nvmeof_csi.gen import csi_pb2
+from nvmeof_csi.gen import csi_pb2, nvmeof_agent_pb2
 from nvmeof_csi.rpc.redact import REDACTED, safe_text
 
 
@@ -32,3 +32,25 @@ def test_nested_messages_are_kept() -> None:
     req = csi_pb2.CreateVolumeRequest(name="pvc-1", capacity_range=csi_pb2.CapacityRange(required_bytes=5))
     text = safe_text(req)
     assert "pvc-1" in text and "required_bytes: 5" in text
+
+
+def test_host_keys_never_reach_a_log_line() -> None:
+    """Before, ``tls_psk`` was not stripped: at DEBUG every GetHostKeys reply logged the host's TLS PSK."""
+    keys = nvmeof_agent_pb2.HostKeys(
+        dhchap_secret="DHHC-1:00:hostkey:", dhchap_ctrl_secret="DHHC-1:00:ctrlkey:", tls_psk="NVMeTLSkey-1:01:pskbytes:"
+    )
+    text = safe_text(keys)
+    assert "hostkey" not in text and "ctrlkey" not in text and "pskbytes" not in text and REDACTED in text
+
+
+def test_every_key_field_of_the_agent_api_is_caught() -> None:
+    """Any string field of the agent API whose name says it holds a key is stripped, in every message."""
+    checked = 0
+    for message in nvmeof_agent_pb2.DESCRIPTOR.message_types_by_name.values():
+        for field in message.fields:
+            if field.type != field.TYPE_STRING or not any(w in field.name for w in ("secret", "psk")):
+                continue
+            msg = getattr(nvmeof_agent_pb2, message.name)(**{field.name: "k3y-material"})
+            assert "k3y-material" not in safe_text(msg), f"{message.name}.{field.name}"
+            checked += 1
+    assert checked >= 5
