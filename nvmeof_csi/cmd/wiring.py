@@ -100,7 +100,10 @@ def build_services(settings: Settings, executor: Executor | None = None) -> CsiS
             nodes = StaticNodes(frozenset({settings.node_id}))
         facts = node_facts(settings)
         services.volumes = VolumeService(backend, nodes, settings.max_volumes_per_node, facts, settings.fence_on)
-        build_signer(settings, facts, services.background)
+        signer = build_signer(settings, facts, services.background)
+        if signer is not None:  # its liveness is the controller's readiness; its decisions are metrics
+            services.checks.append(signer.health)
+            services.registry.register(signer)
         services.checks.append(backend.health)
     if settings.mode.node:
         connector: Connector

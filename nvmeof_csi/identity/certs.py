@@ -59,6 +59,11 @@ def new_key() -> bytes:
     )
 
 
+MAX_REQUEST_BYTES = 16 << 10  # an identity request is well under 2 KiB
+MAX_NAMES = 4  # an identity names one host NQN or one address
+MAX_NAME_CHARS = 256  # a host NQN is at most 223 bytes
+
+
 def _names(uris: tuple[str, ...], ips: tuple[str, ...]) -> list[x509.GeneralName]:
     return [*map(x509.UniformResourceIdentifier, uris), *(x509.IPAddress(ipaddress.ip_address(ip)) for ip in ips)]
 
@@ -81,7 +86,20 @@ def node_request(key_pem: bytes, node_name: str, host_nqn: str) -> bytes:
 
 
 def read_request(pem: bytes) -> Request:
-    """A PKCS#10 request checked for form (signature, key type, names); its meaning is the signer's to check."""
+    """A PKCS#10 request checked for form (signature, key type, names); its meaning is the signer's to check.
+    Whatever is wrong with it (cryptography raises its own types for hostile DER: ``DuplicateExtension``,
+    ``UnsupportedGeneralNameType``, ...) is ``InvalidArgument`` naming it: a request never escapes as another error."""
+    if len(pem) > MAX_REQUEST_BYTES:
+        raise InvalidArgument(f"the request is {len(pem)} bytes; at most {MAX_REQUEST_BYTES} are read")
+    try:
+        return _read_request(pem)
+    except InvalidArgument:
+        raise
+    except Exception as exc:  # hostile input: any of the parser's own exception types
+        raise InvalidArgument(f"malformed request ({type(exc).__name__}: {exc})"[:300]) from exc
+
+
+def _read_request(pem: bytes) -> Request:
     try:
         csr = x509.load_pem_x509_csr(pem)
     except ValueError as exc:
@@ -91,12 +109,14 @@ def read_request(pem: bytes) -> Request:
     key = csr.public_key()
     if not (
         (isinstance(key, ec.EllipticCurvePublicKey) and key.curve.name == "secp256r1")
-        or (isinstance(key, rsa.RSAPublicKey) and key.key_size >= 2048)
+        or (isinstance(key, rsa.RSAPublicKey) and 2048 <= key.key_size <= 8192)
     ):
-        raise InvalidArgument("the key must be EC P-256 or RSA of at least 2048 bits")
+        raise InvalidArgument("the key must be EC P-256 or RSA of 2048 to 8192 bits")
     names = csr.subject.get_attributes_for_oid(NameOID.COMMON_NAME)
     if len(names) != 1 or len(csr.subject) != 1:
         raise InvalidArgument("the subject must be exactly one common name")
+    if len(str(names[0].value)) > MAX_NAME_CHARS:
+        raise InvalidArgument(f"the common name is longer than {MAX_NAME_CHARS} characters")
     uris: list[str] = []
     ips: list[str] = []
     for ext in csr.extensions:
@@ -108,6 +128,8 @@ def read_request(pem: bytes) -> Request:
             )
         uris += ext.value.get_values_for_type(x509.UniformResourceIdentifier)
         ips += [str(ip) for ip in ext.value.get_values_for_type(x509.IPAddress)]
+    if len(uris) + len(ips) > MAX_NAMES or any(len(u) > MAX_NAME_CHARS for u in uris):
+        raise InvalidArgument(f"at most {MAX_NAMES} names of at most {MAX_NAME_CHARS} characters each")
     return Request(str(names[0].value), tuple(uris), key, tuple(ips))
 
 
