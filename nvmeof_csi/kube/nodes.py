@@ -147,8 +147,18 @@ class KubeNodes:
             raise Unavailable(f"cannot read Node {name} (node {node_id!r}): {_why(exc)}") from exc
 
     def out_of_service(self, node_id: str) -> bool | None:
-        node = self._node(node_id)
-        taints = (node.spec.taints or []) if node is not None and node.spec is not None else []
+        """Whether a Node that claims ``node_id`` carries the out-of-service taint. When several claim it (one
+        host identity on two machines), any one tainted is enough: ambiguity fences, it never passes."""
+        return any(self._tainted(name, node_id) for name in self.claimed_by(node_id))
+
+    def _tainted(self, name: str, node_id: str) -> bool:
+        try:
+            node = self._core.read_node(name, _request_timeout=10)
+        except Exception as exc:
+            if getattr(exc, "status", None) == 404:
+                return False
+            raise Unavailable(f"cannot read Node {name} (node {node_id!r}): {_why(exc)}") from exc
+        taints = (node.spec.taints or []) if node.spec is not None else []
         return any(t.key == OUT_OF_SERVICE_TAINT for t in taints)
 
     def boot_id(self, node_id: str) -> str:

@@ -102,6 +102,8 @@ def test_a_node_id_two_csinodes_list_is_claimed_by_both_and_names_no_node() -> N
     assert nodes.claimed_by("nqn.gpu-2") == ["gpu-2", "gpu-3"]
     assert nodes.claimed_by("nqn.gpu-1") == ["gpu-1"] and nodes.claimed_by("nqn.none") == []
     assert nodes.boot_id("nqn.gpu-2") == "" and nodes.out_of_service("nqn.gpu-2") is False  # no guess between two
+    core.nodes["gpu-3"] = NS(spec=NS(taints=[NS(key=OUT_OF_SERVICE_TAINT, effect="NoExecute")]), status=None)
+    assert nodes.out_of_service("nqn.gpu-2") is True  # one claimant is out of service: fence (it was False before)
 
 
 def test_addresses_of_a_node_by_name() -> None:
