@@ -74,6 +74,7 @@ def node_facts(settings: Settings) -> NodeFacts:
 
 
 def build_services(settings: Settings, executor: Executor | None = None) -> CsiServices:
+    """Everything ``serve`` runs, built and not started (the loops go into ``services.background``)."""
     executor = executor or SubprocessExecutor()
     topology = {TOPOLOGY_FABRIC: settings.fabric}
     if settings.zone:
@@ -86,82 +87,93 @@ def build_services(settings: Settings, executor: Executor | None = None) -> CsiS
     )
     services.observe = RpcMetrics(services.registry, DRIVER_NAME).observe
     if settings.mode.controller:
-        backend: TargetBackend
-        nodes: NodeDirectory
-        if settings.backend is Backend.NVMEOF:
-            assert settings.fabric_map is not None
-            locality = CacheLocality(AlluxioRest(settings.alluxio_proxy, "")) if settings.alluxio_proxy else None
-            backend = AgentBackend(load_fabric_map(settings.fabric_map), locality=locality, census=True)
-            assert backend.census is not None
-            services.background.add("name-census", backend.census.run)
-            nodes = HostNqnNodes()
-        else:
-            backend = LoopTargetBackend(settings.state_dir / "loop", settings.loop_capacity_bytes, topology)
-            nodes = StaticNodes(frozenset({settings.node_id}))
-        facts = node_facts(settings)
-        services.volumes = VolumeService(backend, nodes, settings.max_volumes_per_node, facts, settings.fence_on)
-        signer = build_signer(settings, facts, services.background)
-        if signer is not None:  # its liveness is the controller's readiness; its decisions are metrics
-            services.checks.append(signer.health)
-            services.registry.register(signer)
-        services.checks.append(backend.health)
+        _build_controller(settings, services)
     if settings.mode.node:
-        connector: Connector
-        # one set of agent clients for the node's keys and its I/O limits (the fabric map is read once)
-        clients = (
-            AgentClients(load_fabric_map(settings.fabric_map, ca_only=settings.node_identity == "csr"))
-            if settings.backend is Backend.NVMEOF and settings.fabric_map
-            else None
-        )
-        if settings.backend is Backend.NVMEOF:
-            identity, origin = ensure_identity(settings.state_dir / "node")
-            if origin == "regenerated":
-                log.warning(
-                    "the saved host identity was made on another machine (a cloned disk or state folder); "
-                    "this node now uses the fresh host NQN %s",
-                    identity.nqn,
-                )
-            log.info("host identity %s (%s)", identity.nqn, origin)
-            if clients is not None:
-                build_node_identity(settings, identity.nqn, clients, services.background)
-            services.node_id = node_id_for(identity.nqn)
-            services.topology[TOPOLOGY_RDMA] = "true" if rdma_capable() else "false"
-            connector = NvmeofConnector(
-                executor,
-                NvmeSysfs(),
-                identity,
-                settings.allow_single_path,
-                block_events=open_block_events,
-                host_keys=AgentHostKeys(clients, identity.nqn) if clients else None,
-                features=NodeFeatures(
-                    cgroup_root=settings.cgroup_root,
-                    authenticates=FabricsDevice().authenticates,
-                    tls_capable=lambda: "tls" in FabricsDevice().options(),
-                    handshake_daemon=handshake_daemon_running,
-                ),
-            )
-        else:
-            connector = LoopConnector(executor)
-        store = StagingStore(settings.state_dir / "staging")
-        qos = QosEnforcer(PodCgroups(settings.cgroup_root), LimitOverrides(settings.state_dir / "qos"))
-        source = None
-        if clients is not None:
-            source = AgentLimits(clients)
-        elif settings.backend is Backend.NVMEOF:
-            log.warning("no --fabric-map: live changes of I/O limits (ControllerModifyVolume) do not reach this node")
-        services.staging = StagingService(
-            connector,
-            Mounter(executor),
-            Filesystems(executor),
-            store,
-            root=settings.kubelet_root,
-            qos=qos,
-            limits_source=source,
-        )
-        services.qos_period = settings.qos_period
-        if settings.backend is Backend.NVMEOF:
-            services.registry.register(
-                NodeVolumeCollector(store.all, NvmeSysfs(), qos, settings.metrics_pod_uid, connector.orphan_stats)
-            )
-        services.checks.append(connector.health)
+        _build_node(settings, services, executor)
     return services
+
+
+def _build_controller(settings: Settings, services: CsiServices) -> None:
+    backend: TargetBackend
+    nodes: NodeDirectory
+    if settings.backend is Backend.NVMEOF:
+        assert settings.fabric_map is not None
+        locality = CacheLocality(AlluxioRest(settings.alluxio_proxy, "")) if settings.alluxio_proxy else None
+        backend = AgentBackend(load_fabric_map(settings.fabric_map), locality=locality, census=True)
+        assert backend.census is not None
+        services.background.add("name-census", backend.census.run)
+        nodes = HostNqnNodes()
+    else:
+        backend = LoopTargetBackend(settings.state_dir / "loop", settings.loop_capacity_bytes, services.topology)
+        nodes = StaticNodes(frozenset({settings.node_id}))
+    facts = node_facts(settings)
+    services.volumes = VolumeService(backend, nodes, settings.max_volumes_per_node, facts, settings.fence_on)
+    signer = build_signer(settings, facts, services.background)
+    if signer is not None:  # its liveness is the controller's readiness; its decisions are metrics
+        services.checks.append(signer.health)
+        services.registry.register(signer)
+    services.checks.append(backend.health)
+
+
+def _nvmeof_connector(
+    settings: Settings, services: CsiServices, executor: Executor, clients: AgentClients | None
+) -> NvmeofConnector:
+    """The kernel initiator with this node's own host identity (made and kept in the state folder)."""
+    identity, origin = ensure_identity(settings.state_dir / "node")
+    if origin == "regenerated":
+        log.warning(
+            "the saved host identity was made on another machine (a cloned disk or state folder); "
+            "this node now uses the fresh host NQN %s",
+            identity.nqn,
+        )
+    log.info("host identity %s (%s)", identity.nqn, origin)
+    if clients is not None:
+        build_node_identity(settings, identity.nqn, clients, services.background)
+    services.node_id = node_id_for(identity.nqn)
+    services.topology[TOPOLOGY_RDMA] = "true" if rdma_capable() else "false"
+    return NvmeofConnector(
+        executor,
+        NvmeSysfs(),
+        identity,
+        settings.allow_single_path,
+        block_events=open_block_events,
+        host_keys=AgentHostKeys(clients, identity.nqn) if clients else None,
+        features=NodeFeatures(
+            cgroup_root=settings.cgroup_root,
+            authenticates=FabricsDevice().authenticates,
+            tls_capable=lambda: "tls" in FabricsDevice().options(),
+            handshake_daemon=handshake_daemon_running,
+        ),
+    )
+
+
+def _build_node(settings: Settings, services: CsiServices, executor: Executor) -> None:
+    nvmeof = settings.backend is Backend.NVMEOF
+    # one set of agent clients for the node's keys and its I/O limits (the fabric map is read once)
+    clients = (
+        AgentClients(load_fabric_map(settings.fabric_map, ca_only=settings.node_identity == "csr"))
+        if nvmeof and settings.fabric_map
+        else None
+    )
+    connector: Connector = (
+        _nvmeof_connector(settings, services, executor, clients) if nvmeof else LoopConnector(executor)
+    )
+    store = StagingStore(settings.state_dir / "staging")
+    qos = QosEnforcer(PodCgroups(settings.cgroup_root), LimitOverrides(settings.state_dir / "qos"))
+    if clients is None and nvmeof:
+        log.warning("no --fabric-map: live changes of I/O limits (ControllerModifyVolume) do not reach this node")
+    services.staging = StagingService(
+        connector,
+        Mounter(executor),
+        Filesystems(executor),
+        store,
+        root=settings.kubelet_root,
+        qos=qos,
+        limits_source=AgentLimits(clients) if clients is not None else None,
+    )
+    services.qos_period = settings.qos_period
+    if nvmeof:
+        services.registry.register(
+            NodeVolumeCollector(store.all, NvmeSysfs(), qos, settings.metrics_pod_uid, connector.orphan_stats)
+        )
+    services.checks.append(connector.health)
