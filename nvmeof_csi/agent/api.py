@@ -125,6 +125,22 @@ def volume_msg(view: VolumeView) -> pb.Volume:
     )
 
 
+def _own_hosts_only(msg: pb.Volume) -> pb.Volume:
+    """For a node: ``msg`` naming no host but the caller's own (other hosts' NQNs, read-only marks and fences,
+    with their boot IDs, are not a node's business); every other role: ``msg`` as it is."""
+    who = caller()
+    if who.role != NODE:
+        return msg
+    mine = [h for h in msg.allowed_hosts if h == who.host_nqn]
+    readonly = [h for h in msg.readonly_hosts if h == who.host_nqn]
+    fenced = [f for f in msg.fenced_hosts if f.host_nqn == who.host_nqn]
+    del msg.allowed_hosts[:], msg.readonly_hosts[:], msg.fenced_hosts[:]
+    msg.allowed_hosts.extend(mine)
+    msg.readonly_hosts.extend(readonly)
+    msg.fenced_hosts.extend(fenced)
+    return msg
+
+
 def volume_with_health(agent: TargetAgent, view: VolumeView) -> pb.Volume:
     """What GetVolume answers: the volume and what is wrong with it here (``agent/health.py``)."""
     msg = volume_msg(view)
@@ -240,13 +256,13 @@ class AgentServicer(pb_grpc.AgentServicer):
             raise (hidden if caller().role == NODE else exc) from None
         if not self._visible(view):
             raise hidden
-        return volume_with_health(self._agent, view)
+        return _own_hosts_only(volume_with_health(self._agent, view))
 
     def ListVolumes(self, request: pb.ListVolumesRequest, context: Ctx) -> pb.ListVolumesResponse:
         page, token = self._agent.list_volume_page(
             _uuid(request.starting_token, "starting_token"), _page_size(request.max_entries), self._visible_record
         )
-        return pb.ListVolumesResponse(volumes=[volume_msg(v) for v in page], next_token=token)
+        return pb.ListVolumesResponse(volumes=[_own_hosts_only(volume_msg(v)) for v in page], next_token=token)
 
     def CreateSnapshot(self, request: pb.CreateSnapshotRequest, context: Ctx) -> pb.Snapshot:
         require(request.source_volume_uuid, "source_volume_uuid")

@@ -55,6 +55,7 @@ def test_roles_from_client_certificates(tmp_path: Path) -> None:
                 c.set_ana("a", "inaccessible")
         with as_("reader") as c:
             assert len(c.list_volumes()) == 2 and c.capacity()
+            assert sorted(c.get_volume(mine.uuid).allowed_hosts) == sorted([NODE_NQN, NEIGHBOUR_NQN])
             with pytest.raises(PermissionDenied, match="CreateVolume needs role controller"):
                 c.create_volume("nope", 8 * MiB)
             with pytest.raises(PermissionDenied, match="DenyHost needs role controller"):
@@ -70,6 +71,9 @@ def test_roles_from_client_certificates(tmp_path: Path) -> None:
                 c.get_host_keys(other.uuid, NODE_NQN)  # not allowed there: nothing issued
             assert [v.uuid for v in c.list_volumes()] == [mine.uuid]
             assert c.get_volume(mine.uuid).uuid == mine.uuid
+            # its neighbour shares the volume: a node reads only its own host NQN there (before: both NQNs)
+            assert list(c.get_volume(mine.uuid).allowed_hosts) == [NODE_NQN]
+            assert [list(v.allowed_hosts) for v in c.list_volumes()] == [[NODE_NQN]]
             with pytest.raises(NotFound):
                 c.get_volume(other.uuid)
             # a name that exists and one that does not read the same to a node (before: "no volume named ...")
