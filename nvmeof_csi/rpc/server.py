@@ -34,12 +34,28 @@ log = logging.getLogger(__name__)
 Server = grpc.aio.Server | grpc.Server
 
 
+#: Bounds every server takes: a TLS (or any) handshake that does not finish within 10 s is dropped, and one
+#: connection carries at most 64 calls at once (a client cannot hold the server's memory with slow handshakes or
+#: with one connection's streams).
+SERVER_OPTIONS = (("grpc.server_handshake_timeout_ms", 10_000), ("grpc.max_concurrent_streams", 64))
+#: Calls in flight on the CSI server before a new one is refused with RESOURCE_EXHAUSTED (the sidecars retry).
+CSI_MAX_CALLS = 256
+
+
 def new_server(
-    lock_table: LockTable, authorize: Authorize | None = None, observe: Observe | None = None
+    lock_table: LockTable,
+    authorize: Authorize | None = None,
+    observe: Observe | None = None,
+    max_calls: int = CSI_MAX_CALLS,
 ) -> grpc.aio.Server:
     """An asyncio gRPC server whose every unary call crosses the shared edge with ``lock_table`` (and
-    ``authorize``, when the service authorizes its callers; ``observe`` gets every call's code and duration)."""
-    return grpc.aio.server(interceptors=[EdgeInterceptor(KeyedLocks(), lock_table, authorize, observe)])
+    ``authorize``, when the service authorizes its callers; ``observe`` gets every call's code and duration).
+    More than ``max_calls`` calls in flight: the next is refused with RESOURCE_EXHAUSTED."""
+    return grpc.aio.server(
+        interceptors=[EdgeInterceptor(KeyedLocks(), lock_table, authorize, observe)],
+        options=SERVER_OPTIONS,
+        maximum_concurrent_rpcs=max_calls,
+    )
 
 
 def new_threaded_server(
@@ -49,10 +65,13 @@ def new_threaded_server(
     workers: int = 32,
 ) -> grpc.Server:
     """A gRPC server whose handlers run on a pool of ``workers`` threads, behind the same edge as
-    :func:`new_server`. A call beyond ``workers`` in flight waits for a free thread."""
+    :func:`new_server`. A call beyond ``workers`` in flight waits for a free thread, up to as many again; past
+    that, a call is refused with RESOURCE_EXHAUSTED (never an unbounded queue)."""
     return grpc.server(
         ThreadPoolExecutor(max_workers=workers, thread_name_prefix="rpc"),
         interceptors=[ThreadedEdgeInterceptor(KeyedLocks(), lock_table, authorize, observe)],
+        options=SERVER_OPTIONS,
+        maximum_concurrent_rpcs=2 * workers,
     )
 
 

@@ -117,3 +117,27 @@ async def test_sigterm_lets_an_inflight_call_finish_and_removes_the_socket(tmp_p
     assert isinstance(await asyncio.to_thread(call.result), pb.DeleteVolumeResponse)
     channel.close()
     assert not sock.exists()
+
+
+def test_calls_past_the_bound_are_refused_not_queued(tmp_path: Path) -> None:
+    """Before, a threaded server queued every call past its threads without bound (the agent's 128 threads, then
+    any number waiting). Now at most as many again wait; the rest are refused at once."""
+    servicer = Servicer()  # type: ignore[abstract]
+    server = new_threaded_server({}, workers=1)
+    pb_grpc.add_AgentServicer_to_server(servicer, server)
+    bind(server, Endpoint.parse(f"unix://{tmp_path / 'b.sock'}"))
+    server.start()
+    channel = grpc.insecure_channel(f"unix://{tmp_path / 'b.sock'}")
+    stub = pb_grpc.AgentStub(channel)
+    try:
+        held = [stub.DeleteVolume.future(pb.DeleteVolumeRequest(uuid=f"v{i}"), timeout=20) for i in range(2)]
+        assert servicer.entered.wait(10)  # one runs, one waits for the thread
+        with pytest.raises(grpc.RpcError) as third:
+            stub.DeleteVolume(pb.DeleteVolumeRequest(uuid="v3"), timeout=10)
+        assert third.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        servicer.gate.set()
+        assert all(isinstance(f.result(), pb.DeleteVolumeResponse) for f in held)
+    finally:
+        servicer.gate.set()
+        channel.close()
+        server.stop(0).wait()
