@@ -59,6 +59,7 @@ class AgentParts:
     readonly_devices: ReadOnlyDevices | None = None  # None: read-only grants are refused (``agent/readonly.py``)
     keys: KeyedMutex = field(default_factory=KeyedMutex)
     ports_lock: threading.Lock = field(default_factory=threading.Lock)
+    room_lock: threading.Lock = field(default_factory=threading.Lock)  # the pool's room check and the saves it admits
     keyring: NvmeKeyring = field(default_factory=NvmeKeyring)  # TLS PSKs for ``tls: psk`` volumes
     handshake_daemon: Callable[[], bool] = handshake_daemon_running  # is tlshd running on this machine
 
@@ -134,9 +135,15 @@ class AgentParts:
         rewritten, and then may come to hold all of them."""
         return self.state.provisioned_bytes()
 
-    def check_room(self, wanted: int) -> None:
-        """Room for a new volume, clone or snapshot of ``wanted`` bytes (``ResourceExhausted`` otherwise)."""
-        self.store.check_space(wanted, self.provisioned_bytes(), self.capacity_bytes(), self.high_water)
+    @contextmanager
+    def reserving(self, wanted: int) -> Iterator[None]:
+        """Room for ``wanted`` more bytes (a new volume, clone or snapshot, or a volume's growth), checked and
+        held until the caller saved the record that counts them: two creates of different names never both pass
+        a check only one of them fits. ``ResourceExhausted`` when there is no room, or the pool's filesystem is
+        past its high-water mark. Take it inside the record's key, never the other way round."""
+        with self.room_lock:
+            self.store.check_space(wanted, self.provisioned_bytes(), self.capacity_bytes(), self.high_water)
+            yield
 
     def capacity_bytes(self) -> int:
         return self.capacity_limit or self.store.usage().total_bytes

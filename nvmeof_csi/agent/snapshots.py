@@ -34,7 +34,6 @@ class SnapshotOps:
                         return self.take_snapshot(found)
             with p.keys.hold(source_volume):
                 vol = p.volume(source_volume)
-                p.check_room(vol.capacity_bytes)
                 snap = SnapshotRecord(
                     uuid=str(uuidlib.uuid4()),
                     name=name,
@@ -44,7 +43,8 @@ class SnapshotOps:
                     created_at=p.clock(),
                 )
                 with p.keys.hold(snap.uuid):
-                    p.state.put_snapshot(snap)
+                    with p.reserving(vol.capacity_bytes):
+                        p.state.put_snapshot(snap)
                     return self.take_snapshot(snap)
 
     def take_snapshot(self, snap: SnapshotRecord) -> SnapshotRecord:

@@ -78,7 +78,6 @@ class VolumeOps:
             source_size = self._source_size(source_volume, source_snapshot)
             if capacity_bytes < source_size:
                 raise OutOfRange(f"capacity {capacity_bytes} is smaller than the source's {source_size} bytes")
-            p.check_room(capacity_bytes)
             rec = VolumeRecord(
                 uuid=self._fresh_uuid(vol_uuid, name),
                 name=name,
@@ -91,7 +90,8 @@ class VolumeOps:
             )
             self.filler_for(rec)  # refuse a volume to fill early when this agent has no filler
             with p.keys.hold(rec.uuid):
-                rec = self._first_save(rec)
+                with p.reserving(capacity_bytes):
+                    rec = self._first_save(rec)
                 rec = self.materialize_new(rec)
             log.info("volume %s (%s) created: %d bytes", rec.uuid, name, capacity_bytes)
             return p.view(rec)
@@ -263,8 +263,8 @@ class VolumeOps:
         with p.keys.hold(vol_uuid):
             rec = p.volume(vol_uuid)
             if capacity_bytes > rec.capacity_bytes:
-                p.store.check_space(capacity_bytes - rec.capacity_bytes, p.provisioned_bytes(), p.capacity_bytes())
-                rec = p.state.put_volume(rec.evolve(capacity_bytes=capacity_bytes))
+                with p.reserving(capacity_bytes - rec.capacity_bytes):  # the high-water mark holds for growth too
+                    rec = p.state.put_volume(rec.evolve(capacity_bytes=capacity_bytes))
                 p.store.grow(p.store.volume_path(vol_uuid), capacity_bytes)
                 p.nvmet.revalidate(volume_nqn(vol_uuid), NSID)
                 ReadOnlyExports(p).refresh(rec)

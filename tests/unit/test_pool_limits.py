@@ -5,7 +5,10 @@ fill the pool, and every thin volume on the agent then got ENOSPC."""
 
 from __future__ import annotations
 
+import threading
+import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -47,6 +50,7 @@ def test_past_the_high_water_mark_nothing_new_is_made_and_what_exists_keeps_work
         lambda: agent.create_volume("w", MiB, VolumeParameters.parse({}), {}),
         lambda: agent.create_snapshot("s", vol.uuid),
         lambda: agent.create_volume("c", 4 * MiB, VolumeParameters.parse({}), {}, source_volume=vol.uuid),
+        lambda: agent.resize_volume(vol.uuid, 8 * MiB),  # before: a resize skipped the high-water mark
     ):
         with pytest.raises(ResourceExhausted, match="high-water mark 90%"):
             make()
@@ -57,3 +61,37 @@ def test_past_the_high_water_mark_nothing_new_is_made_and_what_exists_keeps_work
     capacity = AgentServicer(agent, []).GetCapacity(pb.GetCapacityRequest(), None)  # type: ignore[arg-type]
     assert capacity.pools[0].free_bytes == 40 * MiB
     agent.create_volume("w", MiB, VolumeParameters.parse({}), {})
+
+
+def test_two_creates_of_different_names_never_both_take_the_last_room(tmp_path: Path) -> None:
+    """Before, the room check and the save that counts the bytes were apart: two names created at once each passed
+    the check that only one fits, and the pool was over-provisioned."""
+    agent = make_agent(tmp_path, capacity=10 * MiB)
+    agent.converge()
+    save = agent.state.put_volume
+    first_checked = threading.Event()
+
+    def slow_save(rec: Any, **kw: Any) -> Any:
+        first_checked.set()
+        time.sleep(0.3)  # the other create runs its check meanwhile
+        return save(rec, **kw)
+
+    agent.state.put_volume = slow_save  # type: ignore[method-assign]
+    outcomes: dict[str, str] = {}
+
+    def create(name: str) -> None:
+        try:
+            agent.create_volume(name, 6 * MiB, VolumeParameters(), {})
+            outcomes[name] = "made"
+        except ResourceExhausted:
+            outcomes[name] = "refused"
+
+    a = threading.Thread(target=create, args=("a",))
+    a.start()
+    first_checked.wait(5)
+    b = threading.Thread(target=create, args=("b",))
+    b.start()
+    a.join(10)
+    b.join(10)
+    assert sorted(outcomes.values()) == ["made", "refused"], outcomes
+    assert agent.provisioned_bytes() == 6 * MiB
