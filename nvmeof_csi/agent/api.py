@@ -18,10 +18,17 @@ import grpc
 
 from nvmeof_csi import __version__
 from nvmeof_csi.agent.authz import NODE, caller
+from nvmeof_csi.agent.messages import (
+    own_hosts_only,
+    portal_msg,
+    reservation_msg,
+    snapshot_msg,
+    volume_msg,
+    volume_with_health,
+)
 from nvmeof_csi.agent.names import MAX_AGENT_BYTES, Reservation
 from nvmeof_csi.agent.parts import VolumeView
-from nvmeof_csi.agent.portals import PortSpec
-from nvmeof_csi.agent.state import SnapshotRecord, VolumeRecord
+from nvmeof_csi.agent.state import VolumeRecord
 from nvmeof_csi.agent.target_agent import TargetAgent
 from nvmeof_csi.errors import InvalidArgument, NotFound, PermissionDenied
 from nvmeof_csi.gen import nvmeof_agent_pb2 as pb
@@ -80,89 +87,6 @@ AGENT_LOCK_TABLE: dict[str, tuple[str, ...]] = {}
 #: Calls served at once (threads are made on demand). Health answers unless this many calls are in flight; long
 #: dataset fills are bounded on their own (``cache.volumes.MAX_FILLS``).
 AGENT_RPC_THREADS = 128
-
-
-def portal_msg(portal: PortSpec, ana_state: str) -> pb.Portal:
-    return pb.Portal(
-        port_id=portal.port_id,
-        trtype=portal.trtype,
-        traddr=portal.traddr,
-        trsvcid=portal.trsvcid,
-        group=portal.group,
-        ana_state=ana_state,
-    )
-
-
-def _labels(view: VolumeView) -> dict[str, str]:
-    labels = dict(view.record.labels)
-    if view.progress:
-        labels["dataset.progress"] = view.progress
-    return labels
-
-
-def volume_msg(view: VolumeView) -> pb.Volume:
-    rec = view.record
-    return pb.Volume(
-        uuid=rec.uuid,
-        name=rec.name,
-        capacity_bytes=rec.capacity_bytes,
-        parameters=dict(rec.parameters),
-        labels=_labels(view),
-        nqn=view.nqn,
-        namespace_uuid=view.namespace_uuid,
-        namespace_nguid=view.namespace_nguid,
-        allowed_hosts=sorted(rec.hosts),
-        source_volume_uuid=rec.source_volume,
-        source_snapshot_uuid=rec.source_snapshot,
-        portals=[portal_msg(p, s) for p, s in view.portals],
-        status=rec.status,
-        readonly_hosts=list(rec.readonly_hosts),
-        created_at=rec.created_at,
-        fenced_hosts=[
-            pb.FencedHost(host_nqn=h, reason=m["reason"], fenced_at=m["at"], boot_id=m["boot_id"], done=m["done"])
-            for h, m in sorted(rec.fenced.items())
-        ],
-    )
-
-
-def _own_hosts_only(msg: pb.Volume) -> pb.Volume:
-    """For a node: ``msg`` naming no host but the caller's own (other hosts' NQNs, read-only marks and fences,
-    with their boot IDs, are not a node's business); every other role: ``msg`` as it is."""
-    who = caller()
-    if who.role != NODE:
-        return msg
-    mine = [h for h in msg.allowed_hosts if h == who.host_nqn]
-    readonly = [h for h in msg.readonly_hosts if h == who.host_nqn]
-    fenced = [f for f in msg.fenced_hosts if f.host_nqn == who.host_nqn]
-    del msg.allowed_hosts[:], msg.readonly_hosts[:], msg.fenced_hosts[:]
-    msg.allowed_hosts.extend(mine)
-    msg.readonly_hosts.extend(readonly)
-    msg.fenced_hosts.extend(fenced)
-    return msg
-
-
-def volume_with_health(agent: TargetAgent, view: VolumeView) -> pb.Volume:
-    """What GetVolume answers: the volume and what is wrong with it here (``agent/health.py``)."""
-    msg = volume_msg(view)
-    issues = agent.volume_health(view.record.uuid)
-    msg.health.extend(pb.HealthIssue(status=s, reason=r, message=m) for s, r, m in issues)
-    msg.backing_file = str(agent.store.volume_path(view.record.uuid))
-    return msg
-
-
-def reservation_msg(res: Reservation) -> pb.Reservation:
-    return pb.Reservation(name=res.name, volume_uuid=res.volume_uuid, agent=res.agent)
-
-
-def snapshot_msg(snap: SnapshotRecord) -> pb.Snapshot:
-    return pb.Snapshot(
-        uuid=snap.uuid,
-        name=snap.name,
-        source_volume_uuid=snap.source_volume,
-        size_bytes=snap.size_bytes,
-        created_at_unix=int(snap.created_at),
-        ready=snap.status == "ready",
-    )
 
 
 class AgentServicer(pb_grpc.AgentServicer):
@@ -256,13 +180,13 @@ class AgentServicer(pb_grpc.AgentServicer):
             raise (hidden if caller().role == NODE else exc) from None
         if not self._visible(view):
             raise hidden
-        return _own_hosts_only(volume_with_health(self._agent, view))
+        return own_hosts_only(volume_with_health(self._agent, view))
 
     def ListVolumes(self, request: pb.ListVolumesRequest, context: Ctx) -> pb.ListVolumesResponse:
         page, token = self._agent.list_volume_page(
             _uuid(request.starting_token, "starting_token"), _page_size(request.max_entries), self._visible_record
         )
-        return pb.ListVolumesResponse(volumes=[_own_hosts_only(volume_msg(v)) for v in page], next_token=token)
+        return pb.ListVolumesResponse(volumes=[own_hosts_only(volume_msg(v)) for v in page], next_token=token)
 
     def CreateSnapshot(self, request: pb.CreateSnapshotRequest, context: Ctx) -> pb.Snapshot:
         require(request.source_volume_uuid, "source_volume_uuid")

@@ -10,8 +10,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from nvmeof_csi.agent.api import reservation_msg, snapshot_msg, volume_msg, volume_with_health
 from nvmeof_csi.agent.configfs import Nvmet
+from nvmeof_csi.agent.messages import reservation_msg, snapshot_msg, volume_msg, volume_with_health
 from nvmeof_csi.agent.names import Reservation
 from nvmeof_csi.agent.pool import FileStore
 from nvmeof_csi.agent.portals import PortSpec

@@ -76,7 +76,7 @@ def test_two_creates_of_different_names_never_both_take_the_last_room(tmp_path: 
         time.sleep(0.3)  # the other create runs its check meanwhile
         return save(rec, **kw)
 
-    agent.state.put_volume = slow_save  # type: ignore[method-assign]
+    agent.state.put_volume = slow_save  # type: ignore[method-assign,assignment]
     outcomes: dict[str, str] = {}
 
     def create(name: str) -> None:
