@@ -85,6 +85,7 @@ class FenceOps:
         if readonly_nqn(rec.uuid) in nqns and not rec.readonly_hosts:
             ReadOnlyExports(p).remove(rec)  # the read-only subsystem goes with its last host
         p.nvmet.remove_host(host_nqn)
+        p.drop_psks(rec, [host_nqn])
         ended = []
         with p.ports_lock:
             links = [

@@ -181,6 +181,7 @@ class HostOps:
             p.nvmet.deny(volume_nqn(vol_uuid), host_nqn)
             ReadOnlyExports(p).ensure(rec)  # off the read-only subsystem too (gone with its last host)
             p.nvmet.remove_host(host_nqn)
+            p.drop_psks(rec, [host_nqn])
             return p.view(rec)
 
     def list_portals(self) -> list[tuple[PortSpec, str]]:

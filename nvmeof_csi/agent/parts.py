@@ -24,7 +24,7 @@ from nvmeof_csi.agent.readonly import ReadOnlyDevices
 from nvmeof_csi.agent.state import DELETING, StateStore, VolumeRecord
 from nvmeof_csi.errors import NotFound
 from nvmeof_csi.host.keyring import NvmeKeyring, handshake_daemon_running
-from nvmeof_csi.nvmeof.nqn import check_host_nqn, namespace_nguid, volume_nqn
+from nvmeof_csi.nvmeof.nqn import check_host_nqn, namespace_nguid, readonly_nqn, volume_nqn
 from nvmeof_csi.nvmeof.tlspsk import identity, parse_psk
 from nvmeof_csi.rpc.locks import KeyedMutex
 
@@ -89,6 +89,15 @@ class AgentParts:
         for host_nqn in hosts:
             if rec.tls_keys.get(host_nqn):
                 self.keyring.put_psk(identity(host_nqn, nqn), parse_psk(rec.tls_keys[host_nqn]))
+
+    def drop_psks(self, rec: VolumeRecord, hosts: Iterable[str]) -> None:
+        """Take ``hosts``' TLS PSKs for ``rec``'s subsystems out of this kernel's keyring (a grant that ends leaves
+        no key behind to read or to exhaust root's key quota with)."""
+        if not wants_tls(rec):
+            return
+        for host_nqn in hosts:
+            for nqn in (volume_nqn(rec.uuid), readonly_nqn(rec.uuid)):
+                self.keyring.drop_psk(identity(host_nqn, nqn))
 
     def writers(self, rec: VolumeRecord) -> list[str]:
         """The hosts allowed on the volume's own (writable) subsystem: every grant that is not read-only."""

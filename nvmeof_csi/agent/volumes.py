@@ -255,6 +255,7 @@ class VolumeOps:
             ReadOnlyExports(p).remove(rec)
         for host_nqn in rec.hosts:
             p.nvmet.remove_host(host_nqn)
+        p.drop_psks(rec, rec.hosts)
         p.store.delete(p.store.volume_path(rec.uuid))
         p.state.drop_volume(rec.uuid)
 

@@ -9,14 +9,18 @@ idempotent.
 
 Contract: :meth:`NvmeKeyring.serial` raises ``FailedPrecondition`` naming the kernel option when there is no
 ``.nvme`` keyring; :meth:`NvmeKeyring.put_psk` raises ``FailedPrecondition`` when the kernel refuses the key (the
-key's bytes never appear in a message); :func:`handshake_daemon_running` looks for a ``tlshd`` process (the
-caller needs the host's PID namespace).
+key's bytes never appear in a message); :meth:`NvmeKeyring.drop_psk` unlinks every PSK of that identity from
+``.nvme`` (``keyctl(KEYCTL_UNLINK)``, which needs write permission on the keyring only; a key no keyring holds
+is destroyed by the kernel's key collector), returns how many, and never raises (a key that
+cannot be dropped is logged: taking a grant away must not fail on it); :func:`handshake_daemon_running` looks for
+a ``tlshd`` process (the caller needs the host's PID namespace).
 """
 
 from __future__ import annotations
 
 import ctypes
 import errno
+import logging
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -32,8 +36,12 @@ NO_DAEMON = (
     "network namespace, with keyrings=.nvme in tlshd.conf"
 )
 _SYS_ADD_KEY = 248  # x86_64
+_SYS_KEYCTL = 250  # x86_64
+_KEYCTL_UNLINK = 9
 
 AddKey = Callable[[bytes, bytes, bytes, int], int]
+Unlink = Callable[[int, int], None]
+log = logging.getLogger(__name__)
 
 
 def _add_key(key_type: bytes, description: bytes, payload: bytes, keyring: int) -> int:
@@ -52,12 +60,22 @@ def _add_key(key_type: bytes, description: bytes, payload: bytes, keyring: int) 
     return int(serial)
 
 
+def _unlink(serial: int, keyring: int) -> None:
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.syscall(_SYS_KEYCTL, ctypes.c_int(_KEYCTL_UNLINK), ctypes.c_int32(serial), ctypes.c_int32(keyring)) < 0:
+        code = ctypes.get_errno()
+        raise OSError(code, os.strerror(code))
+
+
 class NvmeKeyring:
     """The ``.nvme`` keyring of this machine's kernel (``proc_keys``, ``add_key`` injectable for tests)."""
 
-    def __init__(self, proc_keys: Path = Path("/proc/keys"), add_key: AddKey = _add_key) -> None:
+    def __init__(
+        self, proc_keys: Path = Path("/proc/keys"), add_key: AddKey = _add_key, unlink: Unlink = _unlink
+    ) -> None:
         self._proc_keys = proc_keys
         self._add_key = add_key
+        self._unlink = unlink
 
     def available(self) -> bool:
         try:
@@ -85,6 +103,25 @@ class NvmeKeyring:
         except OSError as exc:
             reason = errno.errorcode.get(exc.errno or 0, str(exc.errno))
             raise FailedPrecondition(f"the kernel refused TLS PSK {identity!r}: {reason} ({exc.strerror})") from None
+
+    def drop_psk(self, identity: str) -> int:
+        """Unlink the PSKs named ``identity`` from ``.nvme``; how many went (0 when none, or no keyring)."""
+        try:
+            ring = self.serial()
+            lines = self._proc_keys.read_text().splitlines()
+        except (FailedPrecondition, OSError):
+            return 0
+        dropped = 0
+        for line in lines:
+            cols = line.split(None, 8)  # serial flags usage timeout perm uid gid type description: info
+            if len(cols) != 9 or cols[7] != "psk" or cols[8].rsplit(": ", 1)[0] != identity:
+                continue
+            try:
+                self._unlink(int(cols[0], 16), ring)
+                dropped += 1
+            except (OSError, ValueError) as exc:
+                log.warning("TLS PSK %r could not be dropped from the kernel keyring: %s", identity, exc)
+        return dropped
 
 
 def handshake_daemon_running(proc: Path = Path("/proc")) -> bool:

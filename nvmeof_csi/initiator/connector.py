@@ -58,6 +58,7 @@ from nvmeof_csi.initiator.uevents import EventWait, PollingWait
 from nvmeof_csi.nvmeof.context import TUNABLES, Portal, VolumeContext
 from nvmeof_csi.nvmeof.dhchap import HostKeys
 from nvmeof_csi.nvmeof.nqn import readonly_namespace_uuid, readonly_nqn, volume_nqn
+from nvmeof_csi.nvmeof.tlspsk import identity
 from nvmeof_csi.service.contracts import NO_SECRETS, Condition, Health, OrphanStats, Problem, VolumeRef
 
 log = logging.getLogger(__name__)
@@ -241,20 +242,24 @@ class NvmeofConnector:
         return ns.device if ns is not None else None
 
     def disconnect(self, ref: VolumeRef, context: Mapping[str, str], in_use: frozenset[VolumeRef]) -> None:
-        nqn = _context(ref, context).nqn
+        ctx = _context(ref, context)
+        nqn = ctx.nqn
         if any(volume_nqn(other.uuid) == nqn for other in in_use if other != ref):
             log.info("volume %s: subsystem %s still used by another staged volume; kept", ref.uuid, nqn)
             return
         sub = self._sysfs.subsystem(nqn)
-        if sub is None or not sub.controllers:
-            return
-        try:  # every path in one call (one process, not one per path: the way down is timed against this)
-            self._exec.run(["nvme", "disconnect", "-n", nqn], timeout=CONNECT_TIMEOUT)
-        except CommandError:
-            still = self._sysfs.subsystem(nqn)
-            if still is not None and still.controllers:
-                raise
-            log.info("subsystem %s: its controllers were already gone", nqn)
+        if sub is not None and sub.controllers:
+            try:  # every path in one call (one process, not one per path: the way down is timed against this)
+                self._exec.run(["nvme", "disconnect", "-n", nqn], timeout=CONNECT_TIMEOUT)
+            except CommandError:
+                still = self._sysfs.subsystem(nqn)
+                if still is not None and still.controllers:
+                    raise
+                log.info("subsystem %s: its controllers were already gone", nqn)
+        # the PSK goes with the last connection, unless this very kernel's target exports the subsystem (one
+        # machine as target and host, as `serve --mode all`: one keyring, the key is the target's as well)
+        if ctx.tls != "none" and not (self._sysfs.root / "kernel/config/nvmet/subsystems" / nqn).exists():
+            (self._keyring or NvmeKeyring()).drop_psk(identity(self._identity.nqn, nqn))
 
     def refresh_size(self, ref: VolumeRef, context: Mapping[str, str], device: str) -> int:
         ctx = _context(ref, context)

@@ -155,6 +155,8 @@ def test_a_tls_volume_hides_its_bytes_fails_over_and_refuses_every_other_key(
         assert len(psks) == 1, "one PSK for this host"
         logs = vm.check(["cat", DRIVER_LOG, AGENT_LOG], timeout=30)
         assert not any(psk in logs or psk[16:-1] in logs for psk in psks), "a PSK reached a log"
+        stack.csi({"op": "down", "name": "tl"})  # detached (DenyHost) and deleted: the kernel keyring lets it go
+        assert f"NVMe0R01 {host} {nqn}" not in vm.check(["cat", "/proc/keys"]), "a PSK outlived its grant"
     finally:
         for name in VOLUMES:
             stack.csi({"op": "down", "name": name})

@@ -37,18 +37,35 @@ class FakeKeyring(NvmeKeyring):
     """/proc/keys with (or without) a .nvme keyring; ``add_key`` recorded."""
 
     def __init__(self, tmp: Path, present: bool = True, refuse: int = 0) -> None:
-        keys = tmp / "proc-keys"
-        keys.write_text(PROC_KEYS.format(ring=RING if present else ""))
+        self.keys = tmp / "proc-keys"
+        self.keys.write_text(PROC_KEYS.format(ring=RING if present else ""))
         self.added: dict[str, bytes] = {}
+        self.dropped: list[str] = []
         self.refuse = refuse
-        super().__init__(keys, self._add)
+        super().__init__(self.keys, self._add, self._drop)
 
     def _add(self, key_type: bytes, description: bytes, payload: bytes, ring: int) -> int:
         assert (key_type, ring) == (b"psk", 0x2E570F63)
         if self.refuse:
             raise OSError(self.refuse, "refused")
         self.added[description.decode()] = payload
-        return len(self.added)
+        serial = 0x1000 + len(self.added)
+        with self.keys.open("a") as proc:  # as /proc/keys shows a psk key: its description, then its length
+            proc.write(f"{serial:08x} I--Q---     1 perm 3f010000     0     0 psk       {description.decode()}: 32\n")
+        return serial
+
+    def _drop(self, serial: int, ring: int) -> None:
+        assert ring == 0x2E570F63
+        lines = self.keys.read_text().splitlines(keepends=True)
+        gone = [line for line in lines if int(line.split()[0], 16) == serial]
+        assert len(gone) == 1
+        self.dropped.append(gone[0].split(None, 8)[8].rsplit(": ", 1)[0])
+        self.keys.write_text("".join(line for line in lines if line not in gone))
+
+    def held(self) -> set[str]:
+        """The PSK identities /proc/keys still shows."""
+        rows = [line.split(None, 8) for line in self.keys.read_text().splitlines()]
+        return {r[8].rsplit(": ", 1)[0] for r in rows if len(r) == 9 and r[7] == "psk"}
 
 
 def test_psk_interchange_form_round_trips_and_refuses_damage_without_echoing() -> None:
@@ -232,3 +249,38 @@ def test_volume_health_judges_each_volume_by_the_portals_of_its_kind(tmp_path: P
     agent.nvmet.unlink(TLS_PORTAL.port_id, volume_nqn(tls.record.uuid))
     assert [i[1] for i in volume_health(parts, tls.record)] == ["NoPortLinked"]
     assert volume_health(parts, clear.record) == []
+
+
+def test_psks_leave_the_agents_keyring_when_a_grant_ends(tmp_path: Path) -> None:
+    """Before, a deny, a fence or a delete left the host's PSK in the kernel keyring until reboot (readable by root
+    there, and root's key quota ran out)."""
+    ring = FakeKeyring(tmp_path)
+    agent = tls_agent(tmp_path, ring)
+    vol = agent.create_volume("a", 1 << 20, VolumeParameters.parse({"tls": "psk"}), {}).record
+    for host in (HOST, OTHER_HOST):
+        agent.allow_host(vol.uuid, host)
+    mine, theirs = identity(HOST, volume_nqn(vol.uuid)), identity(OTHER_HOST, volume_nqn(vol.uuid))
+    assert {mine, theirs} <= ring.held()
+    agent.deny_host(vol.uuid, HOST)
+    assert mine not in ring.held() and theirs in ring.held()
+    agent.fence_host(vol.uuid, OTHER_HOST, "OPERATOR")
+    assert theirs not in ring.held()
+    agent.allow_host(vol.uuid, HOST)
+    assert mine in ring.held()
+    agent.delete_volume(vol.uuid)
+    assert ring.held() == set()
+
+
+def test_the_node_drops_its_psk_from_the_keyring_when_it_disconnects(tmp_path: Path) -> None:
+    ring = FakeKeyring(tmp_path)
+    conn, _ = connector(tmp_path / "sys")
+    conn._keyring = ring
+    tls_ctx = ctx(VOL, tls="psk")
+    ring.put_psk(identity(ME.nqn, tls_ctx["nqn"]), bytes(32))
+    local_target = tmp_path / "sys" / "kernel/config/nvmet/subsystems" / tls_ctx["nqn"]
+    local_target.mkdir(parents=True)  # this machine's own target exports it: one keyring, the key is its too
+    conn.disconnect(VOL, tls_ctx, frozenset())
+    assert ring.dropped == []
+    local_target.rmdir()
+    conn.disconnect(VOL, tls_ctx, frozenset())
+    assert ring.held() == set() and ring.dropped == [identity(ME.nqn, tls_ctx["nqn"])]
