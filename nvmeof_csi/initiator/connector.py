@@ -179,7 +179,9 @@ class NvmeofConnector:
         ctx = _context(ref, context)
         if ctx.auth == "none" or self._host_keys is None:
             return []
-        return roll_keys(self._sysfs, ref.uuid, ctx.nqn, self._host_keys(ref))
+        actions = roll_keys(self._sysfs, ref.uuid, ctx.nqn, self._host_keys(ref))
+        self._sysfs.narrow_secrets(ctx.nqn)  # each pass: a controller made meanwhile is narrowed too
+        return actions
 
     def connect(
         self, ref: VolumeRef, context: Mapping[str, str], timeout: float, secrets: Mapping[str, str] = NO_SECRETS
@@ -208,6 +210,7 @@ class NvmeofConnector:
                     errors.append(f"{portal.key}: {err}")
                     log.warning("volume %s: connect %s failed: %s", ref.uuid, portal.key, err)
             self._sysfs.apply_tunables(ctx)
+            self._sysfs.narrow_secrets(nqn)  # the keys in sysfs: root only, never every pod's to read
             log.debug("volume %s: waiting for namespace %s (%s)", ref.uuid, ns_uuid, events.source)
             return self._wait_for_namespace(ref, nqn, ns_uuid, deadline, errors, events)
 

@@ -128,6 +128,10 @@ class Subsystem:
         return [c for c in self.controllers if c.state == "live"]
 
 
+#: A controller's attributes that hold key material (``drivers/nvme/host/sysfs.c``; 0644 as the kernel makes them).
+SECRET_ATTRIBUTES = ("dhchap_secret", "dhchap_ctrl_secret")
+
+
 class NvmeSysfs:
     """Reads of ``root`` (``/sys``). One instance per process: it remembers each subsystem's NQN and each head
     device's UUID (see the module's docstring), never anything that changes (states, paths, sizes)."""
@@ -230,3 +234,23 @@ class NvmeSysfs:
                     attr.write_text(str(value))
                 except OSError as exc:
                     log.warning("cannot set %s on %s: %s", tunable.sysfs, ctrl.name, exc)
+
+    def narrow_secrets(self, nqn: str) -> list[str]:
+        """Make each controller's DH-HMAC-CHAP key attributes of subsystem ``nqn`` readable by root only. The
+        kernel shows them to everyone (mode 0644), and every pod has sysfs read-only: any pod on the node could
+        read the node's keys. kernfs keeps a mode set with chmod for the attribute's life (the controller's, which
+        lives across reconnects). Idempotent; returns what it could not narrow (logged, never raised)."""
+        sub = self.subsystem(nqn)
+        left = []
+        for ctrl in sub.controllers if sub else ():
+            for attr in SECRET_ATTRIBUTES:
+                path = self.root / "class" / "nvme" / ctrl.name / attr
+                try:
+                    if path.stat().st_mode & 0o077:
+                        path.chmod(0o600)
+                except FileNotFoundError:
+                    continue  # a kernel without host authentication has no such attribute
+                except OSError as exc:
+                    log.warning("cannot narrow %s of %s: %s", attr, ctrl.name, exc.strerror)
+                    left.append(f"{ctrl.name}/{attr}")
+        return left

@@ -63,6 +63,11 @@ def test_dhchap_bidirectional_through_csi(stack: GuestDriver, kernel_release: st
         for ctrl in ctrls:  # the host's controllers hold the very keys the agent gave the target
             assert cat(vm, f"/sys/class/nvme/{ctrl}/dhchap_secret") == key
             assert cat(vm, f"/sys/class/nvme/{ctrl}/dhchap_ctrl_secret") == ctrl_key
+        for ctrl, attr in ((c, a) for c in ctrls for a in ("dhchap_secret", "dhchap_ctrl_secret")):
+            path = f"/sys/class/nvme/{ctrl}/{attr}"  # the kernel makes it 0644: every pod could read the key
+            assert vm.check(["stat", "-c", "%a", path], timeout=10).strip() == "600", path
+            nobody = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "cat", path]
+            assert vm.run(nobody, 10).rc != 0, f"{path} is readable by a user other than root"
         assert "authenticated" in vm.check(["dmesg"], timeout=10)
 
         # a roll: the agent issues the host a new key; the node's next pass (--qos-period) writes it to its live

@@ -251,9 +251,12 @@ def test_the_node_rolls_its_live_controllers_to_the_agents_current_keys(tmp_path
     conn.connect(VOL, context, 30)
     ctrls = sorted((tmp_path / "class" / "nvme").iterdir())
     assert len(ctrls) == 2
-    for ctrl in ctrls:  # what the kernel shows for a controller connected with a key
+    for ctrl in ctrls:  # what the kernel shows for a controller connected with a key: to everyone (0644)
         (ctrl / "dhchap_secret").write_text(old.key + "\n")
+        (ctrl / "dhchap_secret").chmod(0o644)
     assert conn.refresh_keys(VOL, context) == []  # nothing changed: nothing written
+    # the pass narrowed the keys to root only (before: any pod on the node, sysfs mounted read-only, read them)
+    assert {oct((c / "dhchap_secret").stat().st_mode & 0o777) for c in ctrls} == {"0o600"}
     current[0] = new
     actions = conn.refresh_keys(VOL, context)
     assert len(actions) == 2 and all("re-authenticated with a new dhchap_secret" in a for a in actions)
