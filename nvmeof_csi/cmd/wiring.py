@@ -27,9 +27,9 @@ from nvmeof_csi.host.executor import Executor, SubprocessExecutor
 from nvmeof_csi.host.filesystems import Filesystems
 from nvmeof_csi.host.keyring import handshake_daemon_running
 from nvmeof_csi.host.mounter import Mounter
-from nvmeof_csi.initiator.connector import NvmeofConnector, rdma_capable
+from nvmeof_csi.initiator.connector import NvmeofConnector
 from nvmeof_csi.initiator.fabrics import FabricsDevice
-from nvmeof_csi.initiator.features import NodeFeatures
+from nvmeof_csi.initiator.features import NodeFeatures, rdma_capable
 from nvmeof_csi.initiator.identity import ensure_identity
 from nvmeof_csi.initiator.metrics import NodeVolumeCollector
 from nvmeof_csi.initiator.sysfs import NvmeSysfs

@@ -53,13 +53,13 @@ from nvmeof_csi.initiator.identity import HostIdentity
 from nvmeof_csi.initiator.keys import ConnectKeys
 from nvmeof_csi.initiator.orphans import OrphanReleaser
 from nvmeof_csi.initiator.rekey import roll_keys
-from nvmeof_csi.initiator.sysfs import NvmeSysfs, Subsystem
+from nvmeof_csi.initiator.sysfs import NvmeSysfs, Subsystem, paths_condition
 from nvmeof_csi.initiator.uevents import EventWait, PollingWait
 from nvmeof_csi.nvmeof.context import TUNABLES, Portal, VolumeContext
 from nvmeof_csi.nvmeof.dhchap import HostKeys
 from nvmeof_csi.nvmeof.nqn import readonly_namespace_uuid, readonly_nqn, volume_nqn
 from nvmeof_csi.nvmeof.tlspsk import identity
-from nvmeof_csi.service.contracts import NO_SECRETS, Condition, Health, OrphanStats, Problem, VolumeRef
+from nvmeof_csi.service.contracts import NO_SECRETS, Condition, Health, OrphanStats, VolumeRef
 
 log = logging.getLogger(__name__)
 CONNECT_TIMEOUT = 60.0
@@ -317,32 +317,17 @@ class NvmeofConnector:
         """Subsystems left connected after a failed release, and releases that failed since start."""
         return self._orphans.stats()
 
+    def head_of(self, ref: VolumeRef) -> str | None:
+        """The volume's head disk found by its namespace UUID alone (its read-write or read-only namespace)."""
+        found = (self._sysfs.find_namespace(u) for u in (ref.uuid, readonly_namespace_uuid(ref.uuid)))
+        return next((ns.device for ns in found if ns is not None), None)
+
+    def release_volume(self, ref: VolumeRef, in_use: frozenset[VolumeRef]) -> list[str]:
+        """Disconnect the volume's subsystems by its ID (no context: its staging record was set aside), as an
+        orphan is: never one whose device is in use, nor one another staged volume (``in_use``) shares."""
+        claimed = {n for o in in_use for n in (volume_nqn(o.uuid), readonly_nqn(o.uuid))}
+        return self._orphans.release(claimed, only={volume_nqn(ref.uuid), readonly_nqn(ref.uuid)})
+
     def condition(self, ref: VolumeRef, context: Mapping[str, str]) -> Condition:
-        """Paths of the volume: some down -> ``degraded`` ``PathsDown`` naming them; none live ->
-        ``inaccessible`` ``NoLivePath``; not connected at all -> ``inaccessible`` ``NotConnected``."""
         ctx = _context(ref, context)
-        nqn = ctx.nqn
-        sub = self._sysfs.subsystem(nqn)
-        wanted = {p.key for p in ctx.portals}
-        if sub is None:
-            message = f"not connected to {nqn}"
-            return Condition(True, message, (Problem("inaccessible", "NotConnected", message),))
-        states = {c.portal: c.state for c in sub.controllers}
-        missing = sorted(wanted - set(states))
-        bad = sorted(f"{p} {s}" for p, s in states.items() if s != "live") + [f"{p} not connected" for p in missing]
-        live = sum(1 for s in states.values() if s == "live")
-        total = max(len(wanted), len(states))
-        if not bad:
-            return Condition(False, f"{live} of {total} paths live")
-        message = f"{live} of {total} paths live: {', '.join(bad)}"
-        problem = Problem("degraded", "PathsDown", message) if live else Problem("inaccessible", "NoLivePath", message)
-        return Condition(True, message, (problem,))
-
-
-def rdma_capable(sys_root: Path = Path("/sys")) -> bool:
-    """True when the node has an RDMA device (``/sys/class/infiniband`` is not empty)."""
-    folder = sys_root / "class" / "infiniband"
-    try:
-        return any(folder.iterdir())
-    except OSError:
-        return False
+        return paths_condition(self._sysfs.subsystem(ctx.nqn), ctx)

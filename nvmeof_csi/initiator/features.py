@@ -156,3 +156,12 @@ class NodeFeatures:
             return path.read_text().strip()
         except OSError:
             return ""
+
+
+def rdma_capable(sys_root: Path = Path("/sys")) -> bool:
+    """True when the node has an RDMA device (``/sys/class/infiniband`` is not empty)."""
+    folder = sys_root / "class" / "infiniband"
+    try:
+        return any(folder.iterdir())
+    except OSError:
+        return False

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from nvmeof_csi.nvmeof.context import TUNABLES, VolumeContext
+from nvmeof_csi.service.contracts import Condition, Problem
 
 log = logging.getLogger(__name__)
 
@@ -254,3 +255,22 @@ class NvmeSysfs:
                     log.warning("cannot narrow %s of %s: %s", attr, ctrl.name, exc.strerror)
                     left.append(f"{ctrl.name}/{attr}")
         return left
+
+
+def paths_condition(sub: Subsystem | None, ctx: VolumeContext) -> Condition:
+    """Paths of the volume: some down -> ``degraded`` ``PathsDown`` naming them; none live -> ``inaccessible``
+    ``NoLivePath``; not connected at all (``sub`` None) -> ``inaccessible`` ``NotConnected``."""
+    wanted = {p.key for p in ctx.portals}
+    if sub is None:
+        message = f"not connected to {ctx.nqn}"
+        return Condition(True, message, (Problem("inaccessible", "NotConnected", message),))
+    states = {c.portal: c.state for c in sub.controllers}
+    missing = sorted(wanted - set(states))
+    bad = sorted(f"{p} {s}" for p, s in states.items() if s != "live") + [f"{p} not connected" for p in missing]
+    live = sum(1 for s in states.values() if s == "live")
+    total = max(len(wanted), len(states))
+    if not bad:
+        return Condition(False, f"{live} of {total} paths live")
+    message = f"{live} of {total} paths live: {', '.join(bad)}"
+    problem = Problem("degraded", "PathsDown", message) if live else Problem("inaccessible", "NoLivePath", message)
+    return Condition(True, message, (problem,))

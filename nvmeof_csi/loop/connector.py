@@ -117,6 +117,12 @@ class LoopConnector:
                 actions.append(f"re-attached {ref.uuid} as {self.connect(ref, context, timeout)}")
         return actions
 
+    def head_of(self, ref: VolumeRef) -> str | None:
+        return None  # a loop device is found by its backing file, which only the context names
+
+    def release_volume(self, ref: VolumeRef, in_use: frozenset[VolumeRef]) -> list[str]:
+        return []  # development only: a loop device left attached goes with the next reboot
+
     def retry_orphans(self, claimed: Sequence[tuple[VolumeRef, Mapping[str, str]]]) -> list[str]:
         return []  # orphans are not tracked
 

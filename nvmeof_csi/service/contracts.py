@@ -290,6 +290,16 @@ class Connector(Protocol):
         fails is logged and remembered, never raised: one subsystem never stops the start."""
         ...
 
+    def head_of(self, ref: VolumeRef) -> str | None:
+        """The volume's device found by its ID alone (no context), or ``None`` when it is not connected here."""
+        ...
+
+    def release_volume(self, ref: VolumeRef, in_use: frozenset[VolumeRef]) -> list[str]:
+        """NodeUnstage by volume ID, for a volume whose staging record was set aside (no context): disconnect its
+        connections unless their device is in use or another staged volume (``in_use``) shares them; returns
+        the actions, a kept connection named with the reason ("kept ...")."""
+        ...
+
     def retry_orphans(self, claimed: Sequence[tuple[VolumeRef, Mapping[str, str]]]) -> list[str]:
         """The node's periodic pass: release again the subsystems whose release failed before and that none of
         ``claimed`` (the staged volumes now) claims; a failure is remembered again. Returns the actions."""

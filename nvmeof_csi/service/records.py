@@ -137,6 +137,10 @@ class StagingStore:
         """Set ``ref``'s record aside (renamed, logged): it parses but cannot be used (e.g. its context)."""
         self._quarantine(self._path(ref), exc)
 
+    def is_quarantined(self, ref: VolumeRef) -> bool:
+        """Whether ``ref``'s record was set aside (and not yet removed by an operator)."""
+        return any(self._root.glob(f"{self._path(ref).name}.corrupt-*")) if self._root.is_dir() else False
+
     def quarantined(self) -> list[str]:
         """The file names of records set aside, until an operator removes them."""
         return sorted(p.name for p in self._root.glob("*.json.corrupt-*")) if self._root.is_dir() else []

@@ -26,6 +26,7 @@ from nvmeof_csi.rpc.locks import KeyedMutex
 from nvmeof_csi.service.contracts import NO_SECRETS, Condition, Connector, Health, Problem, VolumeRef
 from nvmeof_csi.service.qos import LimitsSource, PassLimits, QosEnforcer
 from nvmeof_csi.service.records import AccessSpec, StagingRecord, StagingStore, VolumeStats, mount_options
+from nvmeof_csi.service.unstage_by_id import unstage_by_id
 
 log = logging.getLogger(__name__)
 DEFAULT_FS = "ext4"
@@ -151,8 +152,10 @@ class StagingService:
     def unstage(self, ref: VolumeRef, staging_path: str) -> None:
         staging_path = self._path(staging_path, "staging_target_path")
         record = self._store.load(ref)
-        if record is None:
-            return  # nothing of ours is staged: a mount there (if any) is not ours to remove
+        if record is None:  # nothing of ours is staged, unless its record was set aside: then by the volume ID
+            if self._store.is_quarantined(ref):
+                unstage_by_id(self._connector, self._mounter, ref, staging_path, self._store.refs() - {ref})
+            return
         if record.staging_path != staging_path:
             raise FailedPrecondition(
                 f"volume {record.volume_id} is staged at {record.staging_path}, not {staging_path}"

@@ -221,6 +221,14 @@ class FakeConnector:
         self.calls.append(("reconcile", ",".join(r.uuid for r, _ in claimed)))
         return []
 
+    def head_of(self, ref: VolumeRef) -> str | None:
+        return self.connected.get(ref.uuid)
+
+    def release_volume(self, ref: VolumeRef, in_use: frozenset[VolumeRef]) -> list[str]:
+        self.calls.append(("release_volume", ref.uuid))
+        self.connected.pop(ref.uuid, None)
+        return [f"disconnected {ref.uuid}"]
+
     def retry_orphans(self, claimed: Sequence[tuple[VolumeRef, Mapping[str, str]]]) -> list[str]:
         return []
 

@@ -8,6 +8,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
+from nvmeof_csi.errors import FailedPrecondition
 from nvmeof_csi.host.filesystems import Filesystems
 from nvmeof_csi.host.mounter import Mounter
 from nvmeof_csi.service.records import AccessSpec, StagingRecord, StagingStore
@@ -94,3 +97,28 @@ def test_the_stores_refs_come_from_file_names_and_count_an_unreadable_record(tmp
     (tmp_path / "records" / f".{VOL.location}.{VOL.uuid}.json.1-2.tmp").write_text("")  # a writer's temp file
     assert store.refs() == {VOL, dotted, broken}
     assert {r.ref for r in store.all()} == {VOL, dotted}  # all() reads and sets the broken one aside
+
+
+def test_unstage_of_a_volume_whose_record_was_set_aside_goes_by_its_id(tmp_path: Path) -> None:
+    """Before, NodeUnstage of a volume whose record was quarantined was a silent success: its connections (and a
+    staging mount) stayed, and the volume could be staged on another node while this one still held it."""
+    busy: dict[str, str] = {}
+    conn, _ = connector(tmp_path, busy=busy)
+    store = StagingStore(tmp_path / "records")
+    host = FakeHost(tmp_path / "mountinfo")
+    svc = StagingService(conn, Mounter(host, tmp_path / "mountinfo"), Filesystems(host), store, root=tmp_path)
+    device = conn.connect(OTHER, ctx(OTHER), 30)
+    bad = ctx(OTHER)
+    bad["nqn"] = "nqn.2014-08.org.example:not-this-volume"
+    store.save(record(OTHER.uuid, bad))
+    store.quarantine(OTHER, ValueError("unusable context"))
+    staging = str(tmp_path / "staging" / "globalmount")
+    busy[device] = "mounted at a pod's target"
+    with pytest.raises(FailedPrecondition, match="kept"):  # published still: never pulled from under a pod
+        svc.unstage(OTHER, staging)
+    assert conn.find_device(OTHER, ctx(OTHER)) == device
+    busy.clear()
+    svc.unstage(OTHER, staging)
+    assert conn.find_device(OTHER, ctx(OTHER)) is None  # disconnected by the volume ID
+    assert svc.quarantined_records(), "the set-aside record stays for the operator"
+    svc.unstage(OTHER, staging)  # repeated: nothing left, still success
