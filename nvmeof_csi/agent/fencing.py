@@ -86,21 +86,8 @@ class FenceOps:
             ReadOnlyExports(p).remove(rec)  # the read-only subsystem goes with its last host
         p.nvmet.remove_host(host_nqn)
         p.drop_psks(rec, [host_nqn])
-        ended = []
-        with p.ports_lock:
-            links = [
-                (portal.port_id, nqn)
-                for nqn in nqns
-                if p.nvmet.has_subsystem(nqn)
-                for portal in p.portals
-                if nqn in p.nvmet.linked(portal.port_id)
-            ]
-            for index, (port, nqn) in enumerate(links):
-                if index and rec.hosts:
-                    self._sleep(pause(rec))  # the other hosts reconnect on the port just cycled
-                p.nvmet.unlink(port, nqn)
-                p.nvmet.link(port, nqn)
-                ended.append(port)
+        others = bool(rec.hosts)  # the other hosts reconnect on each port cycled before the next goes
+        ended = p.cycle_links(nqns, (lambda: self._sleep(pause(rec))) if others else (lambda: None))
         rec = p.state.put_volume(rec.evolve(fenced={**rec.fenced, host_nqn: FenceMark(**{**mark, "done": True})}))
         log.warning(
             "fenced host %s from volume %s (%s): not allowed; its controllers ended on ports %s; %d other host(s)",

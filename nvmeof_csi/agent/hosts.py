@@ -26,7 +26,7 @@ from nvmeof_csi.agent.state import VolumeRecord
 from nvmeof_csi.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound
 from nvmeof_csi.nvmeof.context import ANA_STATES
 from nvmeof_csi.nvmeof.dhchap import generate_key, parse_key
-from nvmeof_csi.nvmeof.nqn import check_host_nqn, volume_nqn
+from nvmeof_csi.nvmeof.nqn import check_host_nqn, readonly_nqn, volume_nqn
 from nvmeof_csi.nvmeof.tlspsk import generate_psk
 
 log = logging.getLogger(__name__)
@@ -182,6 +182,9 @@ class HostOps:
             ReadOnlyExports(p).ensure(rec)  # off the read-only subsystem too (gone with its last host)
             p.nvmet.remove_host(host_nqn)
             p.drop_psks(rec, [host_nqn])
+            if host_nqn in found.hosts and not rec.hosts:  # its last host: a node that never disconnected is cut off
+                ended = p.cycle_links([volume_nqn(vol_uuid), readonly_nqn(vol_uuid)])
+                log.info("host %s denied on volume %s; its connections ended on ports %s", host_nqn, vol_uuid, ended)
             return p.view(rec)
 
     def list_portals(self) -> list[tuple[PortSpec, str]]:

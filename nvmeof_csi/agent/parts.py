@@ -90,6 +90,27 @@ class AgentParts:
             if rec.tls_keys.get(host_nqn):
                 self.keyring.put_psk(identity(host_nqn, nqn), parse_psk(rec.tls_keys[host_nqn]))
 
+    def cycle_links(self, nqns: Sequence[str], between: Callable[[], None] = lambda: None) -> list[int]:
+        """End every live controller of the subsystems ``nqns``: each is unlinked from its ports and linked again
+        (nvmet tears a port's controllers of a subsystem down when it leaves the port; a host no longer allowed
+        cannot come back). ``between`` runs before each port but the first. Returns the ports cycled."""
+        ended = []
+        with self.ports_lock:
+            links = [
+                (portal.port_id, nqn)
+                for nqn in nqns
+                if self.nvmet.has_subsystem(nqn)
+                for portal in self.portals
+                if nqn in self.nvmet.linked(portal.port_id)
+            ]
+            for index, (port, nqn) in enumerate(links):
+                if index:
+                    between()
+                self.nvmet.unlink(port, nqn)
+                self.nvmet.link(port, nqn)
+                ended.append(port)
+        return ended
+
     def drop_psks(self, rec: VolumeRecord, hosts: Iterable[str]) -> None:
         """Take ``hosts``' TLS PSKs for ``rec``'s subsystems out of this kernel's keyring (a grant that ends leaves
         no key behind to read or to exhaust root's key quota with)."""
