@@ -34,10 +34,10 @@ log = logging.getLogger(__name__)
 Server = grpc.aio.Server | grpc.Server
 
 
-#: Bounds every server takes: a TLS (or any) handshake that does not finish within 10 s is dropped, and one
+#: Bounds every server takes: a TLS (or any) handshake that does not finish within 30 s is dropped, and one
 #: connection carries at most 64 calls at once (a client cannot hold the server's memory with slow handshakes or
 #: with one connection's streams).
-SERVER_OPTIONS = (("grpc.server_handshake_timeout_ms", 10_000), ("grpc.max_concurrent_streams", 64))
+SERVER_OPTIONS = (("grpc.server_handshake_timeout_ms", 30_000), ("grpc.max_concurrent_streams", 64))
 #: Calls in flight on the CSI server before a new one is refused with RESOURCE_EXHAUSTED (the sidecars retry).
 CSI_MAX_CALLS = 256
 
