@@ -31,7 +31,7 @@ from __future__ import annotations
 import errno
 import logging
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 
@@ -63,6 +63,12 @@ from nvmeof_csi.service.contracts import NO_SECRETS, Condition, Health, OrphanSt
 
 log = logging.getLogger(__name__)
 CONNECT_TIMEOUT = 60.0
+
+
+def _nqns_of(refs: Iterable[VolumeRef]) -> set[str]:
+    """Every subsystem NQN the volumes ``refs`` may be reached through (their own and their read-only one): what
+    a volume claims, whatever its context says (a context names one of these or is refused, ``_context``)."""
+    return {nqn for ref in refs for nqn in (volume_nqn(ref.uuid), readonly_nqn(ref.uuid))}
 
 
 def _context(ref: VolumeRef, context: Mapping[str, str]) -> VolumeContext:
@@ -305,13 +311,7 @@ class NvmeofConnector:
     def retry_orphans(self, claimed: Sequence[tuple[VolumeRef, Mapping[str, str]]]) -> list[str]:
         if not self._orphans.unreleased:
             return []
-        claimed_nqns: set[str] = set()
-        for ref, context in claimed:
-            try:
-                claimed_nqns.add(_context(ref, context).nqn)
-            except DriverError:  # whatever it names, never release this volume's subsystems on its account
-                claimed_nqns |= {volume_nqn(ref.uuid), readonly_nqn(ref.uuid)}
-        return self._orphans.release(claimed_nqns, only=self._orphans.unreleased)
+        return self._orphans.release(_nqns_of(ref for ref, _ in claimed), only=self._orphans.unreleased)
 
     def orphan_stats(self) -> OrphanStats:
         """Subsystems left connected after a failed release, and releases that failed since start."""
@@ -325,8 +325,7 @@ class NvmeofConnector:
     def release_volume(self, ref: VolumeRef, in_use: frozenset[VolumeRef]) -> list[str]:
         """Disconnect the volume's subsystems by its ID (no context: its staging record was set aside), as an
         orphan is: never one whose device is in use, nor one another staged volume (``in_use``) shares."""
-        claimed = {n for o in in_use for n in (volume_nqn(o.uuid), readonly_nqn(o.uuid))}
-        return self._orphans.release(claimed, only={volume_nqn(ref.uuid), readonly_nqn(ref.uuid)})
+        return self._orphans.release(_nqns_of(in_use), only=_nqns_of([ref]))
 
     def condition(self, ref: VolumeRef, context: Mapping[str, str]) -> Condition:
         ctx = _context(ref, context)
