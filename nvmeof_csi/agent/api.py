@@ -37,6 +37,7 @@ from nvmeof_csi.nvmeof.nqn import check_host_nqn, check_uuid
 from nvmeof_csi.nvmeof.parameters import VolumeParameters
 from nvmeof_csi.nvmeof.qos import mutable_only
 from nvmeof_csi.rpc.calls import require
+from nvmeof_csi.service.contracts import valid_node_name
 
 Ctx = grpc.ServicerContext
 MAX_NAME_BYTES = 256
@@ -50,6 +51,12 @@ def _name(value: str, field: str, limit: int = MAX_NAME_BYTES) -> str:
     require(value, field)
     if len(value.encode()) > limit or _CONTROL.search(value):
         raise InvalidArgument(f"{field} must be at most {limit} bytes without control characters")
+    return value
+
+
+def _node_name(value: str) -> str:
+    if value and not valid_node_name(value):
+        raise InvalidArgument(f"node_name {value[:80]!r} must be a Kubernetes Node name (a DNS subdomain)")
     return value
 
 
@@ -167,7 +174,7 @@ class AgentServicer(pb_grpc.AgentServicer):
     @staticmethod
     def _visible_record(record: VolumeRecord) -> bool:
         who = caller()
-        return who.role != NODE or who.host_nqn in record.hosts
+        return who.role != NODE or (who.host_nqn in record.hosts and who.holds(who.host_nqn, record.host_nodes))
 
     def GetVolume(self, request: pb.GetVolumeRequest, context: Ctx) -> pb.Volume:
         key = request.WhichOneof("key")
@@ -214,6 +221,7 @@ class AgentServicer(pb_grpc.AgentServicer):
             request.dhchap_secret,
             request.readonly,
             request.dhchap_ctrl_secret,
+            _node_name(request.node_name),
         )
         return volume_msg(view)
 
@@ -227,7 +235,10 @@ class AgentServicer(pb_grpc.AgentServicer):
                 f"client {who.identity!r} may fetch the keys of its own host ({who.host_nqn}) only, "
                 f"not of {request.host_nqn}"
             )
-        key, ctrl_key, psk = self._agent.host_keys(_uuid(request.volume_uuid, "volume_uuid"), request.host_nqn)
+        vol_uuid = _uuid(request.volume_uuid, "volume_uuid")
+        if who.role == NODE and not self._visible(self._agent.get_volume(vol_uuid, "")):
+            raise NotFound(f"host {request.host_nqn} is not allowed on volume {vol_uuid}")
+        key, ctrl_key, psk = self._agent.host_keys(vol_uuid, request.host_nqn)
         return pb.HostKeys(dhchap_secret=key, dhchap_ctrl_secret=ctrl_key, tls_psk=psk)
 
     def RotateHostKey(self, request: pb.RotateHostKeyRequest, context: Ctx) -> pb.RotateHostKeyResponse:

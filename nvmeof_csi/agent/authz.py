@@ -13,6 +13,10 @@ identity (the certificate's common name, or one of its DNS/URI subject alternati
 |---|---|
 | ``reader`` | Health, GetVolume, ListVolumes, ListSnapshots, ListPortals, GetCapacity, LookupName |
 | ``node`` | Health, and GetVolume / ListVolumes / GetHostKeys of the volumes that allow its own ``hostNqn`` only |
+
+A node identity the node CA issued also names its Kubernetes Node (CN ``node:<name>``): on a volume whose grant
+recorded the host's Node (AllowHost ``node_name``, from the controller), it must be that Node, or the volume is
+not its own (a host NQN whose identity was issued to another Node after the first one's expired gets nothing).
 | ``controller`` | a reader's calls, plus every change of volumes, snapshots, host grants and name reservations |
 | ``admin`` | everything, also SetAnaState |
 
@@ -68,11 +72,19 @@ ALLOWED: Mapping[str, frozenset[str]] = {
 
 @dataclass(frozen=True)
 class Principal:
-    """An authenticated caller: its identity, role and (role ``node``) host NQN."""
+    """An authenticated caller: its identity, role and (role ``node``) host NQN; a node identity the node CA
+    issued names its Kubernetes Node too (``node``; ``""`` for a policy entry, which the operator assigned)."""
 
     identity: str
     role: str
     host_nqn: str = ""
+    node: str = ""
+
+    def holds(self, host_nqn: str, host_nodes: Mapping[str, str]) -> bool:
+        """Whether this node principal is the grant of ``host_nqn`` (``host_nodes``: a volume's host -> Node):
+        its own NQN, and the Node the grant recorded, if both name one."""
+        granted = host_nodes.get(host_nqn, "")
+        return host_nqn == self.host_nqn and (not granted or not self.node or granted == self.node)
 
 
 LOCAL_ADMIN = Principal("local", ADMIN)
@@ -142,7 +154,7 @@ class Authorizer:
             node = node_identity_of(pem)
             if node is None:
                 raise PermissionDenied("a certificate of the node CA that is not a node identity is refused")
-            return Principal(f"node:{node[0]}", NODE, node[1])
+            return Principal(f"node:{node[0]}", NODE, node[1], node[0])
         return next((self._policy[i] for i in identities if i in self._policy), None)
 
     def __call__(self, method: str, context: Context) -> None:

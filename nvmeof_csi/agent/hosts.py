@@ -9,6 +9,8 @@ writes (``agent/readonly.py``); a node that cannot make such a device refuses it
 anything is saved). DH-HMAC-CHAP: a host allowed on a volume created with ``auth`` (its parameters) without keys
 gets the keys this agent issued to it before, else new random ones (``nvmeof/dhchap.py``); keys given are checked
 (malformed -> ``InvalidArgument``); :meth:`HostOps.host_keys` returns them (``NotFound`` when the host is not allowed).
+A grant records the Kubernetes Node the controller says the host is (``node_name``; a later grant with a name
+replaces it, one without keeps it): the API layer gives a node certificate of another Node nothing of the volume.
 nvmet keys are per host, so a host that already reaches another volume of this agent with other keys (or none) is
 refused with ``FailedPrecondition``: one secret per node, never a silent overwrite that would lock the other
 volume's reconnects out. ANA states are set per portal group, saved first, under the ports lock; an unknown group
@@ -37,7 +39,13 @@ class HostOps:
         self._p = parts
 
     def allow_host(
-        self, vol_uuid: str, host_nqn: str, secret: str = "", readonly: bool = False, ctrl_secret: str = ""
+        self,
+        vol_uuid: str,
+        host_nqn: str,
+        secret: str = "",
+        readonly: bool = False,
+        ctrl_secret: str = "",
+        node_name: str = "",
     ) -> VolumeView:
         p = self._p
         check_host_nqn(host_nqn)
@@ -63,16 +71,22 @@ class HostOps:
             p.nvmet.ensure_host(host_nqn, secret, ctrl_secret)  # fails early if a secret cannot be honoured
             if readonly:  # fails early if this node cannot make a device that refuses writes
                 ReadOnlyExports(p).attach(rec)
-            if (rec.hosts.get(host_nqn), rec.ctrl_keys.get(host_nqn, "")) != (secret, ctrl_secret):
+            node_name = node_name or rec.host_nodes.get(host_nqn, "")
+            granted = (rec.hosts.get(host_nqn), rec.ctrl_keys.get(host_nqn, ""), rec.host_nodes.get(host_nqn, ""))
+            if granted != (secret, ctrl_secret, node_name):
                 ro = tuple(sorted({*rec.readonly_hosts, host_nqn})) if readonly else rec.readonly_hosts
                 ctrl_keys = {h: k for h, k in rec.ctrl_keys.items() if h != host_nqn}
                 if ctrl_secret:
                     ctrl_keys[host_nqn] = ctrl_secret
+                nodes = {h: n for h, n in rec.host_nodes.items() if h != host_nqn}
+                if node_name:
+                    nodes[host_nqn] = node_name
                 rec = p.state.put_volume(
                     rec.evolve(
                         hosts={**rec.hosts, host_nqn: secret},
                         ctrl_keys=ctrl_keys,
                         readonly_hosts=ro,
+                        host_nodes=nodes,
                     )
                 )
             if readonly:

@@ -49,6 +49,7 @@ class VolumeRecord:
     created_at: float = 0.0
     fenced: Mapping[str, FenceMark] = field(default_factory=dict)  # host NQN -> its fence (``agent/fencing.py``)
     tls_keys: Mapping[str, str] = field(default_factory=dict)  # host NQN -> NVMe/TCP TLS PSK (``tls: psk`` volumes)
+    host_nodes: Mapping[str, str] = field(default_factory=dict)  # host NQN -> its Kubernetes Node (from the grant)
 
     def evolve(self, **changes: Any) -> VolumeRecord:
         return replace(self, **changes)
@@ -65,6 +66,7 @@ class VolumeRecord:
             hosts={k: v for k, v in self.hosts.items() if k != host_nqn},
             ctrl_keys={k: v for k, v in self.ctrl_keys.items() if k != host_nqn},
             tls_keys={k: v for k, v in self.tls_keys.items() if k != host_nqn},
+            host_nodes={k: v for k, v in self.host_nodes.items() if k != host_nqn},
             readonly_hosts=tuple(h for h in self.readonly_hosts if h != host_nqn),
         )
 

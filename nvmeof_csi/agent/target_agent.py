@@ -182,9 +182,15 @@ class TargetAgent:
         return self._volumes.modify_volume(vol_uuid, changes)
 
     def allow_host(
-        self, vol_uuid: str, host_nqn: str, secret: str = "", readonly: bool = False, ctrl_secret: str = ""
+        self,
+        vol_uuid: str,
+        host_nqn: str,
+        secret: str = "",
+        readonly: bool = False,
+        ctrl_secret: str = "",
+        node_name: str = "",
     ) -> VolumeView:
-        return self._hosts.allow_host(vol_uuid, host_nqn, secret, readonly, ctrl_secret)
+        return self._hosts.allow_host(vol_uuid, host_nqn, secret, readonly, ctrl_secret, node_name)
 
     def host_keys(self, vol_uuid: str, host_nqn: str) -> tuple[str, str, str]:
         return self._hosts.host_keys(vol_uuid, host_nqn)

@@ -188,7 +188,13 @@ class AgentClient:
                 return found
 
     def allow_host(
-        self, vol_uuid: str, host_nqn: str, secret: str = "", readonly: bool = False, ctrl_secret: str = ""
+        self,
+        vol_uuid: str,
+        host_nqn: str,
+        secret: str = "",
+        readonly: bool = False,
+        ctrl_secret: str = "",
+        node_name: str = "",
     ) -> pb.Volume:
         request = pb.AllowHostRequest(
             volume_uuid=vol_uuid,
@@ -196,6 +202,7 @@ class AgentClient:
             dhchap_secret=secret,
             readonly=readonly,
             dhchap_ctrl_secret=ctrl_secret,
+            node_name=node_name,
         )
         return self._call(self._stub.AllowHost, request)
 

@@ -24,7 +24,9 @@ from nvmeof_csi.errors import ConfigError, DriverError
 from nvmeof_csi.issuance.certificate import IdentityCertificate, node_identity
 from nvmeof_csi.issuance.checks import AGENT_SIGNER, NODE_SIGNER, Policy, check_agent, check_node
 from nvmeof_csi.issuance.signer import IdentitySigner
-from nvmeof_csi.kube.nodes import KubeNodes, LazyApi, lazy_api, preflight
+from nvmeof_csi.kube.api import LazyApi, lazy_api, preflight
+from nvmeof_csi.kube.bindings import parse_location
+from nvmeof_csi.kube.nodes import KubeNodes
 from nvmeof_csi.rpc.background import Background, Loop
 from nvmeof_csi.service.fencing import NodeFacts
 from nvmeof_csi.topology.fabric_map import load_fabric_map
@@ -34,7 +36,7 @@ log = logging.getLogger(__name__)
 
 def certificates_api(kubeconfig: str) -> LazyApi:
     """The CertificatesV1Api, made at its first use; a kubeconfig or service account that cannot be read is a
-    ``ConfigError`` now (:func:`~nvmeof_csi.kube.nodes.preflight`)."""
+    ``ConfigError`` now (:func:`~nvmeof_csi.kube.api.preflight`)."""
     try:
         preflight(kubeconfig)
     except (OSError, ValueError) as exc:
@@ -55,19 +57,29 @@ def build_signer(settings: Settings, facts: NodeFacts, background: Background) -
     lifetime = datetime.timedelta(hours=settings.node_identity_hours)
     fabric = load_fabric_map(settings.fabric_map)
 
-    def agent_address(name: str) -> str | None:
-        """The agent's endpoint IP in the map (an identity names an IP address; a DNS endpoint has none)."""
+    def agent_of(name: str) -> tuple[str, str] | None:
+        """The agent's endpoint IP and Node in the map (an identity names an IP address; a DNS endpoint has
+        none)."""
         entry = fabric.agent(name)
         try:
-            return str(ipaddress.ip_address(entry.endpoint.host)) if entry is not None else None
+            return (str(ipaddress.ip_address(entry.endpoint.host)), entry.node) if entry is not None else None
         except ValueError:
             return None
 
+    bindings = facts.bind_identities(*parse_location(settings.identity_bindings))
+
+    def bind(nqn: str, node: str, lifetime: datetime.timedelta) -> str:
+        now = datetime.datetime.now(datetime.UTC)
+        return bindings.bind(nqn, node, now + lifetime, now)
+
+    def claimed_now(nqn: str) -> list[str]:
+        return facts.claimed_by(nqn, fresh=True)
+
     node_policy = Policy(settings.node_signer_requester, lifetime)
-    checks = {NODE_SIGNER: lambda spec: check_node(spec, node_policy, facts.claimed_by)}
+    checks = {NODE_SIGNER: lambda spec: check_node(spec, node_policy, claimed_now, bind)}
     if settings.agent_signer_requester:
         agent_policy = Policy(settings.agent_signer_requester, lifetime)
-        checks[AGENT_SIGNER] = lambda spec: check_agent(spec, agent_policy, agent_address, facts.addresses)
+        checks[AGENT_SIGNER] = lambda spec: check_agent(spec, agent_policy, agent_of)
     signer = IdentitySigner(certificates_api(settings.kubeconfig), checks, ca)
     background.add("identity-signer", signer.run)
     log.info("identity signer for %s (certificates for %s)", ", ".join(checks), lifetime)

@@ -176,6 +176,11 @@ class Settings:
         "Controller: the only user that may ask for an agent server identity (the agents' service account); "
         "empty: agent identities are not issued.",
     )
+    identity_bindings: str = setting(
+        "",
+        "Controller, with --node-signer-ca: NAMESPACE/NAME of the ConfigMap (get and update only) where the "
+        "signer binds each host NQN to the Node its identity was issued to, durably (docs/security.md).",
+    )
     node_identity: str = setting(
         "files",
         "Node: `csr` to ask the controller's signer for this node's own agent client certificate (key made "
@@ -217,6 +222,8 @@ class Settings:
         ca = self.node_signer_ca
         if ca is not None and not ((ca / "tls.crt").is_file() and (ca / "tls.key").is_file()):
             raise ConfigError(f"--node-signer-ca {ca} must hold tls.crt and tls.key (the node CA)")
+        if ca is not None and not self.identity_bindings:
+            raise ConfigError("--node-signer-ca needs --identity-bindings (NAMESPACE/NAME of a ConfigMap)")
         for flag, user in (("node", self.node_signer_requester), ("agent", self.agent_signer_requester)):
             if user and not user.startswith("system:serviceaccount:"):
                 raise ConfigError(

@@ -274,19 +274,21 @@ class AgentBackend(AgentFleet):
         self._client(self._require(ref)).modify_volume(ref.uuid, changes)
 
     def publish(
-        self, ref: VolumeRef, node_id: str, readonly: bool, secrets: Mapping[str, str] = NO_SECRETS
+        self,
+        ref: VolumeRef,
+        node_id: str,
+        readonly: bool,
+        secrets: Mapping[str, str] = NO_SECRETS,
+        node_name: str = "",
     ) -> Mapping[str, str]:
         host = host_nqn_of(node_id)
-        client = self._client(self._require(ref))
-        client.allow_host(ref.uuid, host, readonly=readonly)  # an `auth` volume's agent issues the host's keys
-        if readonly:  # the agent allows a read-only host only on the subsystem that refuses writes
-            return {
-                "hostNqn": host,
-                "readonly": "true",
-                "nqn": readonly_nqn(ref.uuid),
-                "namespaceUUID": readonly_namespace_uuid(ref.uuid),
-            }
-        return {"hostNqn": host, "readonly": "false"}
+        # an `auth` volume's agent issues the host's keys; the grant records the host's Node
+        self._client(self._require(ref)).allow_host(ref.uuid, host, readonly=readonly, node_name=node_name)
+        if not readonly:
+            return {"hostNqn": host, "readonly": "false"}
+        # the agent allows a read-only host only on the subsystem that refuses writes
+        nqn, namespace = readonly_nqn(ref.uuid), readonly_namespace_uuid(ref.uuid)
+        return {"hostNqn": host, "readonly": "true", "nqn": nqn, "namespaceUUID": namespace}
 
     def unpublish(self, ref: VolumeRef, node_id: str) -> None:
         entry = self._entry(ref.location)

@@ -8,79 +8,28 @@ older than ``ttl`` seconds. Least privilege (``deploy/``): ``get`` on nodes, ``l
 Contract: :meth:`KubeNodes.out_of_service` is ``False`` for a node the API does not know (no CSINode entry, or
 its Node is gone: nothing to fence it by) and :meth:`KubeNodes.boot_id` is ``""`` then; an API that cannot be
 asked (connection refused, 5xx, forbidden) raises ``Unavailable`` naming what failed, so the CO retries rather
-than the driver guessing. :meth:`KubeNodes.connect` checks the kubeconfig or service account at once and makes the
-client at the first question (:class:`LazyApi`), so that a pod serves without waiting for the client's import.
+than the driver guessing. :meth:`KubeNodes.node_of` names the Node a node ID is: the one the signer bound its
+identity to (``kube/bindings.py``), else its one claimant. :meth:`KubeNodes.connect` checks the kubeconfig or
+service account at once and makes the client at the first question (:class:`LazyApi`), so that a pod serves
+without waiting for the client's import.
 """
 
 from __future__ import annotations
 
 import importlib
 import json
-import os
 import re
 import threading
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from nvmeof_csi.errors import Unavailable
+from nvmeof_csi.kube.api import LazyApi, api_client, api_error, preflight
+from nvmeof_csi.kube.bindings import NodeBindings
 
 OUT_OF_SERVICE_TAINT = "node.kubernetes.io/out-of-service"
 BOOT_ID = re.compile(r"[0-9a-fA-F-]{1,64}")
-
-
-SERVICE_ACCOUNT = Path("/var/run/secrets/kubernetes.io/serviceaccount")
-
-
-def api_client(kubeconfig: str) -> Any:
-    """A ``kubernetes.client.ApiClient`` from a kubeconfig path, or the pod's service account for ``""``."""
-    client = importlib.import_module("kubernetes.client")  # imported only where there is a cluster
-    config = importlib.import_module("kubernetes.config")
-    if kubeconfig:
-        return config.new_client_from_config(config_file=kubeconfig)
-    config.load_incluster_config()
-    return client.ApiClient()
-
-
-def preflight(kubeconfig: str) -> None:
-    """What :func:`api_client` would refuse at once, found without importing the client: ``OSError`` for a
-    kubeconfig that cannot be read, or, for ``""``, a pod without the API's address or its service account's
-    token and CA (``ValueError``)."""
-    if kubeconfig:
-        with open(kubeconfig, "rb"):
-            return
-    if not (os.environ.get("KUBERNETES_SERVICE_HOST") and os.environ.get("KUBERNETES_SERVICE_PORT")):
-        raise ValueError("KUBERNETES_SERVICE_HOST/PORT are not set (not in a pod?)")
-    for name in ("token", "ca.crt"):
-        if not (SERVICE_ACCOUNT / name).is_file():
-            raise ValueError(f"{SERVICE_ACCOUNT / name} is missing (no service account token mounted)")
-
-
-class LazyApi:
-    """A Kubernetes API object made by ``make`` at its first use rather than when the process starts: the
-    official client's import takes 10-40 s of CPU on a small node (every model class), and a pod should serve
-    before it. ``make`` runs once, under a lock, in the first user's thread; an error in it is raised to that
-    user (every use site turns the client's errors into "cannot ask now") and the next use tries again."""
-
-    def __init__(self, make: Callable[[], Any]) -> None:
-        self._make: Callable[[], Any] = make
-        self._made: Any = None
-        self._lock = threading.Lock()
-
-    def made(self) -> Any:
-        with self._lock:
-            if self._made is None:
-                self._made = self._make()
-            return self._made
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.made(), name)
-
-
-def lazy_api(kubeconfig: str, kind: str) -> LazyApi:
-    """``kubernetes.client.<kind>`` (e.g. ``CertificatesV1Api``) on :func:`api_client`, made at its first use."""
-    return LazyApi(lambda: getattr(importlib.import_module("kubernetes.client"), kind)(api_client(kubeconfig)))
 
 
 class KubeNodes:
@@ -93,6 +42,12 @@ class KubeNodes:
         self._names: dict[str, list[str]] = {}
         self._read_at = float("-inf")
         self._lock = threading.Lock()
+        self.bindings: NodeBindings | None = None  # the signer's durable NQN -> Node bindings, once it has them
+
+    def bind_identities(self, namespace: str, name: str) -> NodeBindings:
+        """The durable bindings in ConfigMap ``namespace/name``, kept here for :meth:`node_of`."""
+        self.bindings = NodeBindings(self._core, namespace, name)
+        return self.bindings
 
     @classmethod
     def connect(cls, kubeconfig: str, driver: str, now: bool = False) -> KubeNodes:
@@ -110,9 +65,11 @@ class KubeNodes:
             storage.made()
         return cls(core, storage, driver)
 
-    def claimed_by(self, node_id: str) -> list[str]:
+    def claimed_by(self, node_id: str, fresh: bool = False) -> list[str]:
+        """The Nodes whose CSINode lists ``node_id``: from the list read within ``ttl`` seconds, or read now
+        with ``fresh`` (what an identity is issued on is never a cached fact)."""
         with self._lock:
-            if node_id in self._names and self._clock() - self._read_at < self._ttl:
+            if not fresh and node_id in self._names and self._clock() - self._read_at < self._ttl:
                 return list(self._names[node_id])
             try:
                 # the list as JSON, not the client's models: those refuse a CSINode without drivers (a node
@@ -120,7 +77,7 @@ class KubeNodes:
                 raw = self._storage.list_csi_node(_request_timeout=10, _preload_content=False)
                 listed = json.loads(raw.data)
             except Exception as exc:  # the client's errors are many types: each is one answer, "cannot ask"
-                raise Unavailable(f"cannot list CSINodes to find node {node_id!r}: {_why(exc)}") from exc
+                raise Unavailable(f"cannot list CSINodes to find node {node_id!r}: {api_error(exc)}") from exc
             names: dict[str, list[str]] = {}
             for item in listed.get("items") or []:
                 node = str((item.get("metadata") or {}).get("name") or "")
@@ -129,6 +86,12 @@ class KubeNodes:
                         names.setdefault(str(d["nodeID"]), []).append(node)
             self._names, self._read_at = {k: sorted(v) for k, v in names.items()}, self._clock()
             return list(self._names.get(node_id, []))
+
+    def node_of(self, node_id: str) -> str:
+        """The Node ``node_id`` is: the one its identity was last bound to (the API server attested it to the
+        signer), else the one Node whose CSINode claims it, else ``""`` (none, or several)."""
+        bound = self.bindings.node_of(node_id) if self.bindings is not None else ""
+        return bound or self._node_name(node_id)
 
     def _node_name(self, node_id: str) -> str:
         """The Node of ``node_id`` (``""`` when none, or when several claim it: no fence or unfence by a guess)."""
@@ -144,7 +107,7 @@ class KubeNodes:
         except Exception as exc:
             if getattr(exc, "status", None) == 404:
                 return None
-            raise Unavailable(f"cannot read Node {name} (node {node_id!r}): {_why(exc)}") from exc
+            raise Unavailable(f"cannot read Node {name} (node {node_id!r}): {api_error(exc)}") from exc
 
     def out_of_service(self, node_id: str) -> bool | None:
         """Whether a Node that claims ``node_id`` carries the out-of-service taint. When several claim it (one
@@ -157,7 +120,7 @@ class KubeNodes:
         except Exception as exc:
             if getattr(exc, "status", None) == 404:
                 return False
-            raise Unavailable(f"cannot read Node {name} (node {node_id!r}): {_why(exc)}") from exc
+            raise Unavailable(f"cannot read Node {name} (node {node_id!r}): {api_error(exc)}") from exc
         taints = (node.spec.taints or []) if node.spec is not None else []
         return any(t.key == OUT_OF_SERVICE_TAINT for t in taints)
 
@@ -167,20 +130,3 @@ class KubeNodes:
             return ""
         boot = str(node.status.node_info.boot_id or "")
         return boot if BOOT_ID.fullmatch(boot) else ""  # a node writes its own status: never let it fail a fence
-
-    def addresses(self, name: str) -> list[str]:
-        """The addresses a Node reports (``status.addresses``; its kubelet writes them), by Node name; ``[]``
-        for a Node the API does not know."""
-        try:
-            node = self._core.read_node(name, _request_timeout=10)
-        except Exception as exc:
-            if getattr(exc, "status", None) == 404:
-                return []
-            raise Unavailable(f"cannot read Node {name}: {_why(exc)}") from exc
-        found = (node.status.addresses or []) if node.status is not None else []
-        return [str(a.address) for a in found]
-
-
-def _why(exc: Exception) -> str:
-    status, reason = getattr(exc, "status", None), getattr(exc, "reason", None)
-    return f"HTTP {status} {reason}" if status else f"{type(exc).__name__}: {exc}"[:200]

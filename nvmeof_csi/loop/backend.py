@@ -205,7 +205,12 @@ class LoopTargetBackend:
         return capacity_bytes
 
     def publish(
-        self, ref: VolumeRef, node_id: str, readonly: bool, secrets: Mapping[str, str] = NO_SECRETS
+        self,
+        ref: VolumeRef,
+        node_id: str,
+        readonly: bool,
+        secrets: Mapping[str, str] = NO_SECRETS,
+        node_name: str = "",
     ) -> Mapping[str, str]:
         doc = self._require(ref)
         published = doc.setdefault("published", {})

@@ -36,6 +36,11 @@ def valid_location(location: str) -> bool:
     return _LOCATION.fullmatch(location) is not None
 
 
+def valid_node_name(name: str) -> bool:
+    """A Kubernetes Node name: a DNS subdomain (dot-separated labels, at most 253 characters)."""
+    return len(name) <= 253 and all(_LOCATION.fullmatch(label) for label in name.split("."))
+
+
 @dataclass(frozen=True)
 class VolumeRef:
     """Where a volume lives (``location``: a backend/agent name) and its UUID; encoded in the CSI volume ID."""
@@ -199,11 +204,18 @@ class TargetBackend(Protocol):
         ...
 
     def publish(
-        self, ref: VolumeRef, node_id: str, readonly: bool, secrets: Mapping[str, str] = NO_SECRETS
+        self,
+        ref: VolumeRef,
+        node_id: str,
+        readonly: bool,
+        secrets: Mapping[str, str] = NO_SECRETS,
+        node_name: str = "",
     ) -> Mapping[str, str]:
         """Allow ``node_id`` to reach the volume; returns the publish context. Already published to that node
         with another ``readonly`` raises ``AlreadyExists``. ``secrets`` is the CSI controller-publish secret; no
-        backend needs one (an ``auth`` volume's agent issues the host's keys) and it is never logged."""
+        backend needs one (an ``auth`` volume's agent issues the host's keys) and it is never logged.
+        ``node_name``: the Kubernetes Node that ``node_id`` is (``""``: unknown), recorded with the grant: the
+        host's keys go to a certificate of that Node only."""
         ...
 
     def unpublish(self, ref: VolumeRef, node_id: str) -> None:

@@ -57,6 +57,11 @@ class NodeFacts(Protocol):
         ``Unavailable`` when the cluster cannot be asked."""
         ...
 
+    def node_of(self, node_id: str) -> str:
+        """The name of the Node that ``node_id`` is (the one its identity was issued to, else its one
+        claimant); ``""`` when unknown. Raises ``Unavailable`` when the cluster cannot be asked."""
+        ...
+
 
 class NoCluster:
     """Outside Kubernetes (csi-sanity, ``serve --mode all``): no taint, no boot ID."""
@@ -69,6 +74,9 @@ class NoCluster:
 
     def claimed_by(self, node_id: str) -> list[str]:
         return []
+
+    def node_of(self, node_id: str) -> str:
+        return ""
 
 
 def fence_reason(reason: str, fence_on: frozenset[str], tainted: bool | None) -> str:

@@ -215,7 +215,7 @@ class VolumeService:
                 raise ResourceExhausted(
                     f"node {node_id!r} already has {attached} volumes published (limit {self._max_per_node})"
                 )
-        return self._backend.publish(ref, node_id, readonly, secrets)
+        return self._backend.publish(ref, node_id, readonly, secrets, node_name=self._facts.node_of(node_id))
 
     def unpublish(self, ref: VolumeRef, node_id: str, reason: str = "") -> str:
         """Revoke ``node_id``'s access, fencing it when ``reason`` (a CSI 1.14 unpublish reason name, ``""``

@@ -4,6 +4,7 @@ one serves. A YAML file, typically mounted from a ConfigMap::
     agents:
       - name: store-a                       # DNS label; becomes the location in volume IDs
         endpoint: tcp://10.0.0.5:9440       # or unix:///run/nvmeof-csi/agent.sock
+        node: storage-a                     # the Kubernetes Node it runs on (issued identities: only there)
         tls: {cert: /tls/tls.crt, key: /tls/tls.key, ca: /tls/ca.crt}
         fabric: rack-1                      # topology.csi.nvmeof.io/fabric of the nodes that reach it
         zone: zone-a                        # optional: topology.kubernetes.io/zone
@@ -24,7 +25,7 @@ import yaml
 from nvmeof_csi.errors import ConfigError
 from nvmeof_csi.nvmeof.context import TRANSPORTS
 from nvmeof_csi.rpc.endpoints import Endpoint, TlsFiles
-from nvmeof_csi.service.contracts import valid_location
+from nvmeof_csi.service.contracts import valid_location, valid_node_name
 
 
 @dataclass(frozen=True)
@@ -37,6 +38,7 @@ class AgentEntry:
     tls: TlsFiles | None = None
     allow_plaintext_loopback: bool = False
     alluxio_host: str = ""  # the Alluxio worker next to this agent: data sets it caches are local here
+    node: str = ""  # the Kubernetes Node that runs it: the signer issues its server identity to a pod there only
     #: a map read ``ca_only`` (a node with its own identity): the CA that checks this agent, ``tls`` is None
     ca: Path | None = None
 
@@ -77,7 +79,7 @@ def _entry(raw: Any, index: int, ca_only: bool) -> AgentEntry:
     where = f"fabric map agents[{index}]"
     if not isinstance(raw, dict):
         raise ConfigError(f"{where} must be a mapping")
-    known = {"name", "endpoint", "fabric", "zone", "transports", "tls", "allowPlaintextLoopback", "alluxioHost"}
+    known = {"name", "endpoint", "node", "fabric", "zone", "transports", "tls", "allowPlaintextLoopback", "alluxioHost"}
     if unknown := sorted(set(raw) - known):
         raise ConfigError(f"{where}: unknown field {unknown[0]!r} (known: {', '.join(sorted(known))})")
     name, fabric = _str(raw, "name", where, True), _str(raw, "fabric", where, True)
@@ -92,6 +94,9 @@ def _entry(raw: Any, index: int, ca_only: bool) -> AgentEntry:
     if not isinstance(plaintext, bool):
         raise ConfigError(f"{where}: allowPlaintextLoopback must be true or false (a YAML boolean)")
     tls, ca = _tls(raw, where, ca_only)
+    node = _str(raw, "node", where)
+    if node and not valid_node_name(node):
+        raise ConfigError(f"{where}: node {node[:80]!r} must be a Kubernetes Node name (a DNS subdomain)")
     return AgentEntry(
         name=name,
         endpoint=Endpoint.parse(_str(raw, "endpoint", where, True)),
@@ -101,6 +106,7 @@ def _entry(raw: Any, index: int, ca_only: bool) -> AgentEntry:
         tls=tls,
         allow_plaintext_loopback=plaintext,
         alluxio_host=_str(raw, "alluxioHost", where),
+        node=node,
         ca=ca,
     )
 

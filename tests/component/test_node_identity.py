@@ -3,6 +3,8 @@ each is role node for its own host NQN only, and nothing the node CA signed is e
 
 Before (main at 7a3e7af): the agent had no node CA; every GPU node presented one shared certificate, so each
 could act as any node the policy named. Without ``--node-ca`` none of these certificates is accepted at all.
+A grant records the host's Node (AllowHost ``node_name``): a certificate for the same host NQN issued to another
+Node (after the first one's expired and its binding lapsed) gets nothing of the volume (before, it got its keys).
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from nvmeof_csi.agentclient.client import AgentClient, AgentTarget
-from nvmeof_csi.errors import NotFound, PermissionDenied, Unavailable
+from nvmeof_csi.errors import InvalidArgument, NotFound, PermissionDenied, Unavailable
 from nvmeof_csi.rpc.endpoints import Endpoint, TlsFiles
 from tests.component.test_agent import MiB, free_port, mtls_args
 from tests.component.test_agent_roles import NEIGHBOUR_NQN, NODE_NQN
@@ -47,8 +49,10 @@ def test_node_ca_identities_act_only_as_their_own_host(tmp_path: Path) -> None:
         with as_((pki["ctrl.crt"], pki["ctrl.key"])) as c:
             mine = c.create_volume("for-gpu-1", 8 * MiB, {"auth": "dhchap"})
             theirs = c.create_volume("for-gpu-2", 8 * MiB, {"auth": "dhchap"})
-            c.allow_host(mine.uuid, NODE_NQN)
+            c.allow_host(mine.uuid, NODE_NQN, node_name="gpu-1")
             c.allow_host(theirs.uuid, NEIGHBOUR_NQN)
+            with pytest.raises(InvalidArgument, match="node_name 'GPU_1' must be a Kubernetes Node name"):
+                c.allow_host(mine.uuid, NODE_NQN, node_name="GPU_1")
         with as_(gpu1) as c:
             assert c.get_host_keys(mine.uuid, NODE_NQN).dhchap_secret.startswith("DHHC-1:00:")
             assert [v.uuid for v in c.list_volumes()] == [mine.uuid]  # gpu-2's volume is not even listed
@@ -58,6 +62,14 @@ def test_node_ca_identities_act_only_as_their_own_host(tmp_path: Path) -> None:
                 c.get_volume(theirs.uuid)
             with pytest.raises(PermissionDenied, match="CreateVolume needs role controller; client 'node:gpu-1'"):
                 c.create_volume("by-node", 8 * MiB)
+        # gpu-1's host NQN, issued to gpu-2 (its CSINode claimed it once gpu-1's binding lapsed): not its volume
+        rebound = write_pair(folder, "rebound", node_pair(ca, "gpu-2", NODE_NQN))
+        with as_(rebound) as c:
+            assert c.list_volumes() == []
+            with pytest.raises(NotFound):
+                c.get_host_keys(mine.uuid, NODE_NQN)
+            with pytest.raises(NotFound):
+                c.get_volume(mine.uuid)
         # the node CA signed a certificate named like the controller's policy identity: still never a controller
         with as_(forged_ctrl) as c, pytest.raises(PermissionDenied, match="not a node identity"):
             c.create_volume("by-forgery", 8 * MiB)

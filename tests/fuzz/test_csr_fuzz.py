@@ -21,6 +21,7 @@ from nvmeof_csi.errors import InvalidArgument
 from nvmeof_csi.identity.certs import NODE_PREFIX, new_key, node_request, read_request
 from nvmeof_csi.issuance.checks import Refused, check_node
 from tests.support.csr_forge import duplicate_san_request
+from tests.support.node_ca import FREE
 from tests.unit.test_node_identity import NQN1, POLICY, claimed, spec
 
 GOOD = serialization.load_pem_private_key(new_key(), password=None)
@@ -31,7 +32,7 @@ def _refused_only(pem: bytes) -> None:
     with contextlib.suppress(InvalidArgument):  # refused with a reason is the one allowed outcome
         read_request(pem)
     with pytest.raises(Refused):  # the node plugin's own request with this body: refused, never raised
-        check_node(spec(request=base64.b64encode(pem).decode()), POLICY, claimed)
+        check_node(spec(request=base64.b64encode(pem).decode()), POLICY, claimed, FREE)
 
 
 def _pem(der: bytes) -> bytes:

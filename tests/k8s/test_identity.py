@@ -34,7 +34,7 @@ FOREIGN_NQN = "nqn.2014-08.org.nvmexpress:uuid:0f0f0f0f-0000-0000-0000-000000000
 ASK = """
 import json, pathlib, sys, tempfile
 from concurrent.futures import ThreadPoolExecutor
-from nvmeof_csi.kube.nodes import api_client
+from nvmeof_csi.kube.api import api_client
 from nvmeof_csi.issuance.certificate import IdentityCertificate, agent_identity, node_identity
 from nvmeof_csi.issuance.checks import AGENT_SIGNER, NODE_SIGNER
 from kubernetes.client import CertificatesV1Api

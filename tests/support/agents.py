@@ -173,9 +173,15 @@ class LocalAgent:
         return [snapshot_msg(s) for s in self.agent.list_snapshots(source_volume, snapshot_uuid)]
 
     def allow_host(
-        self, vol_uuid: str, host_nqn: str, secret: str = "", readonly: bool = False, ctrl_secret: str = ""
+        self,
+        vol_uuid: str,
+        host_nqn: str,
+        secret: str = "",
+        readonly: bool = False,
+        ctrl_secret: str = "",
+        node_name: str = "",
     ) -> pb.Volume:
-        return volume_msg(self.agent.allow_host(vol_uuid, host_nqn, secret, readonly, ctrl_secret))
+        return volume_msg(self.agent.allow_host(vol_uuid, host_nqn, secret, readonly, ctrl_secret, node_name))
 
     def get_host_keys(self, vol_uuid: str, host_nqn: str) -> pb.HostKeys:
         key, ctrl_key, psk = self.agent.host_keys(vol_uuid, host_nqn)

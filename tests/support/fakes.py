@@ -49,6 +49,7 @@ class FakeBackend:
         self.location = location
         self.volumes: dict[str, Volume] = {}
         self.readonly: dict[tuple[str, str], bool] = {}
+        self.node_names: dict[str, str] = {}  # node ID -> the Node name its last publish gave
         self.gate: threading.Event | None = None
         self.entered = threading.Event()
         self.healthy = True
@@ -117,7 +118,12 @@ class FakeBackend:
         return self.volumes[ref.uuid].capacity_bytes
 
     def publish(
-        self, ref: VolumeRef, node_id: str, readonly: bool, secrets: Mapping[str, str] = NO_SECRETS
+        self,
+        ref: VolumeRef,
+        node_id: str,
+        readonly: bool,
+        secrets: Mapping[str, str] = NO_SECRETS,
+        node_name: str = "",
     ) -> Mapping[str, str]:
         vol = self.volumes[ref.uuid]
         from nvmeof_csi.errors import AlreadyExists
@@ -125,6 +131,7 @@ class FakeBackend:
         if self.readonly.get((ref.uuid, node_id), readonly) != readonly:
             raise AlreadyExists("other readonly")
         self.readonly[(ref.uuid, node_id)] = readonly
+        self.node_names[node_id] = node_name
         nodes = tuple(sorted({*vol.published_nodes, node_id}))
         self.volumes[ref.uuid] = replace(vol, published_nodes=nodes)
         return {"node": node_id}

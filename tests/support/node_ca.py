@@ -16,6 +16,11 @@ from nvmeof_csi.identity.certs import Request, issue, new_key, node_request, rea
 NOW = datetime.datetime(2026, 12, 4, tzinfo=datetime.UTC)
 
 
+def FREE(nqn: str, node: str, lifetime: datetime.timedelta) -> str:
+    """The signer's ``bind`` hook where every host NQN is free to bind (tests of the other checks)."""
+    return ""
+
+
 def make_ca(name: str = "nvmeof-csi node CA", now: datetime.datetime | None = None) -> tuple[bytes, bytes]:
     """(certificate PEM, key PEM) of a self-signed CA valid a day around ``now`` (default: the real time)."""
     now = now or datetime.datetime.now(datetime.UTC)

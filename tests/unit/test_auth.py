@@ -126,8 +126,11 @@ def test_controller_publish_needs_no_secret_and_the_node_fetches_only_its_own_ke
     backend = AgentBackend(fabric, client=lambda _entry: LocalAgent(agent))
     vol = agent.create_volume("v", 1 << 20, VolumeParameters.parse({"auth": "dhchap"}), {}).record
     ref = VolumeRef("store-a", vol.uuid)
-    backend.publish(ref, HOST, False)
+    backend.publish(ref, HOST, False, node_name="gpu-1")
     issued = agent.state.current.volumes[vol.uuid].hosts[HOST]
+    assert agent.state.current.volumes[vol.uuid].host_nodes == {HOST: "gpu-1"}  # the grant names the host's Node
+    backend.publish(ref, HOST, False)  # a grant that names no Node keeps the one recorded
+    assert agent.state.current.volumes[vol.uuid].host_nodes == {HOST: "gpu-1"}
     assert backend.get_volume(ref).context["auth"] == "dhchap"  # type: ignore[union-attr]
     fetch = AgentHostKeys(AgentClients(fabric, lambda _entry: LocalAgent(agent)), HOST)
     assert fetch(ref) == HostKeys(issued)

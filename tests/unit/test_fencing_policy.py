@@ -82,6 +82,10 @@ class Facts:
     def claimed_by(self, node_id: str) -> list[str]:
         return self.claims.get(node_id, [])
 
+    def node_of(self, node_id: str) -> str:
+        claims = self.claims.get(node_id, [])
+        return claims[0] if len(claims) == 1 else ""
+
 
 def service(facts: Facts, fence_on: frozenset[str] = frozenset(FENCE_ON_CHOICES)) -> tuple[VolumeService, FakeBackend]:
     backend = FakeBackend(100 * GiB)
@@ -136,3 +140,11 @@ def test_a_host_identity_several_nodes_claim_is_refused_until_only_one_does() ->
     facts.claims["n1"] = ["gpu-a"]  # the clone got its own identity
     svc.publish(vol.ref, "n1", readonly=False)
     assert backend.volumes[vol.ref.uuid].published_nodes == ("n1",)
+
+
+def test_a_publish_names_the_node_its_node_id_is_to_the_backend() -> None:
+    facts = Facts(claims={"n1": ["gpu-1"]})
+    svc, backend = service(facts)
+    vol = svc.create("pvc", CapacityRange(GiB), VolumeParameters.parse({}))
+    svc.publish(vol.ref, "n1", readonly=False)
+    assert backend.node_names == {"n1": "gpu-1"}

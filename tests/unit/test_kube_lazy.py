@@ -12,7 +12,7 @@ import pytest
 
 from nvmeof_csi.cmd.identity_wiring import certificates_api
 from nvmeof_csi.errors import ConfigError
-from nvmeof_csi.kube.nodes import LazyApi, preflight
+from nvmeof_csi.kube.api import LazyApi, preflight
 
 
 def test_lazy_api_makes_its_object_at_first_use_once_and_retries_after_an_error() -> None:
@@ -46,7 +46,7 @@ def test_preflight_refuses_what_the_client_would_refuse(tmp_path: Path, monkeypa
         preflight("")
     monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.0.0.1")
     monkeypatch.setenv("KUBERNETES_SERVICE_PORT", "443")
-    monkeypatch.setattr("nvmeof_csi.kube.nodes.SERVICE_ACCOUNT", tmp_path / "sa")
+    monkeypatch.setattr("nvmeof_csi.kube.api.SERVICE_ACCOUNT", tmp_path / "sa")
     with pytest.raises(ValueError, match="token"):
         preflight("")
     (tmp_path / "sa").mkdir()

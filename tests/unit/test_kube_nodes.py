@@ -76,6 +76,9 @@ def test_taint_and_boot_id_by_csi_node_id() -> None:
     assert storage.lists == 3  # stale: listed again
     del core.nodes["gpu-2"]  # the Node is gone, its CSINode not yet
     assert nodes.out_of_service("nqn.gpu-2") is False and nodes.boot_id("nqn.gpu-2") == ""
+    lists = storage.lists
+    assert nodes.claimed_by("nqn.gpu-1", fresh=True) == ["gpu-1"] and storage.lists == lists + 1  # never cached
+    assert nodes.node_of("nqn.gpu-1") == "gpu-1"  # no bindings: its one claimant
 
 
 def test_an_api_that_cannot_be_asked_is_unavailable() -> None:
@@ -104,23 +107,3 @@ def test_a_node_id_two_csinodes_list_is_claimed_by_both_and_names_no_node() -> N
     assert nodes.boot_id("nqn.gpu-2") == "" and nodes.out_of_service("nqn.gpu-2") is False  # no guess between two
     core.nodes["gpu-3"] = NS(spec=NS(taints=[NS(key=OUT_OF_SERVICE_TAINT, effect="NoExecute")]), status=None)
     assert nodes.out_of_service("nqn.gpu-2") is True  # one claimant is out of service: fence (it was False before)
-
-
-def test_addresses_of_a_node_by_name() -> None:
-    core = Core()
-    core.nodes["storage-1"] = NS(
-        spec=NS(taints=None),
-        status=NS(
-            node_info=None, addresses=[NS(type="InternalIP", address="10.0.0.5"), NS(type="Hostname", address="s1")]
-        ),
-    )
-    nodes = KubeNodes(core, Storage(), DRIVER)
-    assert nodes.addresses("storage-1") == ["10.0.0.5", "s1"]
-    assert nodes.addresses("gone") == []
-
-    def broken(name: str, **_: Any) -> NS:
-        raise ApiError(503)
-
-    core.read_node = broken  # type: ignore[method-assign]
-    with pytest.raises(Unavailable, match="cannot read Node storage-1: HTTP 503"):
-        nodes.addresses("storage-1")

@@ -39,7 +39,7 @@ from nvmeof_csi.issuance.checks import (
     check_node,
 )
 from nvmeof_csi.issuance.signer import IdentitySigner
-from tests.support.node_ca import NOW, make_ca
+from tests.support.node_ca import FREE, NOW, make_ca
 
 NODE_SA = "system:serviceaccount:nvmeof-csi:nvmeof-csi-node"
 NQN1 = "nqn.2014-08.org.nvmexpress:uuid:0f0f0f0f-0000-0000-0000-000000000001"
@@ -101,21 +101,21 @@ def claimed(nqn: str) -> list[str]:
 
 
 AGENT_SA = "system:serviceaccount:nvmeof-csi:nvmeof-csi-agent"
-AGENTS = {"store-1": "10.0.0.5", "store-2": "10.0.0.6"}  # the fabric map's endpoint addresses
-NODE_IPS = {"storage-1": ["10.0.0.5", "192.168.1.5"], "storage-2": ["10.0.0.6"]}
+#: the fabric map: agent -> (endpoint address, its Node); store-3's entry names no node
+AGENTS = {"store-1": ("10.0.0.5", "storage-1"), "store-2": ("10.0.0.6", "storage-2"), "store-3": ("10.0.0.7", "")}
 
 
 def signer_of(api: CsrApi, ca: tuple[bytes, bytes], clock: Any) -> IdentitySigner:
     agent_policy = Policy(AGENT_SA, datetime.timedelta(hours=24))
     checks = {
-        NODE_SIGNER: lambda s: check_node(s, POLICY, claimed),
-        AGENT_SIGNER: lambda s: check_agent(s, agent_policy, AGENTS.get, lambda n: NODE_IPS.get(n, [])),
+        NODE_SIGNER: lambda s: check_node(s, POLICY, claimed, FREE),
+        AGENT_SIGNER: lambda s: check_agent(s, agent_policy, AGENTS.get),
     }
     return IdentitySigner(api, checks, ca, clock=clock)
 
 
 def test_a_request_from_the_node_for_itself_is_issued_for_its_host_nqn(ca: tuple[bytes, bytes]) -> None:
-    request, lifetime = check_node(spec(expiration_seconds=3600), POLICY, claimed)
+    request, lifetime = check_node(spec(expiration_seconds=3600), POLICY, claimed, FREE)
     assert (request.common_name, request.uris, lifetime) == ("node:gpu-1", (NQN1,), datetime.timedelta(hours=1))
 
 
@@ -132,19 +132,19 @@ def test_a_request_from_the_node_for_itself_is_issued_for_its_host_nqn(ca: tuple
 )
 def test_refused_requests_name_the_fact_that_fails(changed: dict[str, Any], why: str) -> None:
     with pytest.raises(Refused, match=why):
-        check_node(spec(**changed), POLICY, claimed)
+        check_node(spec(**changed), POLICY, claimed, FREE)
 
 
 def test_a_node_cannot_ask_for_another_nodes_host_nqn() -> None:
     with pytest.raises(Refused, match=r"node ID of \['gpu-2'\], not 'gpu-1'"):
-        check_node(spec(nqn=NQN2), POLICY, claimed)  # gpu-1 asks for gpu-2's NQN under its own name
+        check_node(spec(nqn=NQN2), POLICY, claimed, FREE)  # gpu-1 asks for gpu-2's NQN under its own name
     with pytest.raises(Refused, match="no node"):
-        check_node(spec(nqn="nqn.2014-08.org.nvmexpress:uuid:unregistered"), POLICY, claimed)
+        check_node(spec(nqn="nqn.2014-08.org.nvmexpress:uuid:unregistered"), POLICY, claimed, FREE)
     with_ip = make_request(new_key(), "node:gpu-1", (NQN1,), ("10.0.0.9",))  # a node's name with an address
     with pytest.raises(Refused, match="no IP address"):
-        check_node(spec(request=base64.b64encode(with_ip).decode()), POLICY, claimed)
+        check_node(spec(request=base64.b64encode(with_ip).decode()), POLICY, claimed, FREE)
     with pytest.raises(Refused, match=r"\['gpu-1', 'gpu-3'\]"):  # two nodes claim it: nobody gets it
-        check_node(spec(), POLICY, lambda nqn: ["gpu-1", "gpu-3"])
+        check_node(spec(), POLICY, lambda nqn: ["gpu-1", "gpu-3"], FREE)
 
 
 def test_requests_with_other_names_or_weak_keys_are_malformed() -> None:
@@ -265,13 +265,18 @@ def test_a_storage_node_gets_only_the_identity_of_the_agent_it_hosts(ca: tuple[b
     named_theirs = ask("named", "store-2", "10.0.0.5")  # store-2's name with storage-1's own address
     unknown = ask("unknown", "store-9", "10.0.0.5")
     assert signer.pass_once() == {"issued": 1, "denied": 3, "left": 0}
+    unnamed = ask("unnamed", "store-3", "10.0.0.7")  # an agent whose map entry names no node: nobody gets it
+    assert signer.pass_once() == {"issued": 0, "denied": 1, "left": 0}
     assert mine.ensure() is True
     assert names_of(mine.cert.read_bytes()) == ("agent:store-1", (), ("10.0.0.5",))
     assert issued_by(mine.cert.read_bytes(), ca[0]) and node_identity_of(mine.cert.read_bytes()) is None
     for cert, why in (
-        (theirs, "10.0.0.6 \\(agent 'store-2'\\) is not an address of the requesting node 'storage-1'"),
+        # before, the check was "the address is one of the requesting Node's status.addresses", which that
+        # node's kubelet writes: storage-1 adding 10.0.0.6 to its own status was issued store-2's identity
+        (theirs, "agent 'store-2' runs on node 'storage-2' in the fabric map, not on the requesting node 'storage-1'"),
         (named_theirs, "asks for 10.0.0.5 but agent 'store-2' serves on 10.0.0.6"),
         (unknown, "'store-9' is not in the controller's fabric map"),
+        (unnamed, "agent 'store-3' names no node in the fabric map"),
     ):
         with pytest.raises(FailedPrecondition, match=why):
             cert.ensure()
@@ -284,7 +289,7 @@ def test_a_node_that_asks_before_its_kubelet_registered_it_is_issued_at_its_next
     ca: tuple[bytes, bytes], tmp_path: Path
 ) -> None:
     api, claims = CsrApi(), {NQN1: list[str]()}  # the CSINode entry is not written yet
-    signer = IdentitySigner(api, {NODE_SIGNER: lambda s: check_node(s, POLICY, lambda n: claims.get(n, []))}, ca)
+    signer = IdentitySigner(api, {NODE_SIGNER: lambda s: check_node(s, POLICY, lambda n: claims.get(n, []), FREE)}, ca)
 
     def sign(_: float) -> None:
         signer.pass_once()

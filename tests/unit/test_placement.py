@@ -110,8 +110,16 @@ def fabric_agent(**fields: Any) -> dict[str, Any]:
         ({"tls": "yes"}, "tls must be a mapping"),
         ({"endpoint": 9440}, "'endpoint' must be a string"),
         ({"alluxiohost": "w1"}, "unknown field 'alluxiohost'"),
+        ({"node": "Storage_1"}, "node 'Storage_1' must be a Kubernetes Node name"),
+        ({"node": "a" * 254}, "must be a Kubernetes Node name"),
+        ({"node": 7}, "'node' must be a string"),
     ],
 )
 def test_fabric_map_field_types_are_checked(fields: dict[str, Any], needle: str) -> None:
     with pytest.raises(ConfigError, match=needle):
         parse_fabric_map(fabric_agent(**fields))
+
+
+def test_a_fabric_map_entry_names_the_node_of_its_agent() -> None:
+    assert parse_fabric_map(fabric_agent(node="storage-1.lab")).agents[0].node == "storage-1.lab"
+    assert parse_fabric_map(fabric_agent()).agents[0].node == ""

@@ -17,7 +17,7 @@ from nvmeof_csi.identity.certs import NODE_PREFIX, new_key, node_request, read_r
 from nvmeof_csi.issuance.checks import NODE_SIGNER, Refused, check_node
 from nvmeof_csi.issuance.signer import MAX_PENDING, IdentitySigner
 from tests.support.csr_forge import duplicate_san_request
-from tests.support.node_ca import NOW, make_ca
+from tests.support.node_ca import FREE, NOW, make_ca
 from tests.unit.test_node_identity import NQN1, POLICY, CsrApi, claimed, signer_of, spec
 
 
@@ -33,7 +33,7 @@ def test_a_request_with_two_name_extensions_is_refused_not_raised() -> None:
     with pytest.raises(InvalidArgument, match="DuplicateExtension"):
         read_request(pem)
     with pytest.raises(Refused, match="malformed request"):
-        check_node(spec(request=base64.b64encode(pem).decode()), POLICY, claimed)
+        check_node(spec(request=base64.b64encode(pem).decode()), POLICY, claimed, FREE)
 
 
 def _submit(api: CsrApi, name: str, pem: bytes, node: str = "gpu-1") -> None:
@@ -99,7 +99,7 @@ def test_a_failing_pass_does_not_end_the_loop_and_liveness_is_readiness(ca: tupl
                 return SimpleNamespace(items=[None])  # a malformed listing: the pass raises
             return super().list_certificate_signing_request(field_selector, **kw)
 
-    signer = IdentitySigner(Flaky(), {NODE_SIGNER: lambda s: check_node(s, POLICY, claimed)}, ca,
+    signer = IdentitySigner(Flaky(), {NODE_SIGNER: lambda s: check_node(s, POLICY, claimed, FREE)}, ca,
                             monotonic=lambda: now[0], stale_after=60)  # fmt: skip
     assert signer.health().ready
     stop = threading.Event()
