@@ -172,3 +172,38 @@ def test_each_agent_serves_with_its_own_identity_and_cannot_ask_for_another(kube
     assert moved["issued"] is False and f"agent '{AGENT}' serves on {AGENT_IP}" in str(moved["why"]), moved
     assert len(_denied(kube, AGENT_SIGNER)) == before + 2
     print(f"agent {AGENT}: server identity issued for {AGENT_IP}; requests for another agent or address denied")
+
+
+def _drivers(kube: KubeCluster, node: str) -> list[dict[str, Any]]:
+    drivers: list[dict[str, Any]] = kube.cp.get("csinode", node)["spec"]["drivers"] or []
+    return drivers
+
+
+def _set_drivers(kube: KubeCluster, node: str, drivers: list[dict[str, Any]]) -> None:
+    """The CSINode's drivers replaced, as its kubelet does (a driver's entry is immutable: removed, then added)."""
+    others = [d for d in _drivers(kube, node) if d["name"] != DRIVER]
+    for step in (others, drivers):
+        patch = json.dumps([{"op": "replace", "path": "/spec/drivers", "value": step}])
+        kube.kubectl("patch", "csinode", node, "--type=json", "-p", patch)
+
+
+def test_a_node_that_claims_another_nodes_nqn_in_its_csinode_is_refused_its_identity(kube: KubeCluster) -> None:
+    """Security round 3, point 3, on the real API server: gpu-2 (its kubelet may write its own CSINode) claims
+    gpu-1's host NQN while gpu-1's plugin is away, and asks for gpu-1's NQN under its own name. Before the
+    durable binding the signer saw one claimant, gpu-2, and issued it gpu-1's identity."""
+    victim, attacker = GPUS[0], GPUS[1]
+    _issued(kube, SIGNER, victim)  # its identity was issued: its NQN is bound to it
+    saved = {n: _drivers(kube, n) for n in (victim, attacker)}
+    nqn = next(d["nodeID"] for d in saved[victim] if d["name"] == DRIVER)
+    bindings = kube.cp.get("configmap", "nvmeof-csi-identity-bindings", "-n", NAMESPACE).get("data") or {}
+    assert any(json.loads(v).get("nqn") == nqn and json.loads(v)["node"] == victim for v in bindings.values()), bindings
+    claimed = [{**d, "nodeID": nqn} if d["name"] == DRIVER else d for d in saved[attacker]]
+    try:
+        _set_drivers(kube, victim, [d for d in saved[victim] if d["name"] != DRIVER])  # deregistered
+        _set_drivers(kube, attacker, claimed)
+        (answer,) = _ask(kube, attacker, "nvmeof-csi-node-", "nvmeof-csi", ("node", attacker, nqn))
+    finally:
+        _set_drivers(kube, attacker, saved[attacker])
+        _set_drivers(kube, victim, saved[victim])
+    assert answer["issued"] is False and f"bound to node '{victim}' until" in str(answer["why"]), answer
+    print(f"{attacker} claiming {victim}'s NQN in its CSINode: denied ({str(answer['why'])[:160]})")
