@@ -21,7 +21,15 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from chart_policy import EXTRA_ARGS_VALUES, HOSTILE_ARGS, host_network_problems, network_policy_problems, shell_problems
+from chart_policy import (
+    EXTRA_ARGS_VALUES,
+    HOSTILE_ARGS,
+    TLSHD_CAPABILITIES,
+    host_network_problems,
+    network_policy_problems,
+    shell_problems,
+    tlshd_problems,
+)
 
 from nvmeof_csi.agent.authz import parse_policy
 from nvmeof_csi.errors import ConfigError
@@ -125,6 +133,7 @@ def check_chart(helm: str, pins: Mapping[str, str]) -> list[str]:
         on_node_ip = bool(values and (yaml.safe_load(values.read_text()).get("metrics") or {}).get("onNodeIP"))
         record(f"hostNetwork listeners on loopback [{name}]", host_network_problems(docs, on_node_ip))
         record(f"NetworkPolicies of pod-network pods [{name}]", network_policy_problems(docs))
+        record(f"tlshd holds only {', '.join(TLSHD_CAPABILITIES)} [{name}]", tlshd_problems(docs))
     with tempfile.TemporaryDirectory() as tmp:
         hostile = Path(tmp) / "hostile-values.yaml"
         hostile.write_text(yaml.safe_dump({key: {"extraArgs": list(HOSTILE_ARGS)} for key in EXTRA_ARGS_VALUES}))

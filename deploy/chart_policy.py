@@ -26,6 +26,9 @@ NODE_IP_ENV = "status.hostIP"  # the downward-API field an env var takes the nod
 HOSTILE_ARGS = ("--x=$(touch /tmp/nvmeof-csi-pwned)", "--y=`id`;reboot", "--z=' && reboot '")
 #: the values that carry extra arguments of our own containers
 EXTRA_ARGS_VALUES = ("controller", "node", "agent")
+#: all that tlshd is granted (the handshake netlink family's ACCEPT and DONE are admin commands); the lab runs it
+#: with exactly these (``image/tlshd.py`` CAPABILITIES, ``lab/tlshd.py``)
+TLSHD_CAPABILITIES = ("NET_ADMIN",)
 
 
 def _containers(
@@ -120,3 +123,21 @@ def shell_problems(docs: Sequence[dict[str, Any]], hostile: Sequence[str] = HOST
     if whole < len(EXTRA_ARGS_VALUES):
         problems.append(f"only {whole} containers got the extra arguments whole, not {len(EXTRA_ARGS_VALUES)}")
     return problems
+
+
+def tlshd_problems(docs: Sequence[dict[str, Any]]) -> list[str]:
+    """Each tlshd container: never privileged, every capability dropped but :data:`TLSHD_CAPABILITIES`, no
+    privilege escalation, a read-only root."""
+    found = []
+    for name, container in _containers(docs):
+        if not name.endswith("/tlshd"):
+            continue
+        context = container.get("securityContext") or {}
+        caps = context.get("capabilities") or {}
+        if context.get("privileged"):
+            found.append(f"{name}: privileged")
+        if caps.get("drop") != ["ALL"] or tuple(caps.get("add") or ()) != TLSHD_CAPABILITIES:
+            found.append(f"{name}: capabilities {caps}, not all dropped but {list(TLSHD_CAPABILITIES)}")
+        if context.get("allowPrivilegeEscalation") is not False or context.get("readOnlyRootFilesystem") is not True:
+            found.append(f"{name}: privilege escalation allowed or a writable root")
+    return found

@@ -26,6 +26,8 @@ SUITE = "trixie"
 CONF_TEXT = (
     "[debug]\nloglevel=2\ntls=0\nnl=0\n[authenticate]\nkeyrings=.nvme\n[authenticate.client]\n[authenticate.server]\n"
 )
+#: the only capabilities tlshd runs with, in the lab and in the chart (``deploy/chart_policy.py``)
+CAPABILITIES = ("NET_ADMIN",)
 VERSIONS = Path(__file__).resolve().parent.parent / "versions.env"
 
 

@@ -1,6 +1,7 @@
 """``tlshd`` started in a lab guest for its NVMe/TCP TLS volumes (the binary: :mod:`image.tlshd`).
 
-Contract: :func:`start_tlshd` starts one daemon in a guest (configured to link the ``.nvme`` keyring) and
+Contract: :func:`start_tlshd` starts one daemon in a guest (configured to link the ``.nvme`` keyring; with the
+chart's capabilities only, :data:`image.tlshd.CAPABILITIES`, so the lab's TLS volumes prove them enough) and
 returns once the process runs, loading the kernel's TLS and AES-GCM modules first; ``BuildError`` when it does
 not start.
 """
@@ -11,7 +12,7 @@ import os
 import time
 from pathlib import Path
 
-from image.tlshd import CONF_TEXT
+from image.tlshd import CAPABILITIES, CONF_TEXT
 from lab.build import BuildError
 from lab.vm import LabVM
 
@@ -28,7 +29,10 @@ def start_tlshd(vm: LabVM, daemon: Path, timeout: float = 30) -> None:
         return
     vm.check(["mkdir", "-p", os.path.dirname(CONF)], timeout=10)
     vm.write(CONF, CONF_TEXT)
-    vm.check(["sh", "-c", f"setsid {daemon} -c {CONF} -s </dev/null >{LOG} 2>&1 &"], timeout=30)
+    # as the chart runs it: uid 0 with every capability dropped but CAPABILITIES, no new privileges
+    keep = ",".join(f"+{cap.lower()}" for cap in CAPABILITIES)
+    confined = f"setpriv --no-new-privs --inh-caps=-all --bounding-set=-all,{keep} --"
+    vm.check(["sh", "-c", f"setsid {confined} {daemon} -c {CONF} -s </dev/null >{LOG} 2>&1 &"], timeout=30)
     deadline = time.monotonic() + timeout
     while vm.run(["pidof", "tlshd"], 10).rc != 0:
         if time.monotonic() > deadline:

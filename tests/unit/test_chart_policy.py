@@ -9,7 +9,16 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "deploy"))
-from chart_policy import host_network_problems, listeners, network_policy_problems, shell_problems
+from chart_policy import (
+    TLSHD_CAPABILITIES,
+    host_network_problems,
+    listeners,
+    network_policy_problems,
+    shell_problems,
+    tlshd_problems,
+)
+
+from image.tlshd import CAPABILITIES
 
 
 def daemonset(args: list[str], env: list[dict[str, Any]], probe_host: str | None = "127.0.0.1") -> dict[str, Any]:
@@ -115,3 +124,18 @@ def test_extra_arguments_as_positional_parameters_pass() -> None:
     agent = workload("agent", ["/bin/sh", "-c"], ['exec agent --a 1 "$@"', "agent", *hostile])
     whole = [workload(n, [], ["--a", *hostile]) for n in ("controller", "node")]
     assert shell_problems([agent, *whole], hostile) == []
+
+
+def test_tlshd_holds_only_the_capabilities_the_lab_runs_it_with() -> None:
+    assert TLSHD_CAPABILITIES == CAPABILITIES  # the lab's TLS volumes run tlshd with exactly these
+    good = {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
+            "capabilities": {"drop": ["ALL"], "add": ["NET_ADMIN"]}}  # fmt: skip
+    for context, problems in (
+        (good, 0),
+        ({"privileged": True}, 3),  # the chart before: privileged
+        ({**good, "capabilities": {"drop": ["ALL"], "add": ["NET_ADMIN", "SYS_ADMIN"]}}, 1),
+        ({**good, "readOnlyRootFilesystem": False}, 1),
+    ):
+        pod = {"containers": [{"name": "tlshd", "securityContext": context}]}
+        doc = {"kind": "DaemonSet", "metadata": {"name": "n"}, "spec": {"template": {"spec": pod}}}
+        assert len(tlshd_problems([doc])) == problems, context

@@ -23,17 +23,23 @@ readOnlyRootFilesystem: true
 capabilities: {drop: [ALL]}
 {{- end -}}
 
-{{/* The NVMe/TCP TLS handshake daemon (tlshd, in the driver image) beside a node plugin or an agent: it must
-share the host's network namespace (the pod is hostNetwork) and read the kernel's .nvme keyring (keyctl, which
-the runtime's default seccomp profile refuses: privileged, as its neighbour); the pod shares its process
-namespace so that the driver sees it running. Argument: the root context. */}}
+{{/* The NVMe/TCP TLS handshake daemon (tlshd, in the driver image) beside a node plugin or an agent: it shares
+the host's network namespace (the pod is hostNetwork), takes the kernel's handshake requests (netlink commands
+that need CAP_NET_ADMIN: its one capability) and reads the kernel's .nvme keyring as uid 0 (keyctl, which the
+runtime's default seccomp profile refuses: unconfined seccomp); the pod shares its process namespace so that
+the driver sees it running. The lab runs it with this capability only (lab/tlshd.py). Argument: the root
+context. */}}
 {{- define "nvmeof-csi.tlshd" -}}
 - name: tlshd
   image: {{ include "nvmeof-csi.image" (list .Values.images.driver .Chart.AppVersion) }}
   imagePullPolicy: {{ .Values.imagePullPolicy }}
   command: [/usr/sbin/tlshd, -s, -c, /etc/tlshd.conf]
   securityContext:
-    privileged: true
+    runAsUser: 0
+    allowPrivilegeEscalation: false
+    readOnlyRootFilesystem: true
+    capabilities: {drop: [ALL], add: [NET_ADMIN]}
+    seccompProfile: {type: Unconfined}
   resources:
     {{- toYaml .Values.nvmeTls.resources | nindent 4 }}
 {{- end -}}
