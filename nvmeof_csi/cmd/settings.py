@@ -15,6 +15,7 @@ from pathlib import Path
 
 from nvmeof_csi.cmd.flags import ENV_PREFIX, check_ranges, setting
 from nvmeof_csi.errors import ConfigError
+from nvmeof_csi.host.egress_guard import parse_guard
 from nvmeof_csi.rpc.endpoints import Endpoint, parse_listen
 from nvmeof_csi.service.contracts import valid_location
 from nvmeof_csi.service.fencing import FENCE_ON_CHOICES, parse_fence_on
@@ -187,6 +188,11 @@ class Settings:
         "and kept in the state folder, renewed at 2/3 of its lifetime); `files`: the fabric map's files.",
     )
     node_name: str = setting("", "Node: this Kubernetes node's name (`spec.nodeName`), for `--node-identity csr`.")
+    egress_guard: str = setting(
+        "",
+        "Node: where this node's pods may not connect (the storage portals), space-separated `CIDR`, "
+        "`CIDR:PORT` or `CIDR:LOW-HIGH`; the node itself still can (policy routing; docs/security.md).",
+    )
     node_identity_hours: float = setting(
         24.0, "Lifetime of a node identity certificate, asked for by nodes and capped by the signer.", low=1, high=8760
     )
@@ -215,6 +221,7 @@ class Settings:
             raise ConfigError(f"state-dir {self.state_dir} must be an absolute path")
 
     def _check_identity(self) -> None:
+        parse_guard(self.egress_guard)
         if self.node_identity not in ("files", "csr"):
             raise ConfigError(f"--node-identity {self.node_identity!r} must be files or csr")
         if self.node_identity == "csr" and not (self.mode.node and self.node_name and self.fabric_map):

@@ -23,6 +23,7 @@ from nvmeof_csi.datasets.locality import CacheLocality
 from nvmeof_csi.errors import ConfigError
 from nvmeof_csi.fleet.backend import AgentBackend
 from nvmeof_csi.host.cgroups import PodCgroups
+from nvmeof_csi.host.egress_guard import EgressGuard, parse_guard
 from nvmeof_csi.host.executor import Executor, SubprocessExecutor
 from nvmeof_csi.host.filesystems import Filesystems
 from nvmeof_csi.host.keyring import handshake_daemon_running
@@ -158,6 +159,8 @@ def _build_node(settings: Settings, services: CsiServices, executor: Executor) -
     connector: Connector = (
         _nvmeof_connector(settings, services, executor, clients) if nvmeof else LoopConnector(executor)
     )
+    if settings.egress_guard:  # the node's pods kept off the portals, checked again every minute
+        services.background.add("egress-guard", EgressGuard(parse_guard(settings.egress_guard), executor).run)
     store = StagingStore(settings.state_dir / "staging")
     qos = QosEnforcer(PodCgroups(settings.cgroup_root), LimitOverrides(settings.state_dir / "qos"))
     if clients is None and nvmeof:

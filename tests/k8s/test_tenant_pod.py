@@ -1,0 +1,80 @@
+"""A tenant's pod on a GPU node, against the other tenants' volumes on that node (security round 3, point 1):
+an unprivileged pod on the node of a DH-HMAC-CHAP volume cannot read the node's NVMe secret attributes in sysfs
+(the node plugin narrows them to root after each connect) and cannot open a TCP connection to a storage portal
+(the chart's egress guard, ``node.egressGuard`` in ``ci/lab-values.yaml``), while the volume keeps working.
+
+Before: the attributes were world-readable and the pod's connection to the portal was forwarded by its node
+(``tests/component/test_egress_guard_netns.py`` shows the unguarded connect succeeding on a real kernel)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from lab.cluster import SUBNETS
+from lab.kube.cluster import KubeCluster
+from lab.kube.layout import BY_NAME, STORAGE
+from tests.support.kube import NS, container_exec, file_in, phase, pod, pvc, wait_for
+
+pytestmark = pytest.mark.lab
+
+DRIVER_IMAGE = "localhost/nvmeof-csi:lab"  # has python3; the tenant runs with no privilege at all
+PORTAL = f"169.254.{SUBNETS['fa']}.{BY_NAME[STORAGE].spec.index}"
+#: run as the tenant: every secret attribute of every NVMe controller, then a portal and a closed port beside it
+PROBE = """
+import glob, json, socket
+secrets = {}
+for path in sorted(glob.glob("/sys/class/nvme/nvme*/dhchap_*secret")):
+    try:
+        with open(path) as f:
+            secrets[path] = "READ " + f.read(8)
+    except OSError as exc:
+        secrets[path] = type(exc).__name__
+def connect(port):
+    s = socket.socket()
+    s.settimeout(10)
+    try:
+        s.connect((PORTAL, port))
+        return "connected"
+    except OSError as exc:
+        return exc.errno or type(exc).__name__
+print(json.dumps({"secrets": secrets, "portal": connect(4420), "closed": connect(4499)}))
+"""
+
+
+def tenant(node: str) -> dict[str, Any]:
+    restricted = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}, "runAsNonRoot": True,
+                  "runAsUser": 65534, "seccompProfile": {"type": "RuntimeDefault"}}  # fmt: skip
+    script = f"PORTAL = {PORTAL!r}\n{PROBE}"
+    container = {"name": "tenant", "image": DRIVER_IMAGE, "imagePullPolicy": "Never", "securityContext": restricted,
+                 "command": ["/opt/nvmeof-csi/bin/python", "-c", script]}  # fmt: skip
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "tenant", "namespace": NS},
+            "spec": {"nodeName": node, "restartPolicy": "Never", "containers": [container]}}  # fmt: skip
+
+
+def test_a_tenant_pod_cannot_read_the_node_keys_nor_reach_a_portal(kube: KubeCluster) -> None:
+    kube.cp.apply({"apiVersion": "v1", "kind": "List", "items": [
+        pvc("keyed", "lab-auth"), pod("keyed-io", "keyed", "echo kept > /data/hello; sync; sleep 100000"),
+    ]})  # fmt: skip
+    try:
+        wait_for("keyed-io running", lambda: phase(kube, "pod", "keyed-io") == "Running", 600)
+        wait_for("keyed-io wrote", lambda: file_in(kube, "keyed-io", "/data/hello").strip() == "kept", 120)
+        node = kube.node_of("keyed-io", NS)
+        kube.cp.apply(tenant(node))
+        wait_for("the tenant pod ran", lambda: phase(kube, "pod", "tenant") in ("Succeeded", "Failed"), 300)
+        seen = json.loads(kube.kubectl("-n", NS, "logs", "tenant").strip().splitlines()[-1])
+        assert seen["secrets"], f"no NVMe secret attribute on {node}: the volume's controller is not there"
+        assert set(seen["secrets"].values()) == {"PermissionError"}, seen["secrets"]
+        assert seen["portal"] == 113, seen  # EHOSTUNREACH: refused by the node's guard, at once
+        assert seen["closed"] == 111, seen  # ECONNREFUSED by the storage node: the pod's path is there
+        container_exec(kube, "keyed-io", ["sh", "-c", "echo still > /data/after && sync"])
+        assert file_in(kube, "keyed-io", "/data/hello").strip() == "kept"  # the node's volume kept working
+        print(
+            f"tenant on {node}: {len(seen['secrets'])} secret attributes refused, portal {PORTAL}:4420 "
+            f"refused (errno {seen['portal']}), closed port answered by the storage node (errno {seen['closed']})"
+        )
+    finally:
+        kube.kubectl("-n", NS, "delete", "pod", "tenant", "keyed-io", "--wait=true", "--timeout=300s", check=False)
+        kube.kubectl("-n", NS, "delete", "pvc", "keyed", "--wait=true", "--timeout=300s", check=False)
