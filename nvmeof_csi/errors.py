@@ -63,6 +63,10 @@ class ResourceExhausted(DriverError):
     code = grpc.StatusCode.RESOURCE_EXHAUSTED
 
 
+class SlotsBusy(ResourceExhausted):
+    """Every slot of a bounded kind of work (a dataset fill) is taken now: nothing was started; retry later."""
+
+
 class Aborted(DriverError):
     code = grpc.StatusCode.ABORTED
 

@@ -89,10 +89,12 @@ def _map(values: Mapping[str, str], field: str) -> dict[str, str]:
     return dict(values)
 
 
-#: The agent locks inside its service (per name, per volume), where it can wait; the edge takes no keys.
-AGENT_LOCK_TABLE: dict[str, tuple[str, ...]] = {}
+#: The agent locks inside its service (per name, per volume), where it can wait; the edge takes one key: a second
+#: CreateVolume of a name while one runs (a CO's retry of a long fill) is ABORTED at once, never queued behind
+#: the first on another RPC thread
+AGENT_LOCK_TABLE: dict[str, tuple[str, ...]] = {"/nvmeof.agent.v1.Agent/CreateVolume": ("name",)}
 #: Calls served at once (threads are made on demand). Health answers unless this many calls are in flight; long
-#: dataset fills are bounded on their own (``cache.volumes.MAX_FILLS``).
+#: dataset fills are bounded on their own (``datasets.fill.MAX_FILLS``; none free: RESOURCE_EXHAUSTED at once).
 AGENT_RPC_THREADS = 128
 
 

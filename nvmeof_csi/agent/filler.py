@@ -12,12 +12,16 @@ Contract of every :class:`Filler`:
 - :meth:`Filler.discard` removes the volume's work files; absent is success.
 - :meth:`Filler.release` lets go of the source data once no other volume (``others``: their data sets) uses
   it; it never raises for a source that cannot be reached (deleting a volume must not fail because of it).
+- :meth:`Filler.slot` holds one of the filler's fill slots for a ``with`` block: at once, or ``SlotsBusy``
+  (RESOURCE_EXHAUSTED) when none is free and ``wait`` is false (an RPC thread never waits for one); the agent
+  takes it before it saves anything of a new volume to fill, and around every fill it runs.
 - Thread-safe: fills of different volumes run concurrently; the agent never fills one volume twice at once.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Protocol
 
@@ -32,3 +36,5 @@ class Filler(Protocol):
     def discard(self, vol_uuid: str) -> None: ...
 
     def release(self, spec: DatasetSpec, others: Iterable[DatasetSpec]) -> None: ...
+
+    def slot(self, wait: bool) -> AbstractContextManager[None]: ...

@@ -17,6 +17,7 @@ import logging
 import os
 import uuid as uuidlib
 from collections.abc import Mapping
+from contextlib import nullcontext
 
 from nvmeof_csi.agent.configfs import NO_TARGET_AUTH
 from nvmeof_csi.agent.filler import Filler
@@ -31,6 +32,7 @@ from nvmeof_csi.errors import (
     InvalidArgument,
     NotFound,
     OutOfRange,
+    SlotsBusy,
     Unavailable,
 )
 from nvmeof_csi.host.keyring import NO_DAEMON, NO_KEYRING
@@ -88,8 +90,9 @@ class VolumeOps:
                 source_snapshot=source_snapshot,
                 status=CREATING,
             )
-            self.filler_for(rec)  # refuse a volume to fill early when this agent has no filler
-            with p.keys.hold(rec.uuid):
+            filler = self.filler_for(rec)  # refuse a volume to fill early when this agent has no filler
+            # a fill slot before anything is saved: none free is RESOURCE_EXHAUSTED, never a wait on this thread
+            with p.keys.hold(rec.uuid), filler.slot(wait=False) if filler is not None else nullcontext():
                 with p.reserving(capacity_bytes):
                     rec = self._first_save(rec)
                 rec = self.materialize_new(rec)
@@ -162,7 +165,16 @@ class VolumeOps:
         current = self._p.state.current.volumes.get(seen.uuid)
         if current is None or current.status == DELETING:
             raise Unavailable(f"volume {seen.name!r} could not be created (its fill failed); retry")
-        return self.materialize_new(current) if current.status == CREATING else current
+        if current.status != CREATING:
+            return current
+        filler = self.filler_for(current)
+        if filler is None:
+            return self.materialize_new(current)
+        try:
+            with filler.slot(wait=False):
+                return self.materialize_new(current)
+        except SlotsBusy as busy:  # its record stays: the controller must not place the name elsewhere
+            raise Aborted(f"volume {seen.name!r} waits for a fill slot ({busy}); retry") from busy
 
     def filler_for(self, rec: VolumeRecord) -> Filler | None:
         """The filler when ``rec`` must be filled (FAILED_PRECONDITION when this agent has none)."""
@@ -293,8 +305,10 @@ class VolumeOps:
                 current = p.state.current.volumes.get(rec.uuid)
                 if current is None or current.status != CREATING:
                     continue
+                filler = self.filler_for(current)
                 try:
-                    self.materialize_new(current)
+                    with filler.slot(wait=True) if filler is not None else nullcontext():  # a background thread
+                        self.materialize_new(current)
                     log.info("volume %s (%s): resumed fill finished", rec.uuid, rec.name)
                 except DriverError as err:
                     log.warning("volume %s (%s): resumed fill failed, volume removed: %s", rec.uuid, rec.name, err)

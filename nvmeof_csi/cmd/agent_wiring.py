@@ -51,7 +51,13 @@ def build_datasets(settings: AgentSettings, registry: CollectorRegistry) -> Data
     if not settings.alluxio_proxy:
         return None
     rest = AlluxioRest(settings.alluxio_proxy, settings.alluxio_job)
-    hydrator = Hydrator(rest, JobServiceLoader(rest), Filesystems(SubprocessExecutor()), DatasetMetrics(registry))
+    hydrator = Hydrator(
+        rest,
+        JobServiceLoader(rest),
+        Filesystems(SubprocessExecutor()),
+        DatasetMetrics(registry),
+        high_water=settings.pool_high_water,
+    )
     return DatasetVolumes(
         hydrator,
         settings.pool_dir / ".hydrate",

@@ -7,8 +7,9 @@ under-store prefix the operator allowed, none by default; ``dataset.path`` under
 ``PermissionDenied`` otherwise), then runs (or resumes) hydration of one volume and returns the labels to
 record with it (``dataset.*``: files, bytes, cache vs. under-store bytes, hit ratio, worker hosts); while it
 runs, :meth:`progress` returns a one-line progress text for that volume. At most ``max_fills`` volumes hydrate
-at once (each copies ``FETCH_WORKERS`` files at a time); a fill beyond that waits for a slot, and its progress
-says so. Work folders live under
+at once (each copies ``FETCH_WORKERS`` files at a time): the agent holds a :meth:`slot` around each fill, and a
+slot asked for without ``wait`` (an RPC thread) is ``ResourceExhausted`` at once when none is free, naming the
+fills that run. Work folders live under
 ``work_root/<volume uuid>`` and are removed by :meth:`discard`. :meth:`release` unpins and frees a
 data set when no other volume references its Alluxio path, on this agent or on any other (``holders``:
 ``cache/holders.py``); a cache that cannot be reached then is logged, never raised (deleting a volume must
@@ -20,13 +21,14 @@ from __future__ import annotations
 import logging
 import shutil
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from urllib.parse import unquote
 
 from nvmeof_csi.datasets.holders import DatasetHolders
 from nvmeof_csi.datasets.hydrate import Hydrator, Progress
-from nvmeof_csi.errors import DriverError, PermissionDenied
+from nvmeof_csi.errors import DriverError, PermissionDenied, SlotsBusy
 from nvmeof_csi.host.paths import child
 from nvmeof_csi.nvmeof.dataset import DatasetSpec
 from nvmeof_csi.nvmeof.nqn import check_uuid
@@ -69,6 +71,7 @@ class DatasetVolumes:
         self._progress: dict[str, str] = {}
         self._lock = threading.Lock()
         self._slots = threading.BoundedSemaphore(max_fills)
+        self._max_fills = max_fills
 
     def progress(self, vol_uuid: str) -> str:
         with self._lock:
@@ -98,15 +101,8 @@ class DatasetVolumes:
         work = child(self.work_root, check_uuid(vol_uuid, "volume UUID"), "volume UUID")
         work.mkdir(parents=True, exist_ok=True)
         try:
-            if not self._slots.acquire(blocking=False):
-                self._report(vol_uuid, spec, Progress(0, 0, 0, 0, "waiting for a free fill slot"))
-                self._slots.acquire()
-            try:
-                result = self.hydrator.hydrate(
-                    spec, backing, capacity, work, lambda step: self._report(vol_uuid, spec, step)
-                )
-            finally:
-                self._slots.release()
+            report = lambda step: self._report(vol_uuid, spec, step)  # noqa: E731 (one line, named for its role)
+            result = self.hydrator.hydrate(spec, backing, capacity, work, report)
         finally:
             with self._lock:
                 self._progress.pop(vol_uuid, None)
@@ -118,6 +114,15 @@ class DatasetVolumes:
             "dataset.hitRatio": f"{result.hit_ratio:.4f}",
             "dataset.workers": ",".join(result.workers),
         }
+
+    @contextmanager
+    def slot(self, wait: bool) -> Iterator[None]:
+        if not self._slots.acquire(blocking=wait):
+            raise SlotsBusy(f"all {self._max_fills} fill slots of this agent are taken by running fills: retry later")
+        try:
+            yield
+        finally:
+            self._slots.release()
 
     def discard(self, vol_uuid: str) -> None:
         shutil.rmtree(child(self.work_root, check_uuid(vol_uuid, "volume UUID"), "volume UUID"), ignore_errors=True)

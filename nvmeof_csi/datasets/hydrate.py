@@ -21,8 +21,10 @@ from __future__ import annotations
 import json
 import logging
 import shutil
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -119,10 +121,15 @@ class Hydrator:
         metrics: DatasetMetrics,
         sleep: Callable[[float], None] = time.sleep,
         load_timeout: float = 900.0,
+        high_water: float = 100.0,
     ) -> None:
+        """``high_water``: the pool's high-water mark (percent): staging copies never take the pool past it."""
         self.rest, self.loader, self.filesystems, self.metrics = rest, loader, filesystems, metrics
         self._sleep = sleep
         self._load_timeout = load_timeout
+        self._high_water = high_water
+        self._staging: dict[Path, int] = {}  # work folder -> the staging bytes its running fill reserved
+        self._room = threading.Lock()
 
     # -- public ------------------------------------------------------------------------------------------
     def hydrate(
@@ -135,16 +142,17 @@ class Hydrator:
         files = self.rest.files(spec.path)
         total = _fits(spec, files, capacity)
         journal = Journal(work / "journal.jsonl")  # read once: the room check and the copies both go by it
-        self._check_room(work, total - journal.bytes_done())
-        progress(Progress(0, len(files), 0, total, "warming the cache"))
-        self._warm(spec, files)
-        tree = work / "tree"
-        self._copy(spec, files, tree, journal, Progress(len(journal.done), len(files), 0, total, "copying"), progress)
-        progress(Progress(len(files), len(files), total, total, "building the filesystem"))
-        self.filesystems.make_from_tree(backing, tree, "dataset", timeout=MKFS_TIMEOUT)
-        result = self._finish(spec, files, journal)
-        write_atomic(done_marker, json.dumps(result.to_json()).encode())
-        shutil.rmtree(tree, ignore_errors=True)
+        with self._staging_room(work, total - journal.bytes_done()):
+            progress(Progress(0, len(files), 0, total, "warming the cache"))
+            self._warm(spec, files)
+            tree = work / "tree"
+            start = Progress(len(journal.done), len(files), 0, total, "copying")
+            self._copy(spec, files, tree, journal, start, progress)
+            progress(Progress(len(files), len(files), total, total, "building the filesystem"))
+            self.filesystems.make_from_tree(backing, tree, "dataset", timeout=MKFS_TIMEOUT)
+            result = self._finish(spec, files, journal)
+            write_atomic(done_marker, json.dumps(result.to_json()).encode())
+            shutil.rmtree(tree, ignore_errors=True)
         progress(Progress(len(files), len(files), total, total, "done"))
         return result
 
@@ -158,16 +166,32 @@ class Hydrator:
         log.info("data set %s unpinned and freed (no volume references it)", spec.path)
 
     # -- steps -------------------------------------------------------------------------------------------
-    @staticmethod
-    def _check_room(work: Path, still_to_copy: int) -> None:
-        """The staging copy lives in the pool next to the volumes: refuse before filling the pool up."""
+    @contextmanager
+    def _staging_room(self, work: Path, still_to_copy: int) -> Iterator[None]:
+        """The staging copy lives in the pool next to the volumes: its bytes are reserved beside those of every
+        other running fill, until its tree is gone. ``ResourceExhausted`` when the copies together would leave
+        less than ``POOL_RESERVE`` free or take the pool past its high-water mark."""
         work.mkdir(parents=True, exist_ok=True)
-        free = shutil.disk_usage(work).free
-        if still_to_copy > free - POOL_RESERVE:
-            raise ResourceExhausted(
-                f"the staging copy needs {still_to_copy} bytes; the pool has {free} free "
-                f"(keeping {POOL_RESERVE} in reserve)"
-            )
+        with self._room:
+            others = sum(self._staging.values())
+            usage = shutil.disk_usage(work)
+            wanted = still_to_copy + others
+            if wanted > usage.free - POOL_RESERVE:
+                raise ResourceExhausted(
+                    f"the staging copy needs {still_to_copy} bytes ({others} more reserved by running fills); the "
+                    f"pool has {usage.free} free (keeping {POOL_RESERVE} in reserve)"
+                )
+            if (usage.used + wanted) * 100 >= self._high_water * usage.total:
+                raise ResourceExhausted(
+                    f"the staging copy needs {still_to_copy} bytes ({others} more reserved by running fills): the "
+                    f"pool would pass its high-water mark ({self._high_water:g}%)"
+                )
+            self._staging[work] = still_to_copy
+        try:
+            yield
+        finally:
+            with self._room:
+                self._staging.pop(work, None)
 
     def _ensure_namespace(self, spec: DatasetSpec) -> None:
         if self.rest.exists(spec.path):

@@ -6,6 +6,7 @@ import json
 import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -252,6 +253,9 @@ class BrokenFiller:
 
     def release(self, spec: DatasetSpec, others: Any) -> None:
         self.released.append(spec.path)
+
+    def slot(self, wait: bool) -> AbstractContextManager[None]:
+        return nullcontext()
 
 
 class QuickFiller(BrokenFiller):

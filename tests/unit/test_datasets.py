@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import json
 import threading
-import time
-import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -18,7 +16,7 @@ from prometheus_client import CollectorRegistry
 from nvmeof_csi.datasets.client import CacheUnavailable, FileStatus, JobStatus
 from nvmeof_csi.datasets.fill import DatasetVolumes, ufs_allowed
 from nvmeof_csi.datasets.hydrate import DatasetMetrics, HydrationResult, Hydrator, Progress
-from nvmeof_csi.errors import FailedPrecondition, InvalidArgument, OutOfRange, PermissionDenied
+from nvmeof_csi.errors import FailedPrecondition, InvalidArgument, OutOfRange, PermissionDenied, SlotsBusy
 from nvmeof_csi.host.executor import Result
 from nvmeof_csi.host.filesystems import Filesystems
 from nvmeof_csi.nvmeof.dataset import DatasetSpec
@@ -270,29 +268,22 @@ class GatedHydrator:
         return HydrationResult(1, 1, 1, 0, ("w1",))
 
 
-def test_at_most_max_fills_volumes_hydrate_at_once_and_the_rest_say_they_wait(tmp_path: Path) -> None:
-    gated = GatedHydrator()
-    volumes = DatasetVolumes(gated, tmp_path, max_fills=2)  # type: ignore[arg-type]
-    uuids = [str(uuid.uuid4()) for _ in range(4)]
-    labels: list[dict[str, str]] = []
-    threads = [
-        threading.Thread(
-            target=lambda u=u: labels.append(volumes.fill(u, DatasetSpec("/datasets/ds"), tmp_path / u, 1 << 30))
-        )
-        for u in uuids
-    ]
-    for t in threads:
-        t.start()
-    deadline = time.monotonic() + 10
-    while sum("waiting for a free fill slot" in volumes.progress(u) for u in uuids) < 2:
-        assert time.monotonic() < deadline, [volumes.progress(u) for u in uuids]
-        time.sleep(0.01)
-    assert gated.running == 2
-    gated.gate.set()
-    for t in threads:
-        t.join(10)
-    assert gated.most == 2 and len(labels) == 4 and all(v["dataset.files"] == "1" for v in labels)
-    assert all(volumes.progress(u) == "" for u in uuids)
+def test_at_most_max_fills_slots_are_held_and_only_a_background_caller_waits_for_one(tmp_path: Path) -> None:
+    volumes = DatasetVolumes(GatedHydrator(), tmp_path, max_fills=2)  # type: ignore[arg-type]
+    got = threading.Event()
+
+    def resume() -> None:
+        with volumes.slot(wait=True):  # a background resume waits for a slot
+            got.set()
+
+    with volumes.slot(wait=False), volumes.slot(wait=False):
+        with pytest.raises(SlotsBusy, match="all 2 fill slots"), volumes.slot(wait=False):  # an RPC thread
+            pass
+        waiter = threading.Thread(target=resume)
+        waiter.start()
+        assert not got.wait(0.2)
+    waiter.join(10)
+    assert got.is_set()
 
 
 def test_the_completion_marker_is_written_atomically_and_the_journal_read_once(
