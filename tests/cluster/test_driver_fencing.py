@@ -145,3 +145,29 @@ def test_a_node_frozen_for_less_than_its_keep_alive_is_fenced_and_nothing_it_hel
     assert wrote["direct_after"] == 0 and wrote["fsync_after"] == 0 and wrote["direct_err"] > 0, wrote
     assert blocks["gpu-1"] == 0 and blocks["gpu-2"] == blocks["blocks"] == filled["blocks"], blocks
     clean_up(stack, "frozen")
+
+
+def test_a_node_that_skips_its_disconnect_after_a_plain_unpublish_writes_nothing_more(
+    stack: ClusterDriver, report: Reporter
+) -> None:
+    """Security round 3, point 5: ControllerUnpublishVolume without a reason (a move: the CO believes gpu-1
+    unstaged) of the volume's last host ends gpu-1's live connections, not only its grant. gpu-1 answers nothing
+    and never disconnects, and keeps writing; gpu-2 then takes the volume and writes its pattern over every
+    block: none of gpu-1's later writes land. Before, the target only refused new connections: gpu-1's live
+    controllers went on writing over gpu-2's blocks."""
+    kato = 5
+    params = {"keepAliveTmo": str(kato), "ctrlLossTmo": str(LOSS), "reconnectDelay": str(RECONNECT)}
+    volume_id, node1, writer = start_on_gpu1(stack, "unplugged", params, seconds=40 + 2 * kato + LOSS)
+    time.sleep(4)
+    create = on("unplugged", "create", size=32 * MiB, mode="block", params=params)
+    csi(stack, "gpu-2", *create, *on("unplugged", "detach", node=node1))  # no reason: a plain unpublish
+    stack.cluster.vm("gpu-1").write(MARKER, "")
+    filled = move_to_gpu2(stack, "unplugged")
+    wrote = json.loads(writer.check().strip().splitlines()[-1])
+    blocks = landed(stack, volume_id)
+    report("gpu-1 unpublished without unstaging: its writer", json.dumps(wrote))
+    report("gpu-1 unpublished without unstaging: blocks on storage-1 by writer", json.dumps(blocks))
+    assert wrote["fenced_seen"] and wrote["direct_after"] == 0 and wrote["fsync_after"] == 0, wrote
+    assert wrote["direct_err"] > 0, wrote  # it kept trying, and the target refused it
+    assert blocks["gpu-1"] == 0 and blocks["gpu-2"] == blocks["blocks"] == filled["blocks"], blocks
+    clean_up(stack, "unplugged")
