@@ -15,7 +15,9 @@ from __future__ import annotations
 import datetime
 import ipaddress
 import logging
+import socket
 import threading
+import uuid
 from collections.abc import Callable
 
 from nvmeof_csi.agentclient.limits import AgentClients
@@ -26,12 +28,14 @@ from nvmeof_csi.issuance.checks import AGENT_SIGNER, NODE_SIGNER, Policy, check_
 from nvmeof_csi.issuance.signer import IdentitySigner
 from nvmeof_csi.kube.api import LazyApi, lazy_api, preflight
 from nvmeof_csi.kube.bindings import parse_location
+from nvmeof_csi.kube.lease import LeaseElector
 from nvmeof_csi.kube.nodes import KubeNodes
 from nvmeof_csi.rpc.background import Background, Loop
 from nvmeof_csi.service.fencing import NodeFacts
 from nvmeof_csi.topology.fabric_map import load_fabric_map
 
 log = logging.getLogger(__name__)
+SIGNER_LEASE = "nvmeof-csi-identity-signer"  # the Lease whose holder is the one replica that signs
 
 
 def certificates_api(kubeconfig: str) -> LazyApi:
@@ -66,7 +70,14 @@ def build_signer(settings: Settings, facts: NodeFacts, background: Background) -
         except ValueError:
             return None
 
-    bindings = facts.bind_identities(*parse_location(settings.identity_bindings))
+    namespace, name = parse_location(settings.identity_bindings)
+    bindings = facts.bind_identities(namespace, name)
+    elector = LeaseElector(
+        lazy_api(settings.kubeconfig, "CoordinationV1Api"),
+        namespace,
+        SIGNER_LEASE,
+        f"{socket.gethostname()}-{uuid.uuid4().hex[:8]}",
+    )
 
     def bind(nqn: str, node: str, lifetime: datetime.timedelta) -> str:
         now = datetime.datetime.now(datetime.UTC)
@@ -80,7 +91,7 @@ def build_signer(settings: Settings, facts: NodeFacts, background: Background) -
     if settings.agent_signer_requester:
         agent_policy = Policy(settings.agent_signer_requester, lifetime)
         checks[AGENT_SIGNER] = lambda spec: check_agent(spec, agent_policy, agent_of)
-    signer = IdentitySigner(certificates_api(settings.kubeconfig), checks, ca)
+    signer = IdentitySigner(certificates_api(settings.kubeconfig), checks, ca, leader=elector.lead)
     background.add("identity-signer", signer.run)
     log.info("identity signer for %s (certificates for %s)", ", ".join(checks), lifetime)
     return signer

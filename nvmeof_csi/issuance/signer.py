@@ -12,8 +12,10 @@ same request: the API keeps the first approval, a second is a conflict, logged a
 One request never stops the signer: whatever its check or its signing raises (a malformed request's parser
 errors included) denies that request with the reason, and :meth:`IdentitySigner.run` survives a failed pass.
 A requester (service account user and node) with more than :data:`MAX_PENDING` undecided requests at once has
-the surplus denied. :meth:`IdentitySigner.health` is not ready when no pass ended for ``stale_after`` seconds
-(the controller's readiness); :meth:`IdentitySigner.collect` exports the passes and decisions to Prometheus.
+the surplus denied. With ``leader`` (``kube/lease.py``), only the replica that leads runs passes; the others
+stand by (a standby loop counts as alive). :meth:`IdentitySigner.health` is not ready when no pass ended for
+``stale_after`` seconds (the controller's readiness); :meth:`IdentitySigner.collect` exports the passes, the
+decisions and whether this replica leads to Prometheus.
 """
 
 from __future__ import annotations
@@ -73,6 +75,7 @@ class IdentitySigner:
         clock: Callable[[], datetime.datetime] = lambda: datetime.datetime.now(datetime.UTC),
         monotonic: Callable[[], float] = time.monotonic,
         stale_after: float = 60.0,
+        leader: Callable[[], bool] | None = None,
     ) -> None:
         """``certificates``: ``kubernetes.client.CertificatesV1Api`` (or a stand-in); ``checks``: signerName ->
         its check; ``ca``: the node CA's certificate and key (PEM)."""
@@ -81,6 +84,7 @@ class IdentitySigner:
         self._last_pass = monotonic()  # built: the first pass is due within ``stale_after``
         self._passes = 0
         self._decisions: Counter[str] = Counter()
+        self._leader, self._leading = leader, leader is None
 
     def pass_once(self) -> Mapping[str, int]:
         counts = {"issued": 0, "denied": 0, "left": 0}
@@ -150,7 +154,11 @@ class IdentitySigner:
         that fails is logged and the next one runs."""
         while not stop.wait(every):
             try:
-                self.pass_once()
+                self._leading = self._leader is None or self._leader()
+                if self._leading:
+                    self.pass_once()
+                else:
+                    self._last_pass = self._monotonic()  # standing by: alive, another replica signs
             except Exception:
                 log.exception("identity signer: the pass failed; trying again in %.0fs", every)
 
@@ -171,6 +179,9 @@ class IdentitySigner:
         for outcome in ("issued", "denied", "left"):
             decided.add_metric([outcome], self._decisions[outcome])
         yield decided
+        yield GaugeMetricFamily(
+            "nvmeof_csi_identity_signer_leading", "1 while this replica is the one that signs.", int(self._leading)
+        )
         yield GaugeMetricFamily(
             "nvmeof_csi_identity_signer_seconds_since_pass",
             "Seconds since the identity signer last ended a pass (liveness).",
