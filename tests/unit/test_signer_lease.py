@@ -13,38 +13,8 @@ from prometheus_client import CollectorRegistry
 
 from nvmeof_csi.issuance.signer import IdentitySigner
 from nvmeof_csi.kube.lease import LeaseElector
-from tests.support.configmaps import ApiError
+from tests.support.leases import Leases
 from tests.support.node_ca import NOW
-
-
-class Leases:
-    """The Lease calls of ``CoordinationV1Api`` over one namespace, with optimistic concurrency."""
-
-    def __init__(self) -> None:
-        self.leases: dict[str, tuple[dict[str, Any], int]] = {}
-        self.down = False
-
-    def read_namespaced_lease(self, name: str, namespace: str, **_: Any) -> SimpleNamespace:
-        if self.down:
-            raise ApiError(503, "Service Unavailable")
-        if name not in self.leases:
-            raise ApiError(404, "Not Found")
-        spec, version = self.leases[name]
-        fields = {"holder_identity": spec["holderIdentity"], "renew_time": spec["renewTime"],
-                  "acquire_time": spec["acquireTime"]}  # fmt: skip
-        return SimpleNamespace(spec=SimpleNamespace(**fields), metadata=SimpleNamespace(resource_version=str(version)))
-
-    def create_namespaced_lease(self, namespace: str, body: dict[str, Any], **_: Any) -> None:
-        name = body["metadata"]["name"]
-        if name in self.leases:
-            raise ApiError(409, "AlreadyExists")
-        self.leases[name] = (body["spec"], 1)
-
-    def replace_namespaced_lease(self, name: str, namespace: str, body: dict[str, Any], **_: Any) -> None:
-        version = self.leases[name][1]
-        if body["metadata"].get("resourceVersion") != str(version):
-            raise ApiError(409, "Conflict")
-        self.leases[name] = (body["spec"], version + 1)
 
 
 def electors(api: Leases, now: list[datetime.datetime]) -> tuple[LeaseElector, LeaseElector]:
@@ -59,12 +29,12 @@ def test_one_replica_leads_renews_and_another_takes_over_only_after_the_duration
     assert a.lead() is True and b.lead() is False
     now[0] += datetime.timedelta(seconds=20)
     assert a.lead() is True and b.lead() is False  # renewed at 20 s
-    acquired = api.leases["signer"][0]["acquireTime"]
+    acquired = api.spec("signer")["acquireTime"]
     now[0] += datetime.timedelta(seconds=29)
     assert b.lead() is False  # 29 s since a's renewal
     now[0] += datetime.timedelta(seconds=2)
     assert b.lead() is True and a.lead() is False  # a stopped renewing for 31 s: b took it over
-    assert api.leases["signer"][0]["holderIdentity"] == "b" and api.leases["signer"][0]["acquireTime"] != acquired
+    assert api.spec("signer")["holderIdentity"] == "b" and api.spec("signer")["acquireTime"] != acquired
 
 
 def test_a_leader_that_cannot_renew_stops_at_once_and_a_race_has_one_winner() -> None:
@@ -84,7 +54,7 @@ def test_a_leader_that_cannot_renew_stops_at_once_and_a_race_has_one_winner() ->
         return found
 
     api.read_namespaced_lease = raced  # type: ignore[method-assign]
-    assert a.lead() is False and api.leases["signer"][0]["holderIdentity"] == "b"
+    assert a.lead() is False and api.spec("signer")["holderIdentity"] == "b"
 
 
 def test_a_standby_signer_runs_no_pass_and_stays_alive() -> None:
