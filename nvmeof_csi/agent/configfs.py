@@ -38,11 +38,21 @@ NO_TARGET_AUTH = (
 )
 
 
+#: the controller IDs nvmet gives by default (NVME_CNTLID_MIN .. NVME_CNTLID_MAX)
+CNTLID_RANGE = (1, 0xFFEF)
+
+
 class Nvmet(ConfigfsTree):
     """Operations on one nvmet configfs tree."""
 
-    def __init__(self, root: Path = DEFAULT_ROOT, plain_tree: bool = False) -> None:
+    def __init__(
+        self, root: Path = DEFAULT_ROOT, plain_tree: bool = False, cntlid: tuple[int, int] | None = None
+    ) -> None:
+        """``cntlid``: the window of controller IDs this agent's subsystems give (``attr_cntlid_min``/``max``):
+        two agents exposing one subsystem NQN need disjoint windows, or a host refuses the second (a duplicate
+        cntlid); ``None``: nvmet's default."""
         super().__init__(root, plain_tree)
+        self._cntlid = cntlid
         self._subsystems, self._hosts, self._ports = f"{root}/subsystems", f"{root}/hosts", f"{root}/ports"
 
     # -- state ---------------------------------------------------------------------------------------------
@@ -94,11 +104,23 @@ class Nvmet(ConfigfsTree):
         if made:  # a new subsystem: nothing to look at first
             for attr, value in (("attr_allow_any_host", "0"), ("attr_serial", serial), ("attr_model", model)):
                 self._put(f"{sub}/{attr}", value)
+            self._set_cntlid(sub)
             return
         self._write(f"{sub}/attr_allow_any_host", "0")
+        self._set_cntlid(sub)
         if not self.namespaces(nqn):  # identity attributes are frozen once a namespace exists
             self._write(f"{sub}/attr_serial", serial)
             self._write(f"{sub}/attr_model", model)
+
+    def _set_cntlid(self, sub: str) -> None:
+        """The subsystem's cntlid window, written in the order the kernel accepts (min never above max)."""
+        if self._cntlid is None:
+            return
+        low, high = self._cntlid
+        current_max = self._read(f"{sub}/attr_cntlid_max")
+        order = ("max", "min") if current_max.isdigit() and low > int(current_max) else ("min", "max")
+        for end in order:
+            self._write(f"{sub}/attr_cntlid_{end}", str(low if end == "min" else high))
 
     def namespaces(self, nqn: str) -> list[int]:
         return sorted(int(n) for n in self._names(f"{self._sub(nqn)}/namespaces") if n.isdigit())

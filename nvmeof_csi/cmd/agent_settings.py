@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from nvmeof_csi.agent.configfs import CNTLID_RANGE
 from nvmeof_csi.agent.portals import PortSpec
 from nvmeof_csi.cmd.flags import REQUIRED, check_ranges, setting
 from nvmeof_csi.cmd.settings import parse_size
@@ -101,6 +102,11 @@ class AgentSettings:
         "(never another user's subsystem, nor a port exporting one).",
         env=False,
     )
+    cntlid_window: str = setting(
+        "",
+        "`MIN-MAX`: the controller IDs this agent's subsystems give (1-65519); agents that expose one volume "
+        "(a replicated one) need disjoint windows. Empty: nvmet's default, the whole range.",
+    )
     pool_high_water: float = setting(
         90.0,
         "Percent of the pool's filesystem past which creates, snapshots and clones get RESOURCE_EXHAUSTED, so that "
@@ -160,6 +166,15 @@ class AgentSettings:
     def mutual_tls(self) -> bool:
         return self.tls is not None or self.identity == "csr"
 
+    def cntlid(self) -> tuple[int, int] | None:
+        """``--cntlid-window`` as (min, max); ``ConfigError`` for a malformed or out-of-range window."""
+        if not self.cntlid_window:
+            return None
+        low, _, high = self.cntlid_window.partition("-")
+        if not (low.isdigit() and high.isdigit()) or not 1 <= int(low) <= int(high) <= CNTLID_RANGE[1]:
+            raise ConfigError(f"--cntlid-window {self.cntlid_window!r} must be MIN-MAX within 1-{CNTLID_RANGE[1]}")
+        return int(low), int(high)
+
     def __post_init__(self) -> None:
         check_ranges(self)
         self._check_authz()
@@ -169,6 +184,7 @@ class AgentSettings:
         for url in (self.alluxio_proxy, self.alluxio_job):
             if url and not url.startswith(("http://", "https://")):
                 raise ConfigError(f"Alluxio URL {url!r} must start with http:// or https://")
+        self.cntlid()  # a malformed window is refused at start
         if self.metrics_listen and ":" not in self.metrics_listen:
             raise ConfigError("--metrics-listen must be HOST:PORT")
         if not valid_location(self.name):

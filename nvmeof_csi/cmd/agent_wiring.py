@@ -73,7 +73,7 @@ def build_agent(
     settings.state_dir.mkdir(parents=True, exist_ok=True)
     return TargetAgent(
         name=settings.name,
-        nvmet=Nvmet(settings.configfs_root, plain_tree=plain_tree),
+        nvmet=Nvmet(settings.configfs_root, plain_tree=plain_tree, cntlid=settings.cntlid()),
         store=FileStore(settings.pool_dir),
         state=StateStore(settings.state_dir),
         portals=settings.portals,

@@ -4,6 +4,7 @@ reboot-restoring, crash-consistent under SIGKILL, race-free, and ANA flips seen 
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections.abc import Callable
 
@@ -151,3 +152,38 @@ def test_sigkill_crash_loop_on_real_configfs(lab_vm: LabVM, fabric: Fabric, repo
     assert result["subsystems_match"] and result["files_match"] and result["links_match"], result
     assert not result["restart_changed_configfs"] and result["corrupt"] == [], result
     lab_vm.run(["rm", "-rf", "/scratch/crash"], 60)
+
+
+def test_an_agent_with_a_cntlid_window_gives_every_controller_an_id_inside_it(
+    lab_vm: LabVM, fabric: Fabric, report: Reporter
+) -> None:
+    """Two agents that expose one subsystem (a replicated volume) must give disjoint controller IDs: a host refuses
+    a second controller whose cntlid it already holds. On real configfs, an agent started with
+    ``--cntlid-window`` writes it, and the host's controllers over both portals carry IDs inside it (before, the
+    kernel's default gave 1 and 2, on every agent alike)."""
+    windowed = GuestTargetAgent(lab_vm, [P1, P2], groups=["a", "b"], extra_args=["--cntlid-window", "1000-1999"])
+    windowed.wipe()
+    windowed.start()
+    try:
+        nqn = windowed.ops("create", "pvc-window", str(32 * MiB), lab_vm.hostnqn)["nqn"]
+        sub = f"/sys/kernel/config/nvmet/subsystems/{nqn}"
+        assert (lab_vm.read(f"{sub}/attr_cntlid_min").strip(), lab_vm.read(f"{sub}/attr_cntlid_max").strip()) == (
+            "1000",
+            "1999",
+        )
+        fabric.connect(P1, nqn)
+        fabric.connect(P2, nqn)
+        fabric.wait_head(nqn)
+        found = fabric._subsystem_dir(nqn)
+        assert found is not None
+        ids = sorted(
+            int(lab_vm.read(f"/sys/class/nvme/{c}/cntlid"))
+            for c in lab_vm.listdir(found)
+            if re.fullmatch(r"nvme\d+", c)
+        )
+        report("cntlid window 1000-1999: the host's controllers", str(ids))
+        assert len(ids) == 2 and all(1000 <= i <= 1999 for i in ids), ids
+    finally:
+        windowed.stop()
+        fabric.clear()
+        windowed.wipe()

@@ -124,3 +124,52 @@ def test_portal_parse(text: str, spec: PortSpec) -> None:
 def test_portal_parse_rejects(text: str) -> None:
     with pytest.raises(InvalidArgument):
         PortSpec.parse(text)
+
+
+def test_an_agent_with_a_cntlid_window_gives_its_subsystems_that_window_in_an_order_the_kernel_takes(
+    tmp_path: Path,
+) -> None:
+    """Two agents exposing one subsystem (a replicated volume) need disjoint controller IDs: a host refuses a
+    second controller with a cntlid it already has. The kernel refuses a min above the current max, so a window
+    moved up writes max first."""
+    root = plain_configfs(tmp_path)
+    Nvmet(root, plain_tree=True).ensure_subsystem(NQN, "serial1", "m")  # made without a window: nothing written
+    sub = root / "subsystems" / NQN
+    assert not (sub / "attr_cntlid_min").exists()
+    writes: list[str] = []
+    windowed = Nvmet(root, plain_tree=True, cntlid=(1000, 1999))
+    put = windowed._put
+
+    def spy(path: object, value: str) -> None:
+        writes.append(f"{str(path).rsplit('_', 1)[-1]}={value}")
+        put(path, value)  # type: ignore[arg-type]
+
+    windowed._put = spy  # type: ignore[method-assign]
+    windowed.ensure_subsystem(NQN, "serial1", "m")
+    assert writes == ["min=1000", "max=1999"]
+    writes.clear()
+    moved = Nvmet(root, plain_tree=True, cntlid=(3000, 3999))
+    moved._put = spy  # type: ignore[method-assign]
+    moved.ensure_subsystem(NQN, "serial1", "m")
+    assert writes == ["max=3999", "min=3000"]  # min 3000 over the old max 1999 would be refused
+    assert (sub / "attr_cntlid_min").read_text() == "3000" and (sub / "attr_cntlid_max").read_text() == "3999"
+    writes.clear()
+    moved.ensure_subsystem(NQN, "serial1", "m")
+    assert writes == []  # idempotent
+
+
+@pytest.mark.parametrize("window", ["0-100", "200-100", "1-65520", "a-b", "100"])
+def test_a_malformed_cntlid_window_is_refused_at_start(window: str, tmp_path: Path) -> None:
+    from nvmeof_csi.agent.portals import PortSpec
+    from nvmeof_csi.cmd.agent_settings import AgentSettings
+    from nvmeof_csi.errors import ConfigError
+
+    fields = {
+        "name": "a",
+        "state_dir": tmp_path,
+        "pool_dir": tmp_path,
+        "portals": (PortSpec.parse("1:tcp:127.0.0.1:4420"),),
+    }
+    with pytest.raises(ConfigError, match="--cntlid-window"):
+        AgentSettings(**fields, cntlid_window=window)  # type: ignore[arg-type]
+    assert AgentSettings(**fields, cntlid_window="1-999").cntlid() == (1, 999)  # type: ignore[arg-type]
