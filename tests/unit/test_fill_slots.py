@@ -11,6 +11,8 @@ from __future__ import annotations
 import shutil
 import threading
 from collections import namedtuple
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -46,45 +48,40 @@ class GatedHydrator:
         pass
 
 
-def agent_with_one_slot(tmp_path: Path) -> tuple[TargetAgent, GatedHydrator]:
+@contextmanager
+def one_slot_taken(tmp_path: Path) -> Iterator[TargetAgent]:
+    """An agent with one fill slot, held by the fill of volume "a" for the ``with`` block (released after)."""
     gated = GatedHydrator()
     base = make_agent(tmp_path)
     filler = DatasetVolumes(gated, tmp_path / "work", max_fills=1)  # type: ignore[arg-type]
     agent = TargetAgent(base.name, base.nvmet, base.store, base.state, base.portals, filler=filler)
     agent.converge()
-    return agent, gated
-
-
-def test_a_create_with_every_fill_slot_busy_is_refused_at_once_and_leaves_nothing(tmp_path: Path) -> None:
-    agent, gated = agent_with_one_slot(tmp_path)
     first = threading.Thread(target=lambda: agent.create_volume("a", MiB, DATASET, {}))
     first.start()
     try:
         assert gated.entered.wait(10)
+        yield agent
+    finally:
+        gated.gate.set()
+        first.join(20)
+
+
+def test_a_create_with_every_fill_slot_busy_is_refused_at_once_and_leaves_nothing(tmp_path: Path) -> None:
+    with one_slot_taken(tmp_path) as agent:
         with pytest.raises(SlotsBusy, match="all 1 fill slots of this agent are taken"):
             agent.create_volume("b", MiB, DATASET, {})  # before: waited here, on an RPC thread
         assert [v.name for v in agent.state.current.volumes.values()] == ["a"]  # nothing of "b" was saved
         assert isinstance(SlotsBusy("x"), ResourceExhausted)  # the controller may place "b" elsewhere
-    finally:
-        gated.gate.set()
-        first.join(20)
     assert agent.create_volume("b", MiB, DATASET, {}).record.status == READY
 
 
 def test_a_retry_of_a_begun_fill_with_every_slot_busy_is_aborted_and_keeps_its_record(tmp_path: Path) -> None:
-    agent, gated = agent_with_one_slot(tmp_path)
-    first = threading.Thread(target=lambda: agent.create_volume("a", MiB, DATASET, {}))
-    first.start()
-    try:
-        assert gated.entered.wait(10)
+    with one_slot_taken(tmp_path) as agent:
         begun = agent.state.current.volumes[next(iter(agent.state.current.volumes))]
         agent.state.put_volume(begun.evolve(uuid="0e0e0e0e-0000-4000-8000-00000000000c", name="c"))  # a restart's
         with pytest.raises(Aborted, match="'c' waits for a fill slot"):
             agent.create_volume("c", MiB, DATASET, {})
         assert agent.state.current.volumes["0e0e0e0e-0000-4000-8000-00000000000c"].status == CREATING  # kept
-    finally:
-        gated.gate.set()
-        first.join(20)
     assert agent.create_volume("c", MiB, DATASET, {}).record.status == READY  # resumed once a slot was free
 
 
