@@ -96,16 +96,20 @@ class EgressGuard:
             ]
         return wanted
 
-    def _present(self, family: str) -> list[int]:
-        shown = self._exec.run(["ip", "-j", family, "rule", "show"], timeout=10).out
-        priorities = [int(rule.get("priority", -1)) for rule in json.loads(shown or "[]")]
+    def _present(self, family: str, needed: bool) -> list[int]:
+        """Our band's priorities in ``family``'s rules. A family the kernel lacks (IPv6 turned off) has none,
+        unless rules are ``needed`` there: then its error is raised."""
+        shown = self._exec.run(["ip", "-j", family, "rule", "show"], timeout=10, check=needed)
+        if shown.rc != 0:
+            return []
+        priorities = [int(rule.get("priority", -1)) for rule in json.loads(shown.out or "[]")]
         return sorted(p for p in priorities if BASE <= p < BASE + 3 * MAX_ENTRIES)
 
     def apply(self) -> bool:
         """Make the rules the wanted ones; whether anything changed."""
         changed = False
         for family, rules in self._rules().items():
-            present = self._present(family)
+            present = self._present(family, needed=bool(rules))
             if present == sorted(int(rule[1]) for rule in rules):
                 continue
             for prio in sorted(present, key=lambda p: (p - BASE) % 3 != 1):  # the prohibit rules go first

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 
 import pytest
 
-from nvmeof_csi.errors import ConfigError
+from nvmeof_csi.errors import CommandError, ConfigError
 from nvmeof_csi.host.egress_guard import BASE, EgressGuard, parse_guard
 from nvmeof_csi.host.executor import Result
 
@@ -26,6 +26,10 @@ class Rules:
         argv = list(argv)
         self.calls.append(argv)
         if argv[:2] == ["ip", "-j"]:
+            if argv[2] not in self.table:  # a family this kernel lacks
+                if check:
+                    raise CommandError(argv, 1, "", "RTNETLINK answers: Address family not supported by protocol")
+                return Result(1, "", "RTNETLINK answers: Address family not supported by protocol")
             return Result(0, json.dumps([{"priority": p} for p, _ in self.table[argv[2]]]), "")
         family, verb, prio = argv[1], argv[3], int(argv[argv.index("priority") + 1])
         rules = self.table[family]
@@ -83,3 +87,12 @@ def test_a_second_apply_changes_nothing_and_a_removed_rule_comes_back() -> None:
     assert [r for r in rules.table["-4"] if r[0] != 7] == made and (7, ["unrelated"]) in rules.table["-4"]
     deletes = [c for c in rules.calls[calls:] if c[3] == "del"]
     assert deletes[0][-1] == str(BASE + 1)  # the refusal goes first: the host is never refused meanwhile
+
+
+def test_a_kernel_without_ipv6_still_gets_its_ipv4_rules() -> None:
+    rules = Rules()
+    del rules.table["-6"]
+    assert EgressGuard(parse_guard("169.254.11.0/24:4420"), rules).apply() is True
+    assert len(rules.table["-4"]) == 3
+    with pytest.raises(CommandError):  # an IPv6 entry on such a kernel is an error, not a silent gap
+        EgressGuard(parse_guard("fd00::/64"), rules).apply()
