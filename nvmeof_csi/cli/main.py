@@ -1,12 +1,16 @@
 """``nvmeofctl``: the admin CLI for target agents (and a driver's CSI socket).
 
-One error boundary: a domain error or a bad configuration prints one line on stderr and exits 1 (usage
-errors exit 2); every command explains itself with ``--help``.
+One error boundary (:func:`run`): a domain error, a bad configuration or a file that cannot be read prints one
+line on stderr and exits 1; a usage mistake (an unknown option, a missing argument, a bad value) prints one line
+naming the mistake and the ``--help`` to read, and exits 2. The global options (``-o/--output``, ``--timeout``,
+``--targets``, ``--agent``) may also come after the command (:func:`hoist_globals`). Every command explains
+itself with ``--help``.
 """
 
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated
 
@@ -60,13 +64,67 @@ def version() -> None:
     typer.echo(f"{DRIVER_NAME} {__version__}")
 
 
-def main() -> None:
-    """Console-script entry point with the CLI's error boundary."""
+#: the global options that take a value; ``driver`` has options of these names of its own
+GLOBAL_VALUED = frozenset({"-o", "--output", "--timeout", "--targets", "--agent"})
+
+
+def hoist_globals(argv: Sequence[str]) -> list[str]:
+    """``argv`` with the global options given after the command moved before it (``nvmeofctl volumes list -o
+    json`` as ``nvmeofctl -o json volumes list``); ``driver``'s arguments, and anything after ``--``, stay."""
+    words = list(argv)
+    at = next(
+        (i for i, w in enumerate(words) if not w.startswith("-") and (i == 0 or words[i - 1] not in GLOBAL_VALUED)),
+        None,
+    )
+    if at is None or words[at] == "driver":
+        return words
+    moved: list[str] = []
+    kept: list[str] = []
+    rest = words[at + 1 :]
+    i = 0
+    while i < len(rest):
+        word = rest[i]
+        if word == "--":
+            kept += rest[i:]
+            break
+        if (word.split("=", 1)[0] in GLOBAL_VALUED and "=" in word) or (word.startswith("-o") and len(word) > 2):
+            moved.append(word)
+        elif word in GLOBAL_VALUED and i + 1 < len(rest):
+            moved += [word, rest[i + 1]]
+            i += 1
+        else:
+            kept.append(word)
+        i += 1
+    return [*moved, *words[: at + 1], *kept]
+
+
+def run(argv: Sequence[str]) -> int:
+    """Run ``nvmeofctl ARGV`` behind the CLI's error boundary; the exit code."""
     try:
-        app()  # usage errors: typer prints them and exits 2
+        done = app(args=hoist_globals(argv), prog_name="nvmeofctl", standalone_mode=False)
+    except typer.Exit as stop:
+        return stop.exit_code
+    except typer.Abort:
+        typer.echo("nvmeofctl: aborted", err=True)
+        return 1
+    except typer.TyperException as mistake:  # click's usage errors, vendored by typer
+        if type(mistake).__name__ != "NoArgsIsHelpError":  # that one has printed the command's help already
+            ctx = getattr(mistake, "ctx", None)
+            where = ctx.command_path if ctx is not None else "nvmeofctl"
+            typer.echo(f"nvmeofctl: {mistake.format_message()} (see: {where} --help)", err=True)
+        return int(getattr(mistake, "exit_code", 2))
     except (DriverError, ConfigError) as err:
         typer.echo(f"nvmeofctl: {err}", err=True)
-        sys.exit(1)
+        return 1
+    except OSError as err:  # a file named on the command line that cannot be read
+        typer.echo(f"nvmeofctl: {err.filename or ''}: {err.strerror or err}".replace(": : ", ": "), err=True)
+        return 1
+    return done if isinstance(done, int) else 0
+
+
+def main() -> None:
+    """Console-script entry point."""
+    sys.exit(run(sys.argv[1:]))
 
 
 if __name__ == "__main__":
