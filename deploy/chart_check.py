@@ -26,7 +26,9 @@ from chart_policy import (
     HOSTILE_ARGS,
     TLSHD_CAPABILITIES,
     host_network_problems,
+    monitoring_problems,
     network_policy_problems,
+    selected_jobs,
     shell_problems,
     tlshd_problems,
 )
@@ -38,6 +40,7 @@ from nvmeof_csi.topology.fabric_map import parse_fabric_map
 ROOT = Path(__file__).resolve().parent.parent
 CHART = ROOT / "deploy" / "helm" / "nvmeof-csi"
 BAD_VALUES = ROOT / "deploy" / "helm" / "bad-values"
+MONITORING = (ROOT / "deploy" / "prometheus" / "alerts.yaml", ROOT / "deploy" / "grafana" / "nvmeof-csi.json")
 RELEASE, NAMESPACE = "nvmeof-csi", "nvmeof-csi"
 #: values.yaml image -> the versions.env pin of what the lab builds and the sidecar's upstream tag
 PINS = {
@@ -125,6 +128,7 @@ def check_chart(helm: str, pins: Mapping[str, str]) -> list[str]:
             print(f"  {problem}")
         problems.extend(found)
 
+    jobs = selected_jobs(*(path.read_text() for path in MONITORING))
     for name, values in value_sets():
         lint = _helm(helm, "lint", "--strict", str(CHART), "--namespace", NAMESPACE, *_values_args(values))
         record(f"helm lint --strict [{name}]", [lint.stdout + lint.stderr] if lint.returncode else [])
@@ -134,6 +138,9 @@ def check_chart(helm: str, pins: Mapping[str, str]) -> list[str]:
         record(f"hostNetwork listeners on loopback [{name}]", host_network_problems(docs, on_node_ip))
         record(f"NetworkPolicies of pod-network pods [{name}]", network_policy_problems(docs))
         record(f"tlshd holds only {', '.join(TLSHD_CAPABILITIES)} [{name}]", tlshd_problems(docs))
+        record(
+            f"alerts and dashboard select the jobs the ServiceMonitor makes [{name}]", monitoring_problems(docs, jobs)
+        )
     with tempfile.TemporaryDirectory() as tmp:
         hostile = Path(tmp) / "hostile-values.yaml"
         hostile.write_text(yaml.safe_dump({key: {"extraArgs": list(HOSTILE_ARGS)} for key in EXTRA_ARGS_VALUES}))

@@ -141,3 +141,36 @@ def tlshd_problems(docs: Sequence[dict[str, Any]]) -> list[str]:
         if context.get("allowPrivilegeEscalation") is not False or context.get("readOnlyRootFilesystem") is not True:
             found.append(f"{name}: privilege escalation allowed or a writable root")
     return found
+
+
+JOB_SELECTOR = re.compile(r'job=\\?"([^"\\]+)\\?"')
+
+
+def selected_jobs(*texts: str) -> set[str]:
+    """The ``job="..."`` values alert rules and dashboard queries select (also JSON-escaped)."""
+    return {job for text in texts for job in JOB_SELECTOR.findall(text)}
+
+
+def scraped_jobs(docs: Sequence[dict[str, Any]]) -> set[str]:
+    """The ``job`` label the Prometheus Operator gives each Service a rendered ServiceMonitor selects: the value of
+    the Service's label that ``spec.jobLabel`` names, else the Service's name."""
+    jobs = set()
+    services = [d for d in docs if d.get("kind") == "Service"]
+    for monitor in (d for d in docs if d.get("kind") == "ServiceMonitor"):
+        wanted = monitor["spec"]["selector"].get("matchLabels", {})
+        label = monitor["spec"].get("jobLabel", "")
+        for service in services:
+            labels = service["metadata"].get("labels") or {}
+            if all(labels.get(k) == v for k, v in wanted.items()):
+                jobs.add(labels[label] if label in labels else service["metadata"]["name"])
+    return jobs
+
+
+def monitoring_problems(docs: Sequence[dict[str, Any]], selected: set[str]) -> list[str]:
+    """Every job the alerts and the dashboard select is one the rendered ServiceMonitor produces (value sets
+    without a ServiceMonitor scrape nothing through the chart: nothing to check)."""
+    jobs = scraped_jobs(docs)
+    if not jobs:
+        return []
+    return [f"job {job!r} is selected by the alerts or the dashboard; the ServiceMonitor makes {sorted(jobs)}"
+            for job in sorted(selected - jobs)]  # fmt: skip

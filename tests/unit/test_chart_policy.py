@@ -13,7 +13,10 @@ from chart_policy import (
     TLSHD_CAPABILITIES,
     host_network_problems,
     listeners,
+    monitoring_problems,
     network_policy_problems,
+    scraped_jobs,
+    selected_jobs,
     shell_problems,
     tlshd_problems,
 )
@@ -139,3 +142,23 @@ def test_tlshd_holds_only_the_capabilities_the_lab_runs_it_with() -> None:
         pod = {"containers": [{"name": "tlshd", "securityContext": context}]}
         doc = {"kind": "DaemonSet", "metadata": {"name": "n"}, "spec": {"template": {"spec": pod}}}
         assert len(tlshd_problems([doc])) == problems, context
+
+
+def test_the_jobs_the_alerts_select_are_the_jobs_the_service_monitor_makes() -> None:
+    """The Prometheus Operator names a job after the Service unless ``jobLabel`` says which label to take: the
+    chart's ServiceMonitor lacked it, so ``up{job="nvmeof-csi-agent"}`` matched nothing it scraped."""
+    service = {"kind": "Service", "metadata": {"name": "nvmeof-csi-agent-metrics",
+               "labels": {"app.kubernetes.io/name": "nvmeof-csi-agent", "nvmeof-csi/metrics": "true"}}}  # fmt: skip
+    monitor: dict[str, Any] = {
+        "kind": "ServiceMonitor",
+        "spec": {"selector": {"matchLabels": {"nvmeof-csi/metrics": "true"}}},
+    }
+    selected = selected_jobs('expr: up{job="nvmeof-csi-agent"} == 0', '"expr": "up{job=\\\\"nvmeof-csi-agent\\\\"}"')
+    assert selected == {"nvmeof-csi-agent"}
+    assert scraped_jobs([service, monitor]) == {"nvmeof-csi-agent-metrics"}
+    assert monitoring_problems([service, monitor], selected)  # the chart before: no jobLabel
+    with_label = copy.deepcopy(monitor)
+    with_label["spec"]["jobLabel"] = "app.kubernetes.io/name"
+    assert scraped_jobs([service, with_label]) == {"nvmeof-csi-agent"}
+    assert monitoring_problems([service, with_label], selected) == []
+    assert monitoring_problems([service], selected) == []  # no ServiceMonitor: nothing scraped through the chart
