@@ -89,10 +89,10 @@ def _map(values: Mapping[str, str], field: str) -> dict[str, str]:
     return dict(values)
 
 
-#: The agent locks inside its service (per name, per volume), where it can wait; the edge takes one key: a second
-#: CreateVolume of a name while one runs (a CO's retry of a long fill) is ABORTED at once, never queued behind
-#: the first on another RPC thread
-AGENT_LOCK_TABLE: dict[str, tuple[str, ...]] = {"/nvmeof.agent.v1.Agent/CreateVolume": ("name",)}
+#: The agent locks inside its service (per name, per volume), where it can wait (a create of a name at most
+#: ``AgentParts.name_wait`` seconds for another: racing creates of one name are served one after the other, a
+#: retry behind a long fill is ABORTED); the edge takes no keys.
+AGENT_LOCK_TABLE: dict[str, tuple[str, ...]] = {}
 #: Calls served at once (threads are made on demand). Health answers unless this many calls are in flight; long
 #: dataset fills are bounded on their own (``datasets.fill.MAX_FILLS``; none free: RESOURCE_EXHAUSTED at once).
 AGENT_RPC_THREADS = 128

@@ -58,6 +58,7 @@ class AgentParts:
     high_water: float = 90.0  # percent of the pool's filesystem past which nothing new is made
     readonly_devices: ReadOnlyDevices | None = None  # None: read-only grants are refused (``agent/readonly.py``)
     keys: KeyedMutex = field(default_factory=KeyedMutex)
+    name_wait: float = 60.0  # seconds a create waits for another create of its name before ABORTED
     ports_lock: threading.Lock = field(default_factory=threading.Lock)
     room_lock: threading.Lock = field(default_factory=threading.Lock)  # the pool's room check and the saves it admits
     keyring: NvmeKeyring = field(default_factory=NvmeKeyring)  # TLS PSKs for ``tls: psk`` volumes

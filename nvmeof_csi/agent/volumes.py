@@ -62,7 +62,9 @@ class VolumeOps:
             raise InvalidArgument("volume name is required")
         if capacity_bytes <= 0:
             raise InvalidArgument("capacity_bytes must be positive")
-        with p.keys.hold(f"name:{name}"):
+        # a create of this name that runs long (a dataset fill) makes a retry ABORTED after a while, never a
+        # thread held for the whole fill
+        with p.keys.hold(f"name:{name}", wait=p.name_wait):
             named = p.named_volumes(name)
             if named:
                 found = named[0]

@@ -5,7 +5,8 @@
   retry later. Each service declares its own table of which request fields are locked (``LockTable``).
 - :class:`KeyedMutex`: blocking keyed mutexes for work inside a service (the agent's per-volume and per-name
   locks). :meth:`KeyedMutex.hold` waits until it owns every key, taken in sorted order so two holders never
-  deadlock.
+  deadlock; with ``wait`` it waits that many seconds at most for each key, then lets go of what it took and
+  raises ``Aborted`` (a caller retries later rather than holding a thread for as long as the holder works).
 
 Both remove an entry when its last holder leaves, so memory never grows with the number of keys ever seen.
 Thread-safe and usable from asyncio tasks.
@@ -78,19 +79,23 @@ class KeyedMutex:
                 self._locks[key] = (lock, users - 1)
 
     @contextmanager
-    def _one(self, key: str) -> Iterator[None]:
+    def _one(self, key: str, wait: float | None) -> Iterator[None]:
         lock = self._acquire_entry(key)
         try:
-            with lock:
+            if not lock.acquire(timeout=-1 if wait is None else wait):
+                raise Aborted(f"an operation on {key!r} is still in progress after {wait:g} s; retry later")
+            try:
                 yield
+            finally:
+                lock.release()
         finally:
             self._release_entry(key)
 
     @contextmanager
-    def hold(self, *keys: str) -> Iterator[None]:
+    def hold(self, *keys: str, wait: float | None = None) -> Iterator[None]:
         with ExitStack() as stack:
             for key in sorted(set(keys)):
-                stack.enter_context(self._one(key))
+                stack.enter_context(self._one(key, wait))
             yield
 
     def size(self) -> int:

@@ -24,7 +24,6 @@ from nvmeof_csi.agent.target_agent import TargetAgent
 from nvmeof_csi.datasets.fill import DatasetVolumes
 from nvmeof_csi.datasets.hydrate import POOL_RESERVE, HydrationResult, Hydrator
 from nvmeof_csi.errors import Aborted, ResourceExhausted, SlotsBusy
-from nvmeof_csi.gen import nvmeof_agent_pb2 as pb
 from nvmeof_csi.nvmeof.dataset import DatasetSpec
 from nvmeof_csi.nvmeof.parameters import VolumeParameters
 from tests.support.agents import make_agent
@@ -85,11 +84,15 @@ def test_a_retry_of_a_begun_fill_with_every_slot_busy_is_aborted_and_keeps_its_r
     assert agent.create_volume("c", MiB, DATASET, {}).record.status == READY  # resumed once a slot was free
 
 
-def test_a_retry_of_a_running_create_is_aborted_at_the_edge() -> None:
-    method, fields = next(iter(AGENT_LOCK_TABLE.items()))
-    service = pb.DESCRIPTOR.services_by_name["Agent"]
-    assert method == f"/{service.full_name}/CreateVolume" and fields == ("name",)
-    assert "name" in service.methods_by_name["CreateVolume"].input_type.fields_by_name
+def test_a_retry_of_a_running_create_is_aborted_after_a_short_wait_and_racing_creates_still_line_up(
+    tmp_path: Path,
+) -> None:
+    assert AGENT_LOCK_TABLE == {}  # the edge takes no key: racing creates of one name are served in turn
+    with one_slot_taken(tmp_path) as agent:
+        agent._parts.name_wait = 0.2  # the agent waits a minute; a fifth of a second here
+        with pytest.raises(Aborted, match=r"'name:a' is still in progress after 0\.2 s"):
+            agent.create_volume("a", MiB, DATASET, {})  # before: waited on its thread for the whole fill
+    assert agent.create_volume("a", MiB, DATASET, {}).record.status == READY  # the fill done: the same volume
 
 
 Usage = namedtuple("Usage", "total used free")

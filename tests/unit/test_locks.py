@@ -5,7 +5,7 @@ import pytest
 
 from nvmeof_csi.csi.locks import CSI_LOCK_TABLE as LOCK_TABLE
 from nvmeof_csi.errors import Aborted
-from nvmeof_csi.rpc.locks import KeyedLocks
+from nvmeof_csi.rpc.locks import KeyedLocks, KeyedMutex
 
 
 def test_second_holder_is_aborted_and_entry_removed_on_release() -> None:
@@ -74,3 +74,27 @@ def test_table_names_real_request_fields() -> None:
         desc = services[service.split(".")[-1]].methods_by_name[rpc]
         for f in fields:
             assert f in desc.input_type.fields_by_name, (method, f)
+
+
+def test_a_keyed_mutex_with_a_wait_gives_up_whole_and_leaves_no_key_held() -> None:
+    mutex = KeyedMutex()
+    held = threading.Event()
+    release = threading.Event()
+
+    def holder() -> None:
+        with mutex.hold("b"):
+            held.set()
+            release.wait(10)
+
+    thread = threading.Thread(target=holder)
+    thread.start()
+    assert held.wait(10)
+    with pytest.raises(Aborted, match=r"'b' is still in progress after 0\.1 s"), mutex.hold("a", "b", wait=0.1):
+        pass
+    with mutex.hold("a", wait=0.1):  # "a" was let go when "b" could not be had
+        pass
+    release.set()
+    thread.join(10)
+    with mutex.hold("a", "b", wait=0.1):
+        pass
+    assert mutex.size() == 0
