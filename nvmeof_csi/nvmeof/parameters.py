@@ -101,6 +101,34 @@ def parameters_table() -> str:
     return "\n".join(rows)
 
 
+#: the keys whose values are a closed set (the chart's schema refuses any other value at ``helm install``)
+_ENUMS: Mapping[str, tuple[str | bool, ...]] = {
+    "transport": TRANSPORTS, "auth": AUTH_MODES, "tls": TLS_MODES, "dataset.medium": MEDIA,
+    "dataset.pin": ("true", "false", True, False),
+}  # fmt: skip
+_SCALAR = ["string", "number", "boolean"]
+
+
+def parameters_schema(mutable: bool = False) -> dict[str, object]:
+    """The JSON schema of a StorageClass's parameters (``mutable``: a VolumeAttributesClass's), made from
+    :data:`PARAMETERS`: the chart's ``values.schema.json`` holds exactly this (``tests/unit/test_params.py``), so
+    a mistyped key fails at ``helm install``, not as a PVC event. The sidecars' ``csi.storage.k8s.io/`` keys
+    pass."""
+    properties: dict[str, object] = {}
+    for parameter in (p for p in PARAMETERS if p.mutable or not mutable):
+        choices = _ENUMS.get(parameter.key)
+        properties[parameter.key] = {"enum": list(choices)} if choices else {"type": _SCALAR}
+    schema: dict[str, object] = {
+        "type": "object",
+        "properties": properties,
+        "patternProperties": {"^csi\\.storage\\.k8s\\.io/": {"type": _SCALAR}},
+        "additionalProperties": False,
+    }
+    if mutable:
+        schema["minProperties"] = 1
+    return schema
+
+
 def own_parameters(params: Mapping[str, str]) -> dict[str, str]:
     """``params`` without the keys the sidecars add (``csi.storage.k8s.io/...``)."""
     return {k: v for k, v in params.items() if not k.startswith(SIDECAR_PREFIX)}

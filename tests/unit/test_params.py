@@ -83,3 +83,20 @@ def test_changes_lift_and_set_limits_and_leave_the_rest() -> None:
     assert VolumeParameters.parse({"tls": "psk"}).tls == "psk"
     with pytest.raises(InvalidArgument, match="transport tcp only"):
         VolumeParameters.parse({"tls": "psk", "transport": "rdma"})
+
+
+def test_the_charts_schema_holds_the_parameters_this_declaration_makes() -> None:
+    """One declaration: the chart refuses a mistyped key or an unknown mode at ``helm install``
+    (``deploy/helm/bad-values/class-parameter-*.yaml``); before, any key passed and failed later as a PVC event."""
+    import json
+
+    from nvmeof_csi.nvmeof.parameters import parameters_schema
+    from tests.support.env import ROOT
+
+    schema = json.loads((ROOT / "deploy" / "helm" / "nvmeof-csi" / "values.schema.json").read_text())
+    wanted = {"storageClasses": parameters_schema(), "volumeAttributesClasses": parameters_schema(mutable=True)}
+    for key, expected in wanted.items():
+        found = schema["properties"][key]["items"]["properties"]["parameters"]
+        assert found == expected, (
+            f"values.schema.json {key}[].parameters should read:\n{json.dumps(expected, indent=2)}"
+        )
