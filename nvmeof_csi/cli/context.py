@@ -13,6 +13,7 @@ Targets come from ``--agent ENDPOINT`` (one agent) or a YAML file (``--targets``
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -24,7 +25,7 @@ import typer
 import yaml
 
 from nvmeof_csi.agentclient.client import AgentClient, AgentTarget
-from nvmeof_csi.errors import ConfigError
+from nvmeof_csi.errors import ConfigError, InvalidArgument, NotFound
 from nvmeof_csi.rpc.endpoints import Endpoint, TlsFiles
 
 DEFAULT_TARGETS = Path("/etc/nvmeof-csi/targets.yaml")
@@ -58,10 +59,47 @@ class CliState:
             raise ConfigError("several targets are configured: choose one with --target")
         return chosen[0]
 
+    def locate(self, volume: str, name: str | None) -> tuple[AgentTarget, str]:
+        """(the target holding it, its UUID) for ``volume``: a CSI volume handle (``nvmeof-v1.<agent>.<uuid>``:
+        the handle names the agent, no ``--target`` needed), a UUID, or a CSI volume name (the PV's name,
+        ``pvc-...``). A UUID or a name is looked for on the targets (``--target``: on that one only);
+        ``NotFound`` when none holds it."""
+        location, vol_uuid, csi_name = parse_volume(volume)
+        if location is not None:
+            if name is not None and name != location:
+                raise ConfigError(f"volume handle {volume!r} names agent {location!r}, not --target {name!r}")
+            return self.pick(location)[0], str(vol_uuid)
+        candidates = self.pick(name)
+        if vol_uuid is not None and len(candidates) == 1:
+            return candidates[0], vol_uuid
+        for target in candidates:
+            with self.client(target) as client:
+                try:
+                    found = client.get_volume(vol_uuid=vol_uuid) if vol_uuid else client.get_volume(name=csi_name or "")
+                except NotFound:
+                    continue
+            return target, str(found.uuid)
+        raise NotFound(f"volume {volume!r} is on none of the targets ({', '.join(t.name for t in candidates)})")
+
     @contextmanager
     def client(self, target: AgentTarget) -> Iterator[AgentClient]:
         with AgentClient(target, self.timeout) as client:
             yield client
+
+
+UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
+
+
+def parse_volume(text: str) -> tuple[str | None, str | None, str | None]:
+    """(target, uuid, name) from a CSI volume ID ``nvmeof-v1.<target>.<uuid>``, a UUID, or a CSI name."""
+    if text.startswith("nvmeof-v1."):
+        location, _, vol_uuid = text[len("nvmeof-v1.") :].rpartition(".")
+        if not location or not UUID.match(vol_uuid):
+            raise InvalidArgument(f"{text[:140]!r} is not a volume ID of this driver")
+        return location, vol_uuid, None
+    if UUID.match(text.lower()):
+        return None, text.lower(), None
+    return None, None, text
 
 
 def _target(entry: Any, source: str) -> AgentTarget:

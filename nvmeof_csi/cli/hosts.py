@@ -8,11 +8,13 @@ from typing import Annotated
 
 import typer
 
-from nvmeof_csi.cli.context import state
+from nvmeof_csi.cli.context import parse_volume, state
 from nvmeof_csi.cli.output import as_dict, render
 
 app = typer.Typer(help="Grant, revoke, list, fence and unfence hosts of a volume's subsystem.", no_args_is_help=True)
-Volume = Annotated[str, typer.Argument(help="Volume UUID.")]
+Volume = Annotated[
+    str, typer.Argument(help="Volume: its CSI handle (nvmeof-v1.AGENT.UUID), UUID or CSI name (pvc-...).")
+]
 HostNqn = Annotated[str, typer.Argument(help="Host NQN, e.g. nqn.2014-08.org.nvmexpress:uuid:...")]
 Target = Annotated[str | None, typer.Option("--target", "-t", help="Target holding the volume.")]
 
@@ -30,14 +32,15 @@ def allow(
     """Allow HOST_NQN to connect to VOLUME (optionally with a DH-HMAC-CHAP secret)."""
     cli = state(ctx)
     secret = secret_file.read_text().strip() if secret_file else ""
-    chosen = cli.one(target)
-    if secret and chosen.endpoint.scheme == "tcp" and chosen.tls is None:
+    plain = [t for t in cli.pick(parse_volume(volume)[0] or target) if t.endpoint.scheme == "tcp" and t.tls is None]
+    if secret and plain:  # refused before the volume is even looked for
         typer.echo(
-            f"nvmeofctl: a DH-HMAC-CHAP key is never sent in plaintext ({chosen.endpoint}): use the agent's unix "
+            f"nvmeofctl: a DH-HMAC-CHAP key is never sent in plaintext ({plain[0].endpoint}): use the agent's unix "
             "socket, or a --targets entry with tls",
             err=True,
         )
         raise typer.Exit(2)
+    chosen, volume = cli.locate(volume, target)
     with cli.client(chosen) as client:
         vol = client.allow_host(volume, host_nqn, secret)
     render([as_dict(vol)], ("uuid", "name", "allowed_hosts"), cli.output)
@@ -47,7 +50,8 @@ def allow(
 def deny(ctx: typer.Context, volume: Volume, host_nqn: HostNqn, target: Target = None) -> None:
     """Remove HOST_NQN from VOLUME's allow-list (new connections are refused)."""
     cli = state(ctx)
-    with cli.client(cli.one(target)) as client:
+    chosen, volume = cli.locate(volume, target)
+    with cli.client(chosen) as client:
         vol = client.deny_host(volume, host_nqn)
     render([as_dict(vol)], ("uuid", "name", "allowed_hosts"), cli.output)
 
@@ -76,7 +80,8 @@ def list_hosts(ctx: typer.Context, volume: Volume, target: Target = None) -> Non
     """Every host of VOLUME: allowed (read-write or read-only) or fenced (with the reason, the time and whether
     its connections were ended yet)."""
     cli = state(ctx)
-    with cli.client(cli.one(target)) as client:
+    chosen, volume = cli.locate(volume, target)
+    with cli.client(chosen) as client:
         vol = client.get_volume(volume)
     rows: list[dict[str, str]] = [
         {"host_nqn": h, "access": "read-only" if h in vol.readonly_hosts else "read-write", "reason": "", "since": ""}
@@ -95,7 +100,8 @@ def fence(ctx: typer.Context, volume: Volume, host_nqn: HostNqn, target: Target 
     """Fence HOST_NQN from VOLUME now: refused from now on and every connection it has to the volume ended (the
     volume's other hosts reconnect). It stays refused until `hosts unfence`."""
     cli = state(ctx)
-    with cli.client(cli.one(target)) as client:
+    chosen, volume = cli.locate(volume, target)
+    with cli.client(chosen) as client:
         vol = client.fence_host(volume, host_nqn, "OPERATOR")
     render([as_dict(vol)], ("uuid", "name", "allowed_hosts", "fenced_hosts"), cli.output)
 
@@ -105,6 +111,7 @@ def unfence(ctx: typer.Context, volume: Volume, host_nqn: HostNqn, target: Targe
     """Lift HOST_NQN's fence on VOLUME so that it may be published to again. Only after its node was powered
     off or rebooted: a node that was cut off but kept running may still hold writes in its page cache."""
     cli = state(ctx)
-    with cli.client(cli.one(target)) as client:
+    chosen, volume = cli.locate(volume, target)
+    with cli.client(chosen) as client:
         vol = client.unfence_host(volume, host_nqn)
     render([as_dict(vol)], ("uuid", "name", "allowed_hosts", "fenced_hosts"), cli.output)

@@ -34,14 +34,14 @@ def list_snapshots(
 def create(
     ctx: typer.Context,
     name: Annotated[str, typer.Argument(help="Snapshot name (idempotency key).")],
-    volume: Annotated[str, typer.Option(help="Source volume UUID.")],
+    volume: Annotated[str, typer.Option(help="Source volume: its CSI handle, UUID or CSI name.")],
     target: Target = None,
 ) -> None:
     """Snapshot VOLUME as NAME (instant on XFS with reflink)."""
     cli = state(ctx)
-    t = cli.one(target)
+    t, source = cli.locate(volume, target)
     with cli.client(t) as client:
-        snap = client.create_snapshot(name, volume)
+        snap = client.create_snapshot(name, source)
     render([{"target": t.name, **as_dict(snap), "size": human_bytes(snap.size_bytes)}], COLUMNS, cli.output)
 
 

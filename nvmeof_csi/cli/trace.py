@@ -10,7 +10,6 @@ record (staging path, published targets and pods, the I/O limits and whether the
 from __future__ import annotations
 
 import os
-import re
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -19,27 +18,13 @@ from rich.console import Console
 from rich.markup import escape
 from rich.tree import Tree
 
-from nvmeof_csi.cli.context import Output, state
+from nvmeof_csi.cli.context import Output, parse_volume, state
 from nvmeof_csi.cli.output import as_dict, human_bytes, render
-from nvmeof_csi.errors import InvalidArgument, NotFound
+from nvmeof_csi.errors import NotFound
 from nvmeof_csi.host.cgroups import PodCgroups
 from nvmeof_csi.initiator.sysfs import NvmeSysfs
 from nvmeof_csi.service.qos import LimitOverrides, QosEnforcer
 from nvmeof_csi.service.records import StagingStore
-
-UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
-
-
-def parse_volume(text: str) -> tuple[str | None, str | None, str | None]:
-    """(target, uuid, name) from a CSI volume ID ``nvmeof-v1.<target>.<uuid>``, a UUID, or a CSI name."""
-    if text.startswith("nvmeof-v1."):
-        location, _, vol_uuid = text[len("nvmeof-v1.") :].rpartition(".")
-        if not location or not UUID.match(vol_uuid):
-            raise InvalidArgument(f"{text[:140]!r} is not a volume ID of this driver")
-        return location, vol_uuid, None
-    if UUID.match(text.lower()):
-        return None, text.lower(), None
-    return None, None, text
 
 
 def _agent_side(ctx: typer.Context, volume: str) -> dict[str, Any]:

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import uuid
 from typing import Annotated, Any
 
 import typer
 
 from nvmeof_csi.cli.context import state
 from nvmeof_csi.cli.output import as_dict, human_bytes, render
-from nvmeof_csi.errors import NotFound
 
 app = typer.Typer(help="List and inspect volumes on the target agents.", no_args_is_help=True)
 COLUMNS = ("target", "uuid", "name", "size", "status", "allowed_hosts", "nqn")
@@ -37,26 +35,13 @@ def list_volumes(ctx: typer.Context, target: Target = None) -> None:
 @app.command()
 def show(
     ctx: typer.Context,
-    volume: Annotated[str, typer.Argument(help="Volume UUID or CSI name.")],
+    volume: Annotated[str, typer.Argument(help="Volume: CSI handle (nvmeof-v1.AGENT.UUID), UUID or CSI name.")],
     target: Target = None,
 ) -> None:
     """One volume in full (portals and their ANA states included)."""
     cli = state(ctx)
-    for t in cli.pick(target):
-        with cli.client(t) as client:
-            try:
-                found = client.get_volume(vol_uuid=volume) if _is_uuid(volume) else client.get_volume(name=volume)
-            except NotFound:
-                continue
-            row = _row(t.name, found)
-            render([row], [*COLUMNS, "namespace_uuid", "portals", "parameters", "labels"], cli.output, title=volume)
-            return
-    raise NotFound(f"volume {volume!r} is on none of the targets")
-
-
-def _is_uuid(text: str) -> bool:
-    try:
-        uuid.UUID(text)
-    except ValueError:
-        return False
-    return True
+    chosen, vol_uuid = cli.locate(volume, target)
+    with cli.client(chosen) as client:
+        found = client.get_volume(vol_uuid=vol_uuid)
+    row = _row(chosen.name, found)
+    render([row], [*COLUMNS, "namespace_uuid", "portals", "parameters", "labels"], cli.output, title=volume)

@@ -11,8 +11,8 @@ from typing import TypedDict
 import pytest
 from typer.testing import CliRunner
 
+from nvmeof_csi.cli.context import parse_volume
 from nvmeof_csi.cli.main import app
-from nvmeof_csi.cli.trace import parse_volume
 from nvmeof_csi.errors import CommandError, InvalidArgument
 from nvmeof_csi.host.executor import Result
 from nvmeof_csi.initiator.doctor import diagnose
