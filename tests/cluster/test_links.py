@@ -8,12 +8,13 @@ from collections.abc import Callable
 
 import pytest
 
-from lab.cluster import LINKS, LabCluster
+from lab.cluster import LINKS, NODES, LabCluster
 from lab.fabric import wait_until
 
 pytestmark = pytest.mark.lab
 Reporter = Callable[[str, str], None]
 WORKS = ("refused", "connected")
+NODES_MEM = {node.name: node.mem_mb for node in NODES}
 
 
 def test_three_machines_with_their_own_identity_kernel_and_three_addressed_links(
@@ -92,7 +93,21 @@ def test_netem_delays_what_a_machine_sends_on_one_link(cluster: LabCluster, repo
     assert other < base + 0.35  # only that link
 
 
+#: what QEMU under TCG may hold beyond its guest's memory (its translation cache and its own heap)
+TCG_OVERHEAD_MIB = 1100
+IDLE_CPU = 25.0  # % of one host core an idle machine may take
+
+
 def test_what_three_idle_machines_cost_the_host(cluster: LabCluster, report: Reporter) -> None:
+    """Idle machines stay within their memory and a quarter of a host core each (measured: 1.2-1.6 GiB resident,
+    5-7 % CPU). The bound can fail: the same measurement over a machine kept busy is over it."""
     usage = cluster.usage(seconds=10)
     report("idle QEMU per VM: resident MiB, CPU % of one host core over 10 s", str(usage))
-    assert set(usage) == {"storage-1", "gpu-1", "gpu-2"} and all(rss > 0 for rss, _ in usage.values())
+    assert set(usage) == {"storage-1", "gpu-1", "gpu-2"}
+    for name, (rss, cpu) in usage.items():
+        assert 0 < rss <= NODES_MEM[name] + TCG_OVERHEAD_MIB and cpu <= IDLE_CPU, (name, rss, cpu)
+    busy = cluster.vm("gpu-2").submit(["timeout", "8", "sh", "-c", "while :; do :; done"], timeout=60)
+    loaded = cluster.usage(seconds=5)
+    busy.wait()
+    report("gpu-2 kept busy: CPU % of one host core over 5 s", str(loaded["gpu-2"][1]))
+    assert loaded["gpu-2"][1] > IDLE_CPU, loaded
