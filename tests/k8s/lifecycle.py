@@ -9,6 +9,9 @@ from lab.kube.layout import GPUS
 from tests.support.kube import NS, container_exec, crictl
 
 PART_OF = "app.kubernetes.io/part-of=nvmeof-csi"
+#: what helm uninstall keeps on purpose (helm.sh/resource-policy: keep): which Node each host NQN's identity was
+#: issued to must outlive the release while a certificate of it may live; deleting the namespace removes it
+KEPT = ("configmap/nvmeof-csi-identity-bindings",)
 #: what the chart makes, by kind: namespaced in the release's namespace, then cluster-scoped
 NAMESPACED = (
     "pods,deployments,daemonsets,replicasets,controllerrevisions,services,configmaps,serviceaccounts,roles,"
@@ -74,6 +77,7 @@ def release_leftovers(kube: KubeCluster) -> list[str]:
     named = kube.kubectl("get", NAMESPACED, "-n", NAMESPACE, "-l", PART_OF, "-o", "name").split()
     named += kube.kubectl("get", CLUSTER, "-l", PART_OF, "-o", "name").split()
     named += kube.kubectl("get", "csistoragecapacities", "-n", NAMESPACE, "-o", "name").split()
+    named = [n for n in named if n not in KEPT]
     if named:
         found.append(f"objects: {named}")
     for node in GPUS:

@@ -10,7 +10,7 @@ import pytest
 
 from lab.kube.cluster import NAMESPACE, RELEASE, KubeCluster
 from lab.kube.layout import GPUS
-from tests.k8s.lifecycle import delete_workloads, node_leftovers, release_leftovers
+from tests.k8s.lifecycle import KEPT, delete_workloads, node_leftovers, release_leftovers
 from tests.support.kube import NS, crictl, gone, wait_for
 
 pytestmark = pytest.mark.lab
@@ -37,4 +37,6 @@ def test_9_helm_uninstall_leaves_nothing(kube: KubeCluster, report: Callable[[st
     wait_for("nothing of the release left", lambda: not release_leftovers(kube) or None, 300, 3)
     report("helm uninstall", f"nothing of the release left {time.monotonic() - t0:.0f}s after it began")
     assert not node_leftovers(kube)
+    kept = kube.kubectl("get", "configmaps", "-n", NAMESPACE, "-o", "name").split()
+    assert set(KEPT) <= set(kept), kept  # the identity bindings outlive the release, as the chart says
     kube.kubectl("delete", "namespace", NAMESPACE, "--wait=true", timeout=300)  # the Secrets and leases
