@@ -8,11 +8,11 @@ keys only to a certificate of that Node.
 
 Contract: :meth:`NodeBindings.bind` binds ``nqn`` to ``node`` until ``until`` and returns ``""``, or returns why
 not when the NQN is bound to another Node whose binding has not expired (a certificate of it may be live): a
-binding is never moved while it lasts. Each call reads the ConfigMap afresh (never a cache) and writes it with
-its resourceVersion, so two signers never both win; anything the API refuses raises ``Unavailable`` (the
-request is decided at the next pass). :meth:`NodeBindings.node_of` is the Node an NQN was last bound to
-(``""``: never), expired or not: publishing follows the last attested Node. Bindings expired for more than
-:data:`KEEP_EXPIRED` are dropped when the map is written.
+binding is never moved while it lasts. Each call reads the ConfigMap afresh (never a cache) and writes it with its
+resourceVersion, so two signers never both win, keeping its labels, annotations and any key not a binding; anything
+the API refuses raises ``Unavailable`` (the request is decided at the next pass). :meth:`NodeBindings.node_of` is
+the Node an NQN was last bound to (``""``: never), expired or not: publishing follows the last attested Node.
+Bindings expired for more than :data:`KEEP_EXPIRED` are dropped when the map is written.
 """
 
 from __future__ import annotations
@@ -46,8 +46,8 @@ class NodeBindings:
         """``core``: ``kubernetes.client.CoreV1Api`` (or a stand-in)."""
         self._core, self._namespace, self._name = core, namespace, name
 
-    def _read(self) -> tuple[dict[str, dict[str, str]], str]:
-        """(key -> binding, resourceVersion) as the API has them now."""
+    def _read(self) -> tuple[dict[str, dict[str, str]], Any]:
+        """(key -> binding, the ConfigMap as the API has it now)."""
         try:
             found = self._core.read_namespaced_config_map(self._name, self._namespace, _request_timeout=10)
         except Exception as exc:  # the client's errors are many types: each means "cannot ask now"
@@ -57,17 +57,17 @@ class NodeBindings:
             try:
                 entry = json.loads(raw)
             except ValueError:
-                continue  # not ours: left as it is, never read as a binding
+                continue  # not ours: kept as it is, never read as a binding
             if isinstance(entry, dict) and {"nqn", "node", "until"} <= set(entry):
                 bindings[key] = {k: str(entry[k]) for k in ("nqn", "node", "until")}
-        return bindings, str(found.metadata.resource_version or "")
+        return bindings, found
 
     def node_of(self, nqn: str) -> str:
         entry = self._read()[0].get(_key(nqn))
         return entry["node"] if entry is not None and entry["nqn"] == nqn else ""
 
     def bind(self, nqn: str, node: str, until: datetime.datetime, now: datetime.datetime) -> str:
-        bindings, version = self._read()
+        bindings, found = self._read()
         key = _key(nqn)
         entry = bindings.get(key)
         if entry is not None and entry["nqn"] == nqn and entry["node"] != node:
@@ -78,9 +78,18 @@ class NodeBindings:
             return ""
         bindings = {k: v for k, v in bindings.items() if _time(v["until"]) + KEEP_EXPIRED > now}
         bindings[key] = {"nqn": nqn, "node": node, "until": until.isoformat()}
-        body = {
-            "metadata": {"name": self._name, "namespace": self._namespace, "resourceVersion": version},
-            "data": {k: json.dumps(v, sort_keys=True) for k, v in sorted(bindings.items())},
+        data = {k: v for k, v in (found.data or {}).items() if not k.startswith("nqn-")}  # others' keys stay
+        data.update({k: json.dumps(v, sort_keys=True) for k, v in sorted(bindings.items())})
+        meta = found.metadata
+        body = {  # a replace: the labels and annotations the chart gave it (keep, across uninstall) go back too
+            "metadata": {
+                "name": self._name,
+                "namespace": self._namespace,
+                "resourceVersion": str(meta.resource_version or ""),
+                "labels": dict(getattr(meta, "labels", None) or {}),
+                "annotations": dict(getattr(meta, "annotations", None) or {}),
+            },
+            "data": data,
         }
         try:
             self._core.replace_namespaced_config_map(self._name, self._namespace, body, _request_timeout=10)

@@ -17,10 +17,12 @@ class ApiError(Exception):
 
 
 class ConfigMaps:
-    """One namespace's ConfigMaps: name -> (data, resourceVersion)."""
+    """One namespace's ConfigMaps: name -> (data, resourceVersion); a replace is a PUT: the body's labels and
+    annotations become the object's (``meta``), whatever it had."""
 
     def __init__(self, *names: str) -> None:
         self.maps: dict[str, tuple[dict[str, str], int]] = {n: ({}, 1) for n in names}
+        self.meta: dict[str, dict[str, dict[str, str]]] = {n: {"labels": {}, "annotations": {}} for n in names}
         self.reads = 0
 
     def read_namespaced_config_map(self, name: str, namespace: str, **_: Any) -> SimpleNamespace:
@@ -28,13 +30,23 @@ class ConfigMaps:
         if name not in self.maps:
             raise ApiError(404, "Not Found")
         data, version = self.maps[name]
-        return SimpleNamespace(data=dict(data) or None, metadata=SimpleNamespace(resource_version=str(version)))
+        meta = self.meta[name]
+        return SimpleNamespace(
+            data=dict(data) or None,
+            metadata=SimpleNamespace(resource_version=str(version), labels=dict(meta["labels"]) or None,
+                                     annotations=dict(meta["annotations"]) or None),
+        )  # fmt: skip
 
     def replace_namespaced_config_map(self, name: str, namespace: str, body: dict[str, Any], **_: Any) -> None:
         version = self.maps[name][1]
         if body["metadata"]["resourceVersion"] != str(version):
             raise ApiError(409, "Conflict")
         self.maps[name] = (dict(body.get("data") or {}), version + 1)
+        metadata = body["metadata"]
+        self.meta[name] = {
+            "labels": dict(metadata.get("labels") or {}),
+            "annotations": dict(metadata.get("annotations") or {}),
+        }
 
 
 def bound(api: ConfigMaps | None = None, name: str = "bindings") -> tuple[NodeBindings, ConfigMaps]:

@@ -98,6 +98,19 @@ def test_an_unreadable_expiry_counts_as_live_and_old_expired_bindings_are_droppe
     assert bindings.bind(nqn2, "gpu-3", NOW, NOW) != ""
 
 
+def test_a_bind_keeps_the_charts_labels_annotations_and_foreign_keys() -> None:
+    """A replace is a PUT: before, the first binding dropped the chart's labels and its ``resource-policy: keep``
+    (so ``helm uninstall`` deleted the bindings with the release) and any key that was not a binding."""
+    bindings, api = bound()
+    api.meta["bindings"] = {"labels": {"app.kubernetes.io/part-of": "nvmeof-csi"},
+                            "annotations": {"helm.sh/resource-policy": "keep"}}  # fmt: skip
+    api.maps["bindings"] = ({"note": "an operator's"}, 1)
+    assert bindings.bind(NQN1, "gpu-1", NOW + DAY, NOW) == ""
+    assert api.meta["bindings"]["annotations"] == {"helm.sh/resource-policy": "keep"}
+    assert api.meta["bindings"]["labels"] == {"app.kubernetes.io/part-of": "nvmeof-csi"}
+    assert api.maps["bindings"][0]["note"] == "an operator's" and bindings.node_of(NQN1) == "gpu-1"
+
+
 def test_the_bindings_location_is_namespace_and_name() -> None:
     assert parse_location("nvmeof-csi/nvmeof-csi-identity-bindings") == ("nvmeof-csi", "nvmeof-csi-identity-bindings")
     for bad in ("", "nvmeof-csi", "/name", "ns/", "a/b/c"):
