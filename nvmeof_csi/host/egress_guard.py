@@ -50,7 +50,8 @@ class Guarded:
         return "-4" if self.network.version == 4 else "-6"
 
     def selector(self) -> list[str]:
-        ports = ["ipproto", "tcp", "dport", f"{self.ports[0]}-{self.ports[1]}"] if self.ports else []
+        # the protocol by number: a minimal image has no /etc/protocols to look "tcp" up in
+        ports = ["ipproto", "6", "dport", f"{self.ports[0]}-{self.ports[1]}"] if self.ports else []
         return ["to", str(self.network), *ports]
 
 

@@ -63,7 +63,7 @@ def test_the_host_skips_the_prohibit_rule_and_its_goto_target_exists_before_the_
     rules = Rules()
     guard = EgressGuard(parse_guard("169.254.11.0/24:4420-4421 fd00::/64"), rules)
     assert guard.apply() is True
-    sel = ["to", "169.254.11.0/24", "ipproto", "tcp", "dport", "4420-4421"]
+    sel = ["to", "169.254.11.0/24", "ipproto", "6", "dport", "4420-4421"]  # by number: no /etc/protocols needed
     assert rules.table["-4"] == [
         (BASE, ["priority", str(BASE), "iif", "lo", *sel, "goto", str(BASE + 2)]),
         (BASE + 1, ["priority", str(BASE + 1), *sel, "prohibit"]),
