@@ -77,7 +77,7 @@ def test_a_tenant_pod_cannot_read_the_node_keys_nor_reach_a_portal(kube: KubeClu
         container_exec(kube, "keyed-io", ["sh", "-c", "echo still > /data/after && sync"])
         assert file_in(kube, "keyed-io", "/data/hello").strip() == "kept"  # the node's volume kept working
         print(
-            f"tenant on {node}: {len(seen['secrets'])} secret attributes refused, portal {PORTAL}:4420 "
+            f"tenant on {node}: {seen['secrets']} secret attributes refused, portal {PORTAL}:4420 "
             f"refused (errno {seen['portal']}), closed port answered by the storage node (errno {seen['closed']})"
         )
     finally:
