@@ -29,11 +29,10 @@ import tomllib
 import zipfile
 from pathlib import Path
 
-from image.base import CACHE, CHROOT_ENV, PREFIX, REPO, ImageError, run, say
+from image.base import CACHE, PREFIX, PYTHON, REPO, ImageError, compile_bytecode, run, say
 from image.base import base as build_base
 from image.base import key as base_key
 
-PYTHON = "3.11"  # bookworm's python3, which the base's venv runs
 #: what goes into the wheel (and so into the image)
 SOURCES = ("pyproject.toml", "setup.py", "nvmeof_csi", "proto")
 __all__ = ["ImageError", "build", "current", "unpacked"]
@@ -78,8 +77,7 @@ def install_driver(root: Path, work: Path) -> None:
         zf.extractall(site)  # extractall keeps every member under ``site`` (absolute and .. parts dropped)
         scripts = next(n for n in zf.namelist() if n.endswith(".dist-info/entry_points.txt"))
         entry_points = zf.read(scripts).decode()
-    package = f"/{site.relative_to(root)}/nvmeof_csi"
-    run(["chroot", str(root), f"{PREFIX}/bin/python", "-m", "compileall", "-q", package], env=CHROOT_ENV)
+    compile_bytecode(root, f"/{site.relative_to(root)}/nvmeof_csi")
     points = configparser.ConfigParser()
     points.optionxform = str  # type: ignore[assignment,method-assign]
     points.read_string(entry_points)

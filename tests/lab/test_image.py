@@ -10,6 +10,7 @@ from collections.abc import Callable
 
 import pytest
 
+from image.base import PREFIX, PYTHON, stale_bytecode
 from image.build import ImageError, current, unpacked
 from lab import LabVM
 from tests.support.env import need
@@ -58,6 +59,10 @@ def test_image_runs_the_driver_and_the_cli(lab_vm: LabVM, report: Callable[[str,
     unpacked_mib = subprocess.run(
         ["du", "-sm", str(rootfs)], capture_output=True, text=True, check=True, timeout=120
     ).stdout.split()[0]
+    # the root is read-only in every pod: a module without valid bytecode is compiled at each start (501 of them,
+    # pip's, were before the build wrote unchecked-hash bytecode; the controller took 94 s to serve under TCG)
+    stale = stale_bytecode(rootfs / PREFIX.lstrip("/") / "lib" / f"python{PYTHON}" / "site-packages")
+    assert not stale, f"{len(stale)} modules would be compiled at every start, e.g. {stale[:5]}"
     report(
         "image size",
         f"{info['size_mib']} MiB compressed (OCI layers), {unpacked_mib} MiB unpacked; {info['layout']}:{info['tag']}",
