@@ -92,7 +92,14 @@ def build_signer(settings: Settings, facts: NodeFacts, background: Background) -
         agent_policy = Policy(settings.agent_signer_requester, lifetime)
         checks[AGENT_SIGNER] = lambda spec: check_agent(spec, agent_policy, agent_of)
     signer = IdentitySigner(certificates_api(settings.kubeconfig), checks, ca, leader=elector.lead)
-    background.add("identity-signer", signer.run)
+
+    def sign(stop: threading.Event) -> None:  # a clean stop hands the Lease on at once
+        try:
+            signer.run(stop)
+        finally:
+            elector.release()
+
+    background.add("identity-signer", sign)
     log.info("identity signer for %s (certificates for %s)", ", ".join(checks), lifetime)
     return signer
 

@@ -37,6 +37,20 @@ def test_one_replica_leads_renews_and_another_takes_over_only_after_the_duration
     assert api.spec("signer")["holderIdentity"] == "b" and api.spec("signer")["acquireTime"] != acquired
 
 
+def test_a_released_lease_is_taken_at_once_and_only_its_holder_releases_it() -> None:
+    api, now = Leases(), [NOW]
+    a, b = electors(api, now)
+    assert a.lead() is True
+    b.release()  # b never led: it writes nothing
+    assert api.spec("signer")["holderIdentity"] == "a" and b.lead() is False
+    a.release()
+    assert api.spec("signer")["holderIdentity"] == ""
+    now[0] += datetime.timedelta(seconds=1)
+    assert b.lead() is True  # at once, not 30 s after a's last renewal
+    a.release()  # a no longer leads: b's Lease is untouched
+    assert api.spec("signer")["holderIdentity"] == "b" and a.lead() is False
+
+
 def test_a_leader_that_cannot_renew_stops_at_once_and_a_race_has_one_winner() -> None:
     api, now = Leases(), [NOW]
     a, b = electors(api, now)
