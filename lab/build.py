@@ -54,6 +54,7 @@ MODULES = (
     "crc32c_generic", "crc32_generic", "crc32-pclmul", "crc32c-intel",
     "xfs", "ext4", "loop", "null_blk",
     "dm-mod", "dm-flakey",  # the agent's read-only subsystems: a device that refuses writes (agent/readonly.py)
+    "drbd",  # replicated volumes: the kernel's DRBD 8.4 between two storage nodes (agent/drbd.py)
     "sch_prio", "sch_netem", "cls_u32", "act_gact",
     "inet_diag", "tcp_diag",  # socket diagnostics: ss shows the ToS of the NVMe/TCP queues' sockets
     "virtio_net", "veth", "bridge",  # the Kubernetes tier: the API server's forward, the pods' CNI bridge

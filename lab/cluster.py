@@ -1,4 +1,5 @@
-"""A lab cluster: ``storage-1`` (the target) and ``gpu-1``, ``gpu-2`` (initiators), each a VM with its own kernel,
+"""A lab cluster: ``storage-1`` (the target) and ``gpu-1``, ``gpu-2`` (initiators), and in the cluster tier
+``storage-2`` (``WITH_PEER``: ``storage-1``'s DRBD replication peer), each a VM with its own kernel and host name,
 its own host identity and scratch disk, wired by links that share nothing (``lab/links.py``):
 
 | link | addresses | carries |
@@ -7,8 +8,9 @@ its own host identity and scratch disk, wired by links that share nothing (``lab
 | ``fa`` | 169.254.11.<n>/24 | fabric path A (NVMe/TCP, soft-RoCE) |
 | ``fb`` | 169.254.12.<n>/24 | fabric path B |
 
-``<n>`` is 1 for ``storage-1``, 11 and 12 for ``gpu-1`` and ``gpu-2``. In each guest the NICs are named after
-their link. Every VM keeps the lab's management channel (virtio-serial) besides, which no fault touches.
+``<n>`` is 1 and 2 for ``storage-1`` and ``storage-2``, 11 and 12 for ``gpu-1`` and ``gpu-2``. In each guest the
+NICs are named after their link. Every VM keeps the lab's management channel (virtio-serial) besides, which no fault
+touches.
 
 Faults, each one call with its undo (per VM and link unless said): :meth:`LabCluster.link_down` /
 :meth:`~LabCluster.link_up` (a pulled cable: the guest sees its carrier go, the host end is down);
@@ -55,6 +57,8 @@ class NodeSpec:
 
 
 NODES = (NodeSpec("storage-1", 1, 1536, 2), NodeSpec("gpu-1", 11), NodeSpec("gpu-2", 12))
+#: the cluster tier's machines: the three, and ``storage-2``, the replication peer of ``storage-1``
+WITH_PEER = (NODES[0], NodeSpec("storage-2", 2, 1024, 1), *NODES[1:])
 
 
 def address(node: NodeSpec, link: str) -> str:
@@ -167,6 +171,7 @@ class LabCluster:
         vm.start()
         node = self.nodes[name]
         vm.check(["date", "-s", f"@{time.time():.3f}"])  # the RTC gave whole seconds: set it as a time daemon would
+        vm.write("/proc/sys/kernel/hostname", name)  # DRBD picks its side of a resource by it (uname -n)
         vm.check(["modprobe", "virtio_net"])
         by_mac: dict[str, str] = {}
 

@@ -1,5 +1,5 @@
-"""The cluster tier: three lab VMs (``storage-1``, ``gpu-1``, ``gpu-2``) on links that share nothing, booted once
-for the session (``lab/cluster.py``). Under CI=true a cluster that cannot start fails the run; after the session no
+"""The cluster tier: four lab VMs (``storage-1``, its replication peer ``storage-2``, ``gpu-1``, ``gpu-2``) on links
+that share nothing, booted once for the session (``lab/cluster.py``). Under CI=true a cluster that cannot start fails the run; after the session no
 lab QEMU may remain (``tests.support.lab``)."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from lab import Fabric
-from lab.cluster import NODES, LabCluster, address
+from lab.cluster import NODES, WITH_PEER, LabCluster, address
 from lab.cluster_driver import ClusterDriver, running_cluster_driver
 from tests.support.lab import pytest_sessionfinish, report, start_lab
 from tests.support.pki import make_pki
@@ -28,7 +28,7 @@ def cluster_pki(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 @pytest.fixture(scope="session")
 def cluster(cluster_pki: dict[str, Path]) -> Iterator[LabCluster]:
-    lab = start_lab(lambda: LabCluster().start(), "lab cluster")
+    lab = start_lab(lambda: LabCluster(WITH_PEER).start(), "lab cluster")
     try:
         for vm in lab.vms.values():
             Fabric(vm).load(rdma=True)

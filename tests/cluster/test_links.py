@@ -8,21 +8,22 @@ from collections.abc import Callable
 
 import pytest
 
-from lab.cluster import LINKS, NODES, LabCluster
+from lab.cluster import LINKS, WITH_PEER, LabCluster
 from lab.fabric import wait_until
 
 pytestmark = pytest.mark.lab
 Reporter = Callable[[str, str], None]
 WORKS = ("refused", "connected")
-NODES_MEM = {node.name: node.mem_mb for node in NODES}
+NODES_MEM = {node.name: node.mem_mb for node in WITH_PEER}
 
 
-def test_three_machines_with_their_own_identity_kernel_and_three_addressed_links(
+def test_four_machines_with_their_own_identity_name_kernel_and_three_addressed_links(
     cluster: LabCluster, report: Reporter
 ) -> None:
     nqns = {name: vm.hostnqn for name, vm in cluster.vms.items()}
-    assert len(set(nqns.values())) == 3, nqns
+    assert len(set(nqns.values())) == len(WITH_PEER) == 4, nqns
     for name, vm in cluster.vms.items():
+        assert vm.check(["uname", "-n"]).strip() == name
         shown = vm.check(["ip", "-o", "-4", "addr", "show"])
         for link in LINKS:
             assert f"{link}    inet {cluster.address(name, link)}/24" in shown, shown
@@ -98,12 +99,12 @@ TCG_OVERHEAD_MIB = 1100
 IDLE_CPU = 25.0  # % of one host core an idle machine may take
 
 
-def test_what_three_idle_machines_cost_the_host(cluster: LabCluster, report: Reporter) -> None:
+def test_what_four_idle_machines_cost_the_host(cluster: LabCluster, report: Reporter) -> None:
     """Idle machines stay within their memory and a quarter of a host core each (measured: 1.2-1.6 GiB resident,
     5-7 % CPU). The bound can fail: the same measurement over a machine kept busy is over it."""
     usage = cluster.usage(seconds=10)
     report("idle QEMU per VM: resident MiB, CPU % of one host core over 10 s", str(usage))
-    assert set(usage) == {"storage-1", "gpu-1", "gpu-2"}
+    assert set(usage) == {"storage-1", "storage-2", "gpu-1", "gpu-2"}
     for name, (rss, cpu) in usage.items():
         assert 0 < rss <= NODES_MEM[name] + TCG_OVERHEAD_MIB and cpu <= IDLE_CPU, (name, rss, cpu)
     busy = cluster.vm("gpu-2").submit(["timeout", "8", "sh", "-c", "while :; do :; done"], timeout=60)
