@@ -77,6 +77,14 @@ case "$code" in [0-9]|[0-9][0-9]) exit "$code" ;; *) exit 1 ;; esac
 """
 
 
+def _age(path: Path) -> int:
+    """A request's mtime for ordering; one its helper removed meanwhile (answered) sorts first and is skipped."""
+    try:
+        return path.stat().st_mtime_ns
+    except FileNotFoundError:
+        return 0
+
+
 class FenceSpool:
     def __init__(self, spool: Path, decide: Callable[[FenceRequest], int | None]) -> None:
         """``decide`` answers one request with DRBD's exit code (:data:`PEER_FENCED`, :data:`STAY_FROZEN`), or
@@ -86,14 +94,14 @@ class FenceSpool:
     def pending(self) -> list[FenceRequest]:
         """Well-formed requests without an answer, oldest first; malformed request files are removed."""
         found = []
-        for path in sorted(self._spool.glob("*.req"), key=lambda p: p.stat().st_mtime_ns):
+        for path in sorted(self._spool.glob("*.req"), key=_age):
             match = _REQUEST.fullmatch(path.name)
             if match is None or not self._resource_ok(match.group(2)):
                 log.warning("fence spool: %r is no request of the helper; removed", path.name[:120])
                 path.unlink(missing_ok=True)
                 continue
             request = FenceRequest(match.group(1), match.group(2), int(match.group(3)), path)
-            if not request.answer.exists():
+            if path.exists() and not request.answer.exists():
                 found.append(request)
         return found
 
