@@ -28,6 +28,7 @@ from nvmeof_csi.agent.messages import (
 )
 from nvmeof_csi.agent.names import MAX_AGENT_BYTES, Reservation
 from nvmeof_csi.agent.parts import VolumeView
+from nvmeof_csi.agent.replica_spec import ROLES, ReplicaSpec
 from nvmeof_csi.agent.state import VolumeRecord
 from nvmeof_csi.agent.target_agent import TargetAgent
 from nvmeof_csi.errors import InvalidArgument, NotFound, PermissionDenied
@@ -127,8 +128,34 @@ class AgentServicer(pb_grpc.AgentServicer):
             source_volume,
             source_snap,
             _uuid(request.uuid, "uuid"),
+            ReplicaSpec.parse(_map(request.replica, "replica")) if request.replica else None,
         )
         return volume_msg(view)
+
+    def ListFenceRequests(self, request: pb.ListFenceRequestsRequest, context: Ctx) -> pb.ListFenceRequestsResponse:
+        found = []
+        for r in self._agent.fence_requests():
+            try:
+                since = r.path.stat().st_mtime
+            except FileNotFoundError:  # answered meanwhile
+                continue
+            found.append(pb.FenceRequest(volume_uuid=r.resource.removeprefix("nv-"), pid=r.pid, waiting_since=since))
+        return pb.ListFenceRequestsResponse(requests=found)
+
+    def AnswerFenceRequest(self, request: pb.AnswerFenceRequestRequest, context: Ctx) -> pb.AnswerFenceRequestResponse:
+        require(request.volume_uuid, "volume_uuid")
+        if request.pid <= 0:
+            raise InvalidArgument("pid must be the waiting helper's process ID")
+        answered = self._agent.answer_fence(_uuid(request.volume_uuid, "volume_uuid"), request.pid, request.peer_fenced)
+        return pb.AnswerFenceRequestResponse(answered=answered)
+
+    def SetReplicaRole(self, request: pb.SetReplicaRoleRequest, context: Ctx) -> pb.Volume:
+        require(request.uuid, "uuid")
+        require(request.role, "role")
+        if request.role not in ROLES or request.epoch < 0:
+            raise InvalidArgument(f"role must be one of {', '.join(ROLES)} and epoch not negative")
+        view = self._agent.set_replica_role(_uuid(request.uuid, "uuid"), request.role, request.epoch)
+        return volume_msg(view, self._agent.replica_state(view.record))
 
     def ReserveName(self, request: pb.Reservation, context: Ctx) -> pb.Reservation:
         require(request.volume_uuid, "volume_uuid")

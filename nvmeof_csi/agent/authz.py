@@ -11,13 +11,13 @@ identity (the certificate's common name, or one of its DNS/URI subject alternati
 
 | role | may call |
 |---|---|
-| ``reader`` | Health, GetVolume, ListVolumes, ListSnapshots, ListPortals, GetCapacity, LookupName |
+| ``reader`` | Health, GetVolume, ListVolumes, ListSnapshots, ListPortals, GetCapacity, LookupName, ListFenceRequests |
 | ``node`` | Health, and GetVolume / ListVolumes / GetHostKeys of the volumes that allow its own ``hostNqn`` only |
 
 A node identity the node CA issued also names its Kubernetes Node (CN ``node:<name>``): on a volume whose grant
 recorded the host's Node (AllowHost ``node_name``, from the controller), it must be that Node, or the volume is
 not its own (a host NQN whose identity was issued to another Node after the first one's expired gets nothing).
-| ``controller`` | a reader's calls, plus every change of volumes, snapshots, host grants and name reservations |
+| ``controller`` | a reader's calls, and every change of volumes, replica roles, snapshots, grants, reservations |
 | ``admin`` | everything, also SetAnaState |
 
 A client whose certificate the **node CA** directly issued (``--node-ca``: the CA of the controller's node
@@ -48,12 +48,23 @@ from nvmeof_csi.rpc.edge import Context
 
 READER, NODE, CONTROLLER, ADMIN = "reader", "node", "controller", "admin"
 ROLES = (READER, NODE, CONTROLLER, ADMIN)
-_READ = {"Health", "GetVolume", "ListVolumes", "ListSnapshots", "ListPortals", "GetCapacity", "LookupName"}
+_READ = {
+    "Health",
+    "GetVolume",
+    "ListVolumes",
+    "ListSnapshots",
+    "ListPortals",
+    "GetCapacity",
+    "LookupName",
+    "ListFenceRequests",
+}
 _WRITE = {
     "CreateVolume",
     "DeleteVolume",
     "ResizeVolume",
     "ModifyVolume",
+    "SetReplicaRole",
+    "AnswerFenceRequest",
     "CreateSnapshot",
     "DeleteSnapshot",
     "AllowHost",

@@ -129,10 +129,18 @@ class Nvmet(ConfigfsTree):
         return self._read(f"{self._sub(nqn)}/namespaces/{nsid}/enable") == "1"
 
     def ensure_namespace(
-        self, nqn: str, nsid: int, device_path: str, ns_uuid: str, nguid: str, buffered_io: bool = False
+        self,
+        nqn: str,
+        nsid: int,
+        device_path: str,
+        ns_uuid: str,
+        nguid: str,
+        buffered_io: bool = False,
+        enable: bool = True,
     ) -> None:
         """Namespace ``nsid`` on ``device_path`` with the given identity, enabled. Re-enables only when an
-        identity attribute must change (a disabled namespace is enabled)."""
+        identity attribute must change (a disabled namespace is enabled). ``enable=False`` (a replica that is not
+        primary): made and set, never enabled here; one enabled with other attributes is disabled to change them."""
         ns = f"{self._sub(nqn)}/namespaces/{nsid:d}"
         made = self._mkdir(ns)
         wanted = {
@@ -145,17 +153,25 @@ class Nvmet(ConfigfsTree):
         if made:  # a new, disabled namespace: set everything, then enable, without reading first
             for key, value in wanted.items():
                 self._put(f"{ns}/{key}", value)
-            self._put(f"{ns}/enable", "1")
+            if enable:
+                self._put(f"{ns}/enable", "1")
             return
         differs = {k: v for k, v in wanted.items() if self._read(f"{ns}/{k}") != v}
         enabled = self._read(f"{ns}/enable") == "1"
-        if enabled and not differs:
+        if (enabled or not enable) and not differs:
             return
         if enabled:
             self._write(f"{ns}/enable", "0")
         for key, value in differs.items():
             self._write(f"{ns}/{key}", value)
-        self._write(f"{ns}/enable", "1")
+        if enable:
+            self._write(f"{ns}/enable", "1")
+
+    def disable_namespace(self, nqn: str, nsid: int) -> None:
+        """Namespace ``nsid`` disabled (its device closed); nothing when it is absent or disabled already."""
+        ns = f"{self._sub(nqn)}/namespaces/{nsid:d}"
+        if self._read(f"{ns}/enable") == "1":
+            self._write(f"{ns}/enable", "0")
 
     def namespace_attrs(self, nqn: str, nsid: int) -> dict[str, str]:
         ns = f"{self._sub(nqn)}/namespaces/{nsid:d}"

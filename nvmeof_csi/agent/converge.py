@@ -115,6 +115,8 @@ def _plan_snapshots(state: AgentState) -> list[Action]:
 
 def volume_drift(rec: VolumeRecord, layout: Layout, observed: Observed) -> str:
     """Why configfs or the pool differ from a ready volume's record ("" when they agree)."""
+    if rec.replica:  # its DRBD stack is not in configfs: brought up again (idempotent) at every start
+        return "replicated: device stack and role checked"
     path = layout.volume_path(rec.uuid)
     if observed.files.get(path, -1) < rec.capacity_bytes:
         return "backing file missing or short"

@@ -30,8 +30,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from nvmeof_csi.agent.drbd_config import resource_name
-from nvmeof_csi.errors import InvalidArgument
+from nvmeof_csi.errors import CommandError, FailedPrecondition, InvalidArgument
 from nvmeof_csi.host.atomic import write_atomic
+from nvmeof_csi.host.executor import Executor
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +40,7 @@ HELPER_NAME = "drbd-helper"
 PEER_FENCED = 4  # the peer's disk is Outdated now: I/O resumes, this replica goes on writing
 STAY_FROZEN = 1  # "broken helper" to DRBD: I/O stays frozen (the controller refused this replica)
 _REQUEST = re.compile(r"(fence-peer)\.(nv-[0-9a-f-]{36})\.(\d{1,10})\.req")
+USERMODE_HELPER = Path("/sys/module/drbd/parameters/usermode_helper")
 _SPOOL = re.compile(r"/[A-Za-z0-9/_.-]{1,200}")
 
 
@@ -85,6 +87,27 @@ def _age(path: Path) -> int:
         return 0
 
 
+def install_helper(folder: Path, executor: Executor, param: Path = USERMODE_HELPER) -> Path:
+    """The helper script in ``folder`` (on the host: the kernel runs it in the host's namespaces), its spool
+    ``folder/spool``, and the DRBD module's usermode helper pointed at it (the module loaded with it, or its
+    parameter rewritten when loaded already). Returns the spool. drbdmeta's lock folder (``/run/lock``) is made
+    too. A module that cannot be loaded is ``FailedPrecondition`` naming it."""
+    spool = folder / "spool"
+    spool.mkdir(mode=0o700, parents=True, exist_ok=True)
+    helper = folder / HELPER_NAME
+    write_atomic(helper, helper_script(str(spool)).encode(), mode=0o755)
+    Path("/run/lock").mkdir(exist_ok=True)
+    try:
+        if param.exists():
+            param.write_text(str(helper))
+        else:
+            executor.run(["modprobe", "drbd", f"usermode_helper={helper}"], timeout=60)
+    except (OSError, CommandError) as exc:
+        raise FailedPrecondition(f"cannot point DRBD's usermode helper at {helper} (module drbd, "
+                                 f"CONFIG_BLK_DEV_DRBD): {exc}") from exc  # fmt: skip
+    return spool
+
+
 class FenceSpool:
     def __init__(self, spool: Path, decide: Callable[[FenceRequest], int | None]) -> None:
         """``decide`` answers one request with DRBD's exit code (:data:`PEER_FENCED`, :data:`STAY_FROZEN`), or
@@ -104,6 +127,16 @@ class FenceSpool:
             if path.exists() and not request.answer.exists():
                 found.append(request)
         return found
+
+    def answer(self, resource: str, pid: int, code: int) -> bool:
+        """Answer the one pending request of ``resource`` from helper ``pid`` with ``code``; False when no such
+        request waits (answered already, or its helper gone)."""
+        for request in self.pending():
+            if (request.resource, request.pid) == (resource, pid):
+                write_atomic(request.answer, f"{code}\n".encode(), mode=0o600)
+                log.info("fence spool: %s of %s answered %d", request.command, resource, code)
+                return True
+        return False
 
     def answer_pending(self) -> int:
         """Answer what can be answered now; how many requests were answered."""

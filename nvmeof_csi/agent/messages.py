@@ -3,7 +3,10 @@ portals, snapshots, name reservations; and what a node may see of a volume (its 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from nvmeof_csi.agent.authz import NODE, caller
+from nvmeof_csi.agent.drbd_status import DrbdState
 from nvmeof_csi.agent.names import Reservation
 from nvmeof_csi.agent.parts import VolumeView
 from nvmeof_csi.agent.portals import PortSpec
@@ -30,7 +33,21 @@ def _labels(view: VolumeView) -> dict[str, str]:
     return labels
 
 
-def volume_msg(view: VolumeView) -> pb.Volume:
+def replica_msg(replica: Mapping[str, str], now: DrbdState | None) -> pb.Replica:
+    """A replica's role and peer (never its secret), with the kernel's DRBD state when known."""
+    msg = pb.Replica(
+        peer_agent=replica.get("peer_agent", ""), role=replica.get("role", ""), epoch=int(replica.get("epoch", "0"))
+    )
+    if now is not None:
+        msg.drbd_role, msg.disk, msg.peer_disk, msg.connection = now.role, now.disk, now.peer_disk, now.connection
+        msg.synced_percent = now.synced_percent or 0.0
+        msg.out_of_sync_bytes = (now.out_of_sync_kib or 0) * 1024
+    return msg
+
+
+def volume_msg(view: VolumeView, replica_now: DrbdState | None = None) -> pb.Volume:
+    """``replica_now``: the kernel's DRBD state of a replicated volume's replica here (GetVolume and role
+    changes read it; listings do not)."""
     rec = view.record
     return pb.Volume(
         uuid=rec.uuid,
@@ -52,6 +69,7 @@ def volume_msg(view: VolumeView) -> pb.Volume:
             pb.FencedHost(host_nqn=h, reason=m["reason"], fenced_at=m["at"], boot_id=m["boot_id"], done=m["done"])
             for h, m in sorted(rec.fenced.items())
         ],
+        replica=replica_msg(rec.replica, replica_now) if rec.replica else None,
     )
 
 
@@ -73,7 +91,7 @@ def own_hosts_only(msg: pb.Volume) -> pb.Volume:
 
 def volume_with_health(agent: TargetAgent, view: VolumeView) -> pb.Volume:
     """What GetVolume answers: the volume and what is wrong with it here (``agent/health.py``)."""
-    msg = volume_msg(view)
+    msg = volume_msg(view, agent.replica_state(view.record))
     issues = agent.volume_health(view.record.uuid)
     msg.health.extend(pb.HealthIssue(status=s, reason=r, message=m) for s, r, m in issues)
     msg.backing_file = str(agent.store.volume_path(view.record.uuid))

@@ -21,6 +21,7 @@ from nvmeof_csi.agent.filler import Filler
 from nvmeof_csi.agent.pool import FileStore
 from nvmeof_csi.agent.portals import PortSpec
 from nvmeof_csi.agent.readonly import ReadOnlyDevices
+from nvmeof_csi.agent.replicas import Replication
 from nvmeof_csi.agent.state import DELETING, StateStore, VolumeRecord
 from nvmeof_csi.errors import NotFound
 from nvmeof_csi.host.keyring import NvmeKeyring, handshake_daemon_running
@@ -63,6 +64,7 @@ class AgentParts:
     room_lock: threading.Lock = field(default_factory=threading.Lock)  # the pool's room check and the saves it admits
     keyring: NvmeKeyring = field(default_factory=NvmeKeyring)  # TLS PSKs for ``tls: psk`` volumes
     handshake_daemon: Callable[[], bool] = handshake_daemon_running  # is tlshd running on this machine
+    replication: Replication | None = None  # None: replicated volumes are refused (``agent/replicas.py``)
 
     def view(self, rec: VolumeRecord) -> VolumeView:
         ana = self.state.current.ana

@@ -50,6 +50,7 @@ class VolumeRecord:
     fenced: Mapping[str, FenceMark] = field(default_factory=dict)  # host NQN -> its fence (``agent/fencing.py``)
     tls_keys: Mapping[str, str] = field(default_factory=dict)  # host NQN -> NVMe/TCP TLS PSK (``tls: psk`` volumes)
     host_nodes: Mapping[str, str] = field(default_factory=dict)  # host NQN -> its Kubernetes Node (from the grant)
+    replica: Mapping[str, str] = field(default_factory=dict)  # its pair (``agent/replica_spec.py``); {}: one copy
 
     def evolve(self, **changes: Any) -> VolumeRecord:
         return replace(self, **changes)

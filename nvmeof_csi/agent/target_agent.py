@@ -20,6 +20,8 @@ from collections.abc import Callable, Mapping, Sequence
 
 from nvmeof_csi.agent.configfs import Nvmet
 from nvmeof_csi.agent.converge import Applier, ConvergeReport
+from nvmeof_csi.agent.drbd_status import DrbdState
+from nvmeof_csi.agent.fence_spool import FenceRequest
 from nvmeof_csi.agent.fencing import FenceOps
 from nvmeof_csi.agent.filler import Filler
 from nvmeof_csi.agent.health import volume_health
@@ -29,6 +31,9 @@ from nvmeof_csi.agent.parts import AgentParts, VolumeView
 from nvmeof_csi.agent.pool import FileStore
 from nvmeof_csi.agent.portals import PortSpec
 from nvmeof_csi.agent.readonly import ReadOnlyDevices
+from nvmeof_csi.agent.replica_ops import ReplicaOps
+from nvmeof_csi.agent.replica_spec import ReplicaSpec
+from nvmeof_csi.agent.replicas import Replication
 from nvmeof_csi.agent.snapshots import SnapshotOps
 from nvmeof_csi.agent.state import SnapshotRecord, StateStore, VolumeRecord
 from nvmeof_csi.agent.volumes import VolumeOps
@@ -54,6 +59,7 @@ class TargetAgent:
         readonly_devices: ReadOnlyDevices | None = None,
         keyring: NvmeKeyring | None = None,
         handshake_daemon: Callable[[], bool] = handshake_daemon_running,
+        replication: Replication | None = None,
     ) -> None:
         ids = [p.port_id for p in portals]
         if len(set(ids)) != len(ids):
@@ -72,6 +78,7 @@ class TargetAgent:
             readonly_devices=readonly_devices,
             keyring=keyring or NvmeKeyring(),
             handshake_daemon=handshake_daemon,
+            replication=replication,
         )
         self._volumes = VolumeOps(self._parts)
         self._snapshots = SnapshotOps(self._parts)
@@ -167,10 +174,28 @@ class TargetAgent:
         source_volume: str = "",
         source_snapshot: str = "",
         vol_uuid: str = "",
+        replica: ReplicaSpec | None = None,
     ) -> VolumeView:
         return self._volumes.create_volume(
-            name, capacity_bytes, parameters, labels, source_volume, source_snapshot, vol_uuid
+            name, capacity_bytes, parameters, labels, source_volume, source_snapshot, vol_uuid, replica
         )
+
+    def set_replica_role(self, vol_uuid: str, role: str, epoch: int) -> VolumeView:
+        return ReplicaOps(self._parts).set_role(vol_uuid, role, epoch)
+
+    def fence_requests(self) -> list[FenceRequest]:
+        """DRBD's fence-peer calls waiting on this node (none when it does not replicate)."""
+        return self._parts.replication.fence_requests() if self._parts.replication is not None else []
+
+    def answer_fence(self, vol_uuid: str, pid: int, peer_fenced: bool) -> bool:
+        rep = self._parts.replication
+        return rep is not None and rep.answer_fence(vol_uuid, pid, peer_fenced)
+
+    def replica_state(self, rec: VolumeRecord) -> DrbdState | None:
+        """What the kernel's DRBD says of ``rec``'s replica here (``None``: not up, or not replicated)."""
+        if not rec.replica or self._parts.replication is None:
+            return None
+        return self._parts.replication.state(rec)
 
     def delete_volume(self, vol_uuid: str) -> None:
         self._volumes.delete_volume(vol_uuid)

@@ -23,6 +23,15 @@ from nvmeof_csi.agent.configfs import NO_TARGET_AUTH
 from nvmeof_csi.agent.filler import Filler
 from nvmeof_csi.agent.parts import MODEL, NSID, AgentParts, VolumeView
 from nvmeof_csi.agent.readonly_exports import ReadOnlyExports
+from nvmeof_csi.agent.replica_ops import (
+    backing_bytes,
+    check_replicable,
+    check_same_pair,
+    replica_stack,
+    replication,
+    unlink_everywhere,
+)
+from nvmeof_csi.agent.replica_spec import ReplicaSpec
 from nvmeof_csi.agent.state import CREATING, DELETING, READY, VolumeRecord
 from nvmeof_csi.errors import (
     Aborted,
@@ -56,6 +65,7 @@ class VolumeOps:
         source_volume: str = "",
         source_snapshot: str = "",
         vol_uuid: str = "",
+        replica: ReplicaSpec | None = None,
     ) -> VolumeView:
         p = self._p
         if not name:
@@ -69,6 +79,7 @@ class VolumeOps:
             if named:
                 found = named[0]
                 self._check_same(found, capacity_bytes, parameters, source_volume, source_snapshot)
+                check_same_pair(found, replica)
                 if vol_uuid and found.uuid != vol_uuid:
                     raise AlreadyExists(
                         f"volume {name!r} exists on agent {p.name} as {found.uuid}, not as the reserved {vol_uuid}"
@@ -79,6 +90,8 @@ class VolumeOps:
                 return p.view(found)
             self._check_auth(parameters)
             self._check_tls(parameters)
+            if replica is not None:
+                check_replicable(p, parameters, source_volume, source_snapshot)
             source_size = self._source_size(source_volume, source_snapshot)
             if capacity_bytes < source_size:
                 raise OutOfRange(f"capacity {capacity_bytes} is smaller than the source's {source_size} bytes")
@@ -91,6 +104,7 @@ class VolumeOps:
                 source_volume=source_volume,
                 source_snapshot=source_snapshot,
                 status=CREATING,
+                replica=replica.to_map() if replica is not None else {},
             )
             filler = self.filler_for(rec)  # refuse a volume to fill early when this agent has no filler
             # a fill slot before anything is saved: none free is RESOURCE_EXHAUSTED, never a wait on this thread
@@ -215,6 +229,7 @@ class VolumeOps:
         """Make file and configfs match ``rec`` (creating -> ready). Caller holds the volume's key."""
         p = self._p
         path = p.store.volume_path(rec.uuid)
+        size = backing_bytes(rec)
         if not path.exists():
             if rec.status == READY:
                 raise FailedPrecondition(f"backing file of ready volume {rec.uuid} is missing; refusing to recreate")
@@ -223,22 +238,28 @@ class VolumeOps:
             elif rec.source_volume:
                 p.store.clone(p.store.volume_path(rec.source_volume), path, rec.capacity_bytes)
             else:
-                p.store.create(path, rec.capacity_bytes)
+                p.store.create(path, size)
         else:
-            p.store.grow(path, rec.capacity_bytes)
+            p.store.grow(path, size)
         filler = self.filler_for(rec)
         if filler is not None and rec.options.dataset is not None and rec.status != READY:  # filled, then exported
             labels = filler.fill(rec.uuid, rec.options.dataset, path, rec.capacity_bytes)
             rec = p.state.put_volume(rec.evolve(labels={**rec.labels, **labels}))
         nqn = volume_nqn(rec.uuid)
         p.nvmet.ensure_subsystem(nqn, serial=rec.uuid.replace("-", "")[:20], model=MODEL)
-        p.nvmet.ensure_namespace(nqn, NSID, str(path), rec.uuid, namespace_nguid(rec.uuid), p.buffered_io)
+        stack = replica_stack(p, rec, path)
+        p.nvmet.ensure_namespace(
+            nqn, NSID, stack.device, rec.uuid, namespace_nguid(rec.uuid), p.buffered_io, enable=stack.enable
+        )
         for host_nqn in p.writers(rec):  # read-only hosts reach only the read-only subsystem
             p.nvmet.ensure_host(host_nqn, rec.hosts[host_nqn], rec.ctrl_keys.get(host_nqn, ""))
             p.nvmet.allow(nqn, host_nqn)
         for host_nqn in set(p.nvmet.allowed_hosts(nqn)) - set(p.writers(rec)):
             p.nvmet.deny(nqn, host_nqn)
-        p.export(rec, nqn, p.writers(rec))
+        if stack.linked:
+            p.export(rec, nqn, p.writers(rec))
+        else:
+            unlink_everywhere(p, nqn)
         ReadOnlyExports(p).ensure(rec)
         if rec.status != READY:  # not flushed unless a fill would have to run again (see agent.state)
             rec = p.state.put_volume(rec.evolve(status=READY), flush_renames=filler is not None)
@@ -270,6 +291,8 @@ class VolumeOps:
         for host_nqn in rec.hosts:
             p.nvmet.remove_host(host_nqn)
         p.drop_psks(rec, rec.hosts)
+        if rec.replica:
+            replication(p).remove(rec, p.store.volume_path(rec.uuid))
         p.store.delete(p.store.volume_path(rec.uuid))
         p.state.drop_volume(rec.uuid)
 
@@ -280,8 +303,11 @@ class VolumeOps:
             if capacity_bytes > rec.capacity_bytes:
                 with p.reserving(capacity_bytes - rec.capacity_bytes):  # the high-water mark holds for growth too
                     rec = p.state.put_volume(rec.evolve(capacity_bytes=capacity_bytes))
-                p.store.grow(p.store.volume_path(vol_uuid), capacity_bytes)
-                p.nvmet.revalidate(volume_nqn(vol_uuid), NSID)
+                p.store.grow(p.store.volume_path(vol_uuid), backing_bytes(rec))
+                if rec.replica:
+                    replication(p).resize(rec, p.store.volume_path(vol_uuid))
+                if p.nvmet.namespace_enabled(volume_nqn(vol_uuid), NSID):  # a secondary's shows its size once enabled
+                    p.nvmet.revalidate(volume_nqn(vol_uuid), NSID)
                 ReadOnlyExports(p).refresh(rec)
             return p.view(rec)
 

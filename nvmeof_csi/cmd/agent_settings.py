@@ -8,6 +8,7 @@ plain values it needs.
 
 from __future__ import annotations
 
+import ipaddress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -107,6 +108,17 @@ class AgentSettings:
         "`MIN-MAX`: the controller IDs this agent's subsystems give (1-65519); agents that expose one volume "
         "(a replicated one) need disjoint windows. Empty: nvmet's default, the whole range.",
     )
+    replication_address: str = setting(
+        "",
+        'This storage node\'s IP address for DRBD replication to its peers (`replicas: "2"` volumes; the '
+        "kernel's DRBD 8.4 and drbd-utils' drbdadm-84). Empty: replicated volumes are refused here.",
+    )
+    drbd_helper_dir: Path = setting(
+        Path("/run/nvmeof-csi/drbd"),
+        "A folder on the host (the kernel runs DRBD's usermode helper there, in the host's namespaces) for the "
+        "helper script and the spool of its fence-peer calls.",
+        env=False,
+    )
     pool_high_water: float = setting(
         90.0,
         "Percent of the pool's filesystem past which creates, snapshots and clones get RESOURCE_EXHAUSTED, so that "
@@ -185,6 +197,7 @@ class AgentSettings:
             if url and not url.startswith(("http://", "https://")):
                 raise ConfigError(f"Alluxio URL {url!r} must start with http:// or https://")
         self.cntlid()  # a malformed window is refused at start
+        self._check_replication()
         if self.metrics_listen and ":" not in self.metrics_listen:
             raise ConfigError("--metrics-listen must be HOST:PORT")
         if not valid_location(self.name):
@@ -201,9 +214,13 @@ class AgentSettings:
         self._check_tcp()
         if self.capacity_limit_bytes < 0:
             raise ConfigError("capacity-limit must not be negative")
-        for name in ("state_dir", "pool_dir", "configfs_root"):
+        for name in ("state_dir", "pool_dir", "configfs_root", "drbd_helper_dir"):
             if not getattr(self, name).is_absolute():
                 raise ConfigError(f"{name.replace('_', '-')} must be an absolute path")
+
+    def _check_replication(self) -> None:
+        if self.replication_address and not _is_ip(self.replication_address):
+            raise ConfigError(f"--replication-address {self.replication_address[:60]!r} must be an IP address")
 
     def _check_datasets(self) -> None:
         if not self.dataset_root.startswith("/") or self.dataset_root == "/" or ".." in self.dataset_root.split("/"):
@@ -241,3 +258,11 @@ class AgentSettings:
                 raise ConfigError("TCP needs mutual TLS (--tls-cert/--tls-key/--tls-ca); plaintext is refused")
             if not is_loopback(self.tcp_endpoint.host):
                 raise ConfigError("plaintext TCP is allowed on loopback addresses only")
+
+
+def _is_ip(text: str) -> bool:
+    try:
+        ipaddress.ip_address(text)
+    except ValueError:
+        return False
+    return True

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import datetime
 import logging
+import os
 import time
 
 from prometheus_client import CollectorRegistry
@@ -21,9 +22,13 @@ from nvmeof_csi.agent.api import AGENT_LOCK_TABLE, AGENT_RPC_THREADS, AgentServi
 from nvmeof_csi.agent.authz import Authorizer, load_policy
 from nvmeof_csi.agent.configfs import Nvmet
 from nvmeof_csi.agent.converge import ConvergeReport
+from nvmeof_csi.agent.drbd import DrbdResources
+from nvmeof_csi.agent.fence_spool import HELPER_NAME, FenceSpool, install_helper
 from nvmeof_csi.agent.metrics import AgentCollector
 from nvmeof_csi.agent.pool import FileStore
 from nvmeof_csi.agent.readonly import KernelReadOnlyDevices, PlainReadOnlyDevices
+from nvmeof_csi.agent.replica_devices import LoopLinks
+from nvmeof_csi.agent.replicas import Replication
 from nvmeof_csi.agent.state import StateStore
 from nvmeof_csi.agent.target_agent import TargetAgent
 from nvmeof_csi.cmd.agent_settings import AgentSettings
@@ -67,6 +72,25 @@ def build_datasets(settings: AgentSettings, registry: CollectorRegistry) -> Data
     )
 
 
+def build_replication(settings: AgentSettings, plain_tree: bool) -> Replication | None:
+    """The replicated volumes' kernel side, with ``--replication-address``: DRBD's usermode helper pointed at
+    this agent's spool (``FailedPrecondition`` when the module cannot be loaded), resource files in the state
+    folder."""
+    if not settings.replication_address or plain_tree:
+        return None
+    executor = SubprocessExecutor()
+    helper_dir = settings.drbd_helper_dir
+    spool = install_helper(helper_dir, executor)
+    log.info("replication on %s; DRBD's helper is %s", settings.replication_address, helper_dir / HELPER_NAME)
+    return Replication(
+        DrbdResources(executor, settings.state_dir / "drbd"),
+        LoopLinks(executor),
+        os.uname().nodename,
+        str(helper_dir / HELPER_NAME),
+        FenceSpool(spool, lambda request: None),  # the controller answers (AnswerFenceRequest)
+    )
+
+
 def build_agent(
     settings: AgentSettings, plain_tree: bool = False, registry: CollectorRegistry | None = None
 ) -> TargetAgent:
@@ -82,6 +106,7 @@ def build_agent(
         buffered_io=settings.buffered_io,
         filler=build_datasets(settings, registry or CollectorRegistry()),
         readonly_devices=PlainReadOnlyDevices() if plain_tree else KernelReadOnlyDevices(SubprocessExecutor()),
+        replication=build_replication(settings, plain_tree),
     )
 
 

@@ -1,0 +1,121 @@
+"""Replicated volumes in the agent's operations: what a create of one checks, how large its file is, the namespace's
+device and role on each start, and the controller's role changes (:class:`ReplicaOps`).
+
+Contract:
+- A replicated volume is made only on an agent configured for replication (``--replication-address``), without a
+  content source or a dataset (``FailedPrecondition`` naming what is missing); a repeated create must name the
+  same pair (``AlreadyExists`` otherwise).
+- :meth:`ReplicaOps.set_role` moves a ready replica to the controller's role in an epoch no older than its own:
+  ``primary`` (promote, then enable the namespace, then link the portals), ``fenced`` (saved first, then unlink
+  every portal, disable the namespace, demote), ``secondary`` (as ``fenced``, then link the portals again: the
+  host's path here has no namespace behind it). A ``primary`` goes to ``secondary`` only through ``fenced``
+  (``FailedPrecondition``): the controller promotes the peer in between, so the host never loses the namespace
+  on its last path. Repeating a call changes nothing. The caller holds nothing; this takes the volume's key.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from nvmeof_csi.agent.parts import NSID, AgentParts, VolumeView
+from nvmeof_csi.agent.replica_spec import FENCED, PRIMARY, SECONDARY, ReplicaSpec
+from nvmeof_csi.agent.replicas import Replication, Stack, metadata_bytes, next_role
+from nvmeof_csi.agent.state_model import READY, VolumeRecord
+from nvmeof_csi.errors import AlreadyExists, FailedPrecondition, Unavailable
+from nvmeof_csi.nvmeof.nqn import namespace_nguid, volume_nqn
+from nvmeof_csi.nvmeof.parameters import VolumeParameters
+
+NOT_REPLICATING = "is not configured for replicated volumes (--replication-address)"
+
+
+def replication(parts: AgentParts) -> Replication:
+    if parts.replication is None:
+        raise FailedPrecondition(f"agent {parts.name} {NOT_REPLICATING}")
+    return parts.replication
+
+
+def check_replicable(parts: AgentParts, params: VolumeParameters, source_volume: str, source_snapshot: str) -> None:
+    replication(parts)
+    if source_volume or source_snapshot:
+        raise FailedPrecondition("a replicated volume cannot be made from a snapshot or a volume yet")
+    if params.dataset is not None:
+        raise FailedPrecondition("a replicated volume cannot hold a dataset yet")
+
+
+def check_same_pair(found: VolumeRecord, replica: ReplicaSpec | None) -> None:
+    same = (not found.replica and replica is None) or (
+        bool(found.replica) and replica is not None and ReplicaSpec.parse(found.replica).same_pair(replica)
+    )
+    if not same:
+        raise AlreadyExists(f"volume {found.name!r} exists with another replica pair")
+
+
+def backing_bytes(rec: VolumeRecord) -> int:
+    """The size of the volume's file: its capacity, and DRBD's metadata for a replica."""
+    return rec.capacity_bytes + (metadata_bytes(rec.capacity_bytes) if rec.replica else 0)
+
+
+def replica_stack(parts: AgentParts, rec: VolumeRecord, backing: Path) -> Stack:
+    """The namespace's device, enabled state and links: the file itself for a single copy; the replica's device
+    stack brought up for a replica."""
+    if not rec.replica:
+        return Stack(str(backing), True, True)
+    return replication(parts).prepare(rec, backing)
+
+
+def unlink_everywhere(parts: AgentParts, nqn: str) -> None:
+    for portal in parts.portals:
+        parts.nvmet.unlink(portal.port_id, nqn)
+
+
+class ReplicaOps:
+    def __init__(self, parts: AgentParts) -> None:
+        self._p = parts
+
+    def set_role(self, vol_uuid: str, role: str, epoch: int) -> VolumeView:
+        p = self._p
+        with p.keys.hold(vol_uuid):
+            rec = p.volume(vol_uuid)
+            if not rec.replica:
+                raise FailedPrecondition(f"volume {vol_uuid} is not replicated")
+            if rec.status != READY:
+                raise Unavailable(f"volume {vol_uuid} is still being created on agent {p.name}; retry")
+            rep = replication(p)
+            new = next_role(rec, role, epoch)
+            nqn, path = volume_nqn(rec.uuid), p.store.volume_path(rec.uuid)
+            if role == PRIMARY:
+                rep.promote(new)  # refused: nothing saved, nothing changed
+                new = p.state.put_volume(new)
+                self._present(new, nqn, path)
+                return p.view(new)
+            now = rep.state(rec)
+            if role == SECONDARY and now is not None and now.role == "Primary" and rec.replica.get("role") != FENCED:
+                raise FailedPrecondition(
+                    f"volume {vol_uuid}: a primary replica becomes secondary through fenced (its peer promoted between)"
+                )
+            new = p.state.put_volume(new)  # save before acting: a restart finishes the step down
+            unlink_everywhere(p, nqn)
+            p.nvmet.disable_namespace(nqn, NSID)
+            rep.demote(new)
+            if role == SECONDARY:
+                p.export(new, nqn, p.writers(new))
+            return p.view(new)
+
+    def _present(self, rec: VolumeRecord, nqn: str, path: Path) -> None:
+        p = self._p
+        stack = replication(p).prepare(rec, path)
+        p.nvmet.ensure_namespace(
+            nqn, NSID, stack.device, rec.uuid, namespace_nguid(rec.uuid), p.buffered_io, enable=stack.enable
+        )
+        p.export(rec, nqn, p.writers(rec))
+
+
+__all__ = [
+    "ReplicaOps",
+    "backing_bytes",
+    "check_replicable",
+    "check_same_pair",
+    "replica_stack",
+    "replication",
+    "unlink_everywhere",
+]

@@ -1,0 +1,226 @@
+"""A replicated volume's replica in the agent (``agent/replicas.py``, ``agent/replica_ops.py``): the device stack a
+create makes, the three roles and the order each change takes, epochs, DRBD's refusal, restart and delete; on a
+plain configfs tree with a stand-in for the kernel (losetup and drbdadm-84 against a model of ``/proc/drbd``).
+The kernel's own behaviour is proven in ``tests/cluster/test_replication.py``."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+
+from nvmeof_csi.agent.configfs import Nvmet
+from nvmeof_csi.agent.drbd import DrbdResources
+from nvmeof_csi.agent.messages import volume_msg
+from nvmeof_csi.agent.replica_devices import LoopLinks
+from nvmeof_csi.agent.replica_spec import ReplicaSpec
+from nvmeof_csi.agent.replicas import Replication, metadata_bytes
+from nvmeof_csi.agent.target_agent import TargetAgent
+from nvmeof_csi.errors import Aborted, AlreadyExists, CommandError, FailedPrecondition, InvalidArgument
+from nvmeof_csi.host.executor import Result
+from nvmeof_csi.nvmeof.nqn import volume_nqn
+from nvmeof_csi.nvmeof.parameters import VolumeParameters
+from tests.support.agents import make_agent
+
+MiB = 1 << 20
+SECRET = "00112233445566778899aabbccddeeff"
+PAIR = {
+    "peer_agent": "storage-2",
+    "peer_host": "storage-2",
+    "peer_address": "10.0.1.3",
+    "address": "10.0.1.2",
+    "port": "7800",
+    "minor": "11",
+    "secret": SECRET,
+}
+NS = "namespaces"
+
+
+class Kernel:
+    """losetup and drbdadm-84 as commands against a model of one DRBD minor; ``peer_disk`` is what the peer says."""
+
+    def __init__(self) -> None:
+        self.calls: list[list[str]] = []
+        self.loops: dict[str, str] = {}
+        self.minor: dict[str, str] | None = None
+        self.peer_disk = "Inconsistent"
+
+    def proc(self) -> str:
+        if self.minor is None:
+            return "version: 8.4.11 (api:1/proto:86-101)\n"
+        m = self.minor
+        return f"version: 8.4.11\n 11: cs:{m['cs']} ro:{m['ro']}/Secondary ds:{m['ds']}/{m['pds']} C r-----\n"
+
+    def run(self, argv: Sequence[str], *, timeout: float, check: bool = True, stdin: str | None = None,
+            secrets: Sequence[str] = ()) -> Result:  # fmt: skip
+        self.calls.append(list(argv))
+        if argv[0] == "losetup":
+            return self._losetup(list(argv))
+        word = argv[-2]
+        if word == "up":
+            self.minor = {"cs": "Connected", "ro": "Secondary", "ds": "Inconsistent", "pds": self.peer_disk}
+        elif word == "new-current-uuid" and self.minor is not None:
+            self.minor["ds"] = self.minor["pds"] = "UpToDate"
+        elif word == "primary" and self.minor is not None:
+            if self.minor["ds"] != "UpToDate":
+                raise CommandError(list(argv), 17, "", "State change failed: (-2) Need access to UpToDate data")
+            self.minor["ro"] = "Primary"
+        elif word == "secondary" and self.minor is not None:
+            self.minor["ro"] = "Secondary"
+        elif word == "down":
+            self.minor = None
+        return Result(0, "", "")
+
+    def _losetup(self, argv: list[str]) -> Result:
+        if "--associated" in argv:
+            return Result(0, "".join(f"{d}\n" for d, f in self.loops.items() if f == argv[-1]), "")
+        if "--find" in argv:
+            self.loops["/dev/loop7"] = argv[-1]
+            return Result(0, "/dev/loop7\n", "")
+        if "--detach" in argv:
+            self.loops.pop(argv[-1], None)
+        return Result(0, "", "")
+
+    def words(self) -> list[str]:
+        return [c[-2] if c[0] != "losetup" else c[1] for c in self.calls]
+
+
+def replicated_agent(tmp: Path, kernel: Kernel) -> TargetAgent:
+    base = make_agent(tmp)
+    replication = Replication(
+        DrbdResources(kernel, tmp / "drbd", read_proc=kernel.proc), LoopLinks(kernel, tmp / "links"), "storage-1",
+        "/run/nvmeof-csi/drbd/fence-peer",
+    )  # fmt: skip
+    agent = TargetAgent(base.name, Nvmet(tmp / "nvmet", plain_tree=True), base.store, base.state, base.portals,
+                        replication=replication)  # fmt: skip
+    agent.converge()
+    return agent
+
+
+def create(agent: TargetAgent, **changes: str) -> str:
+    spec = ReplicaSpec.parse({**PAIR, **changes})
+    return agent.create_volume("pvc-r", 64 * MiB, VolumeParameters.parse({}), {}, replica=spec).record.uuid
+
+
+def namespace(agent: TargetAgent, vol: str) -> dict[str, str]:
+    return dict(agent.nvmet.dump()["subsystems"][volume_nqn(vol)][NS]["1"])
+
+
+def linked(agent: TargetAgent, vol: str) -> list[str]:
+    return [p for p, seen in agent.nvmet.dump()["ports"].items() if volume_nqn(vol) in seen["subsystems"]]
+
+
+def test_a_new_replica_is_a_drbd_device_on_a_loop_its_namespace_made_but_not_enabled(tmp_path: Path) -> None:
+    kernel = Kernel()
+    agent = replicated_agent(tmp_path, kernel)
+    vol = create(agent)
+    assert kernel.words()[:4] == ["--noheadings", "--find", "create-md", "up"]
+    assert agent.store.volume_path(vol).stat().st_size == 64 * MiB + metadata_bytes(64 * MiB)
+    assert (tmp_path / "links" / f"replica-{vol}").readlink() == Path("/dev/loop7")
+    ns = namespace(agent, vol)
+    assert ns["device_path"] == "/dev/drbd11" and ns.get("enable") != "1" and ns["device_uuid"] == vol
+    assert sorted(linked(agent, vol)) == ["1", "2"]  # the host holds a path here, no namespace behind it
+    assert create(agent) == vol  # a repeated create: the same volume
+    with pytest.raises(AlreadyExists, match="replica pair"):
+        create(agent, minor="12")
+
+
+def test_promotion_of_a_new_pair_skips_its_initial_sync_then_presents_the_namespace(tmp_path: Path) -> None:
+    kernel = Kernel()
+    agent = replicated_agent(tmp_path, kernel)
+    vol = create(agent)
+    view = agent.set_replica_role(vol, "primary", 1)
+    drbd = [w for w in kernel.words() if w not in ("--noheadings", "adjust")]
+    assert drbd[-2:] == ["new-current-uuid", "primary"]
+    assert namespace(agent, vol)["enable"] == "1" and sorted(linked(agent, vol)) == ["1", "2"]
+    msg = volume_msg(view, agent.replica_state(view.record))
+    assert (msg.replica.role, msg.replica.epoch, msg.replica.drbd_role, msg.replica.disk) == (
+        "primary", 1, "Primary", "UpToDate",
+    )  # fmt: skip
+    assert SECRET not in str(msg)
+    before = len(kernel.calls)
+    agent.set_replica_role(vol, "primary", 1)  # repeated: DRBD is Primary already, nothing more is run
+    assert [c for c in kernel.calls[before:] if c[-2] == "primary"] == []
+
+
+def test_a_primary_steps_down_through_fenced_unlinked_before_its_namespace_goes(tmp_path: Path) -> None:
+    kernel = Kernel()
+    agent = replicated_agent(tmp_path, kernel)
+    vol = create(agent)
+    agent.set_replica_role(vol, "primary", 1)
+    with pytest.raises(FailedPrecondition, match="through fenced"):
+        agent.set_replica_role(vol, "secondary", 2)
+    assert namespace(agent, vol)["enable"] == "1"
+    agent.set_replica_role(vol, "fenced", 2)
+    assert linked(agent, vol) == [] and namespace(agent, vol)["enable"] == "0"
+    assert kernel.minor is not None and kernel.minor["ro"] == "Secondary"
+    agent.set_replica_role(vol, "secondary", 3)  # the peer promoted meanwhile: the ports come back
+    assert sorted(linked(agent, vol)) == ["1", "2"] and namespace(agent, vol)["enable"] == "0"
+    with pytest.raises(Aborted, match="older"):
+        agent.set_replica_role(vol, "primary", 2)
+
+
+def test_drbd_refusing_an_outdated_replica_changes_nothing(tmp_path: Path) -> None:
+    kernel = Kernel()
+    kernel.peer_disk = "UpToDate"  # not a new pair: no initial sync to skip, this side Inconsistent
+    agent = replicated_agent(tmp_path, kernel)
+    vol = create(agent)
+    with pytest.raises(FailedPrecondition, match="cannot be primary"):
+        agent.set_replica_role(vol, "primary", 1)
+    assert agent.get_volume(vol).record.replica["role"] == "secondary"
+    assert namespace(agent, vol).get("enable") != "1" and "new-current-uuid" not in kernel.words()
+
+
+def test_after_a_restart_only_a_replica_the_kernel_holds_primary_is_enabled(tmp_path: Path) -> None:
+    kernel = Kernel()
+    agent = replicated_agent(tmp_path, kernel)
+    vol = create(agent)
+    agent.set_replica_role(vol, "primary", 1)
+    kernel.minor = None  # the node rebooted: DRBD and configfs are empty, the record still says primary
+    shutil.rmtree(tmp_path / "nvmet")
+    again = replicated_agent(tmp_path, kernel)
+    assert again.get_volume(vol).record.replica["role"] == "primary"
+    assert "create-md" not in kernel.words()[-3:]  # the metadata of a ready volume is never made again
+    assert namespace(again, vol).get("enable") != "1"  # only the controller promotes
+
+
+def test_delete_takes_the_stack_down_in_order(tmp_path: Path) -> None:
+    kernel = Kernel()
+    agent = replicated_agent(tmp_path, kernel)
+    vol = create(agent)
+    agent.delete_volume(vol)
+    assert kernel.minor is None and kernel.loops == {}
+    assert not (tmp_path / "links" / f"replica-{vol}").exists() and not agent.store.volume_path(vol).exists()
+    assert volume_nqn(vol) not in agent.nvmet.dump()["subsystems"]
+
+
+def test_what_a_replicated_create_refuses(tmp_path: Path) -> None:
+    plain = make_agent(tmp_path / "plain")
+    plain.converge()
+    with pytest.raises(FailedPrecondition, match="--replication-address"):
+        create(plain)
+    agent = replicated_agent(tmp_path / "r", Kernel())
+    source = agent.create_volume("src", 8 * MiB, VolumeParameters.parse({}), {}).record.uuid
+    with pytest.raises(FailedPrecondition, match="from a snapshot or a volume"):
+        agent.create_volume("c", 64 * MiB, VolumeParameters.parse({}), {}, source_volume=source,
+                            replica=ReplicaSpec.parse(PAIR))  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("change", "says"),
+    [
+        ({"secret": "XYZ"}, "secret"),
+        ({"peer_address": "storage-2"}, "peer_address"),
+        ({"minor": "-1"}, "minor"),
+        ({"port": "70000"}, "port"),
+        ({"role": "boss"}, "role"),
+        ({"peer_host": "../etc"}, "host names"),
+        ({"extra": "1"}, "unknown"),
+        ({"address": ""}, "address is required"),
+    ],
+)
+def test_a_malformed_replica_is_refused_naming_the_field(change: dict[str, str], says: str) -> None:
+    with pytest.raises(InvalidArgument, match=says):
+        ReplicaSpec.parse({**PAIR, **change})
