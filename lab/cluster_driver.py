@@ -24,6 +24,9 @@ from lab.target import FABRIC_MAP, GuestTargetAgent
 from lab.vm import LabError, LabVM
 
 AGENT_PORT = 9440
+#: each storage node's controller IDs: one volume on two nodes is one subsystem to the host, whose controllers'
+#: IDs must differ (nvmet's default window is the whole range on both)
+CNTLID_WINDOWS = {"storage-1": "1-999", "storage-2": "1000-1999"}
 PKI = "/scratch/pki"  # on the scratch disk: a machine that lost its power keeps its keys
 STORAGE, GPUS = "storage-1", ("gpu-1", "gpu-2")
 
@@ -59,10 +62,11 @@ def _install(vm: LabVM, files: Mapping[str, Path]) -> None:
         vm.check(["chmod", "600", f"{PKI}/{name}"])
 
 
-def portals(cluster: LabCluster) -> list[Portal]:
+def portals(cluster: LabCluster, node: str = STORAGE) -> list[Portal]:
+    """``node``'s two portals: group ``a`` on ``fa``, ``b`` on ``fb``."""
     return [
-        Portal(1, "tcp", cluster.address(STORAGE, "fa"), 4420),
-        Portal(2, "tcp", cluster.address(STORAGE, "fb"), 4420),
+        Portal(1, "tcp", cluster.address(node, "fa"), 4420),
+        Portal(2, "tcp", cluster.address(node, "fb"), 4420),
     ]
 
 
@@ -93,9 +97,10 @@ def running_cluster_driver(
     storage.write(f"{PKI}/authz.yaml", f"clients:\n  - {{identity: {identity}, role: controller}}\n")
     listen = f"tcp://{cluster.address(STORAGE, 'mgmt')}:{AGENT_PORT}"
     tls = ["--tls-cert", f"{PKI}/tls.crt", "--tls-key", f"{PKI}/tls.key", "--tls-ca", f"{PKI}/ca.crt"]
+    replication = ["--replication-address", cluster.address(STORAGE, "fa"), "--cntlid-window", CNTLID_WINDOWS[STORAGE]]
     agent = GuestTargetAgent(
         storage, portals(cluster), name=STORAGE, groups=["a", "b"],
-        extra_args=["--listen-tcp", listen, *tls, "--authz-file", f"{PKI}/authz.yaml"],
+        extra_args=["--listen-tcp", listen, *tls, "--authz-file", f"{PKI}/authz.yaml", *replication],
     )  # fmt: skip
     for vm in cluster.vms.values():
         Fabric(vm).clear()

@@ -45,6 +45,7 @@ class IoProbe:
         stall_ms: float = 200.0,
         timeline_ms: float = 0.0,
         sync: bool = False,
+        blocks: int = 4096,
     ) -> None:
         """``sync``: every write durable when it returns (O_DSYNC), for faults that cut the target's power."""
         self.device, self.seconds = device, seconds
@@ -57,6 +58,8 @@ class IoProbe:
             str(stall_ms),
             "--timeline-ms",
             str(timeline_ms),
+            "--blocks",
+            str(blocks),
             *(["--sync"] if sync else []),
         ]
         self._pending: Pending = vm.submit(argv, timeout=seconds + 180)

@@ -140,9 +140,11 @@ class GuestTargetAgent:
         return json.loads(out.strip().splitlines()[-1])
 
     def wipe(self) -> None:
-        """Forget everything (state, pool, the read-only subsystems' dm maps and loop devices) -- between tests
-        only, with the agent stopped and its subsystems gone."""
+        """Forget everything (state, pool, replicas' DRBD resources, the read-only subsystems' dm maps and loop
+        devices) -- between tests only, with the agent stopped and its subsystems gone."""
         drop = (
+            f'for f in {STATE_DIR}/drbd/nv-*.res; do [ -e "$f" ] && /usr/lib/drbd/drbdsetup-84 down '
+            '"$(basename "$f" .res)"; done; rm -rf /dev/nvmeof-csi; '
             "for m in $(dmsetup ls 2>/dev/null | awk '/^nvmeof-ro-/{print $1}'); do dmsetup remove --retry $m; done; "
             "for l in $(losetup --noheadings --output NAME,BACK-FILE 2>/dev/null "
             "| awk '$2 ~ \"^/scratch/agent/\"{print $1}'); do losetup --detach $l; done; true"

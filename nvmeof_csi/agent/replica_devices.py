@@ -40,6 +40,8 @@ class LoopLinks:
         link = self.link(vol_uuid)
         try:
             found = self.loops(backing)
+            if not found:
+                self._run("modprobe", "loop")  # CONFIG_BLK_DEV_LOOP as a module: /dev/loop-control comes with it
             loop = found[0] if found else self._run("losetup", "--find", "--show", "--direct-io=on", str(backing))
         except CommandError as err:
             raise FailedPrecondition(f"could not make the loop device under replica {vol_uuid}: {err}") from err

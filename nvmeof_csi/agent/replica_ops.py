@@ -6,11 +6,12 @@ Contract:
   content source or a dataset (``FailedPrecondition`` naming what is missing); a repeated create must name the
   same pair (``AlreadyExists`` otherwise).
 - :meth:`ReplicaOps.set_role` moves a ready replica to the controller's role in an epoch no older than its own:
-  ``primary`` (promote, then enable the namespace, then link the portals), ``fenced`` (saved first, then unlink
-  every portal, disable the namespace, demote), ``secondary`` (as ``fenced``, then link the portals again: the
-  host's path here has no namespace behind it). A ``primary`` goes to ``secondary`` only through ``fenced``
-  (``FailedPrecondition``): the controller promotes the peer in between, so the host never loses the namespace
-  on its last path. Repeating a call changes nothing. The caller holds nothing; this takes the volume's key.
+  ``primary`` (promote, then enable the namespace, then link the portals); ``fenced`` (saved first, then unlink
+  every portal, disable the namespace, demote; cut off from its peer, its disk Outdated); ``secondary`` (as
+  ``fenced``, then link the portals again: the host's path here has no namespace behind it). A ``primary`` goes
+  to ``secondary`` only through ``fenced`` (``FailedPrecondition``): the controller promotes the peer in
+  between, so the host never loses the namespace on its last path. Repeating a call changes nothing. The
+  caller holds nothing; this takes the volume's key.
 """
 
 from __future__ import annotations
@@ -96,7 +97,7 @@ class ReplicaOps:
             new = p.state.put_volume(new)  # save before acting: a restart finishes the step down
             unlink_everywhere(p, nqn)
             p.nvmet.disable_namespace(nqn, NSID)
-            rep.demote(new)
+            rep.demote(new, outdate=role == FENCED)
             if role == SECONDARY:
                 p.export(new, nqn, p.writers(new))
             return p.view(new)

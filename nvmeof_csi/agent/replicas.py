@@ -39,6 +39,10 @@ from nvmeof_csi.agent.state_model import READY, VolumeRecord
 from nvmeof_csi.errors import Aborted, FailedPrecondition
 
 log = logging.getLogger(__name__)
+DISCONNECTED = frozenset(
+    {"StandAlone", "Disconnecting", "Unconnected", "Timeout", "BrokenPipe", "NetworkFailure", "ProtocolError",
+     "TearDown", "WFConnection", "WFReportParams"}
+)  # fmt: skip  # DRBD 8.4 connection states without a live peer
 AFTER_RESYNC = "/bin/true"  # the kernel's helper is the fence spool's script; drbdadm's handlers are not run
 
 
@@ -113,12 +117,18 @@ class Replication:
             self._drbd.skip_initial_sync(rec.uuid, spec.secret)
         self._drbd.promote(rec.uuid, spec.secret)
 
-    def demote(self, rec: VolumeRecord) -> None:
-        """Secondary; the caller has taken the namespace away first."""
+    def demote(self, rec: VolumeRecord, outdate: bool = False) -> None:
+        """Secondary; the caller has taken the namespace away first. ``outdate`` (a fenced replica): a replica
+        cut off from its peer has its disk marked Outdated too, so DRBD itself refuses to promote it until a
+        resync from the peer has made it UpToDate again."""
         spec = self.spec(rec)
         now = self._drbd.state(spec.minor)
         if now is not None and now.role == "Primary":
             self._drbd.demote(rec.uuid, spec.secret)
+            now = self._drbd.state(spec.minor)
+        if outdate and now is not None and now.connection in DISCONNECTED and now.disk == "UpToDate":
+            log.warning("volume %s: replica cut off from its peer and fenced: its disk is now Outdated", rec.uuid)
+            self._drbd.outdate(rec.uuid, spec.secret)
 
     def resize(self, rec: VolumeRecord, backing: Path) -> None:
         """After the file grew: the loop grows; the Primary grows the DRBD device (both files grown, Connected:

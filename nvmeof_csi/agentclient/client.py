@@ -106,9 +106,11 @@ class AgentClient:
         source_snapshot: str = "",
         timeout: float | None = None,
         vol_uuid: str = "",
+        replica: Mapping[str, str] | None = None,
     ) -> pb.Volume:
         """Create (idempotent by name; ``vol_uuid``: the UUID the name's reservation holds). ``timeout``
-        overrides the client's default: filling a dataset volume can take much longer than an ordinary create."""
+        overrides the client's default: filling a dataset volume can take much longer than an ordinary create.
+        ``replica``: this agent's side of a replicated volume's pair (``agent/replica_spec.py``)."""
         source = None
         if source_volume:
             source = pb.VolumeSource(volume_uuid=source_volume)
@@ -121,8 +123,21 @@ class AgentClient:
             labels=dict(labels or {}),
             source=source,
             uuid=vol_uuid,
+            replica=dict(replica or {}),
         )
         return self._call(self._stub.CreateVolume, request, timeout)
+
+    def set_replica_role(self, vol_uuid: str, role: str, epoch: int, timeout: float | None = None) -> pb.Volume:
+        """A replica's new role (a promotion may wait for DRBD's fence-peer call to be answered: ``timeout``)."""
+        request = pb.SetReplicaRoleRequest(uuid=vol_uuid, role=role, epoch=epoch)
+        return self._call(self._stub.SetReplicaRole, request, timeout)
+
+    def fence_requests(self) -> list[pb.FenceRequest]:
+        return list(self._call(self._stub.ListFenceRequests, pb.ListFenceRequestsRequest()).requests)
+
+    def answer_fence(self, vol_uuid: str, pid: int, peer_fenced: bool) -> bool:
+        request = pb.AnswerFenceRequestRequest(volume_uuid=vol_uuid, pid=pid, peer_fenced=peer_fenced)
+        return self._call(self._stub.AnswerFenceRequest, request).answered
 
     def delete_volume(self, vol_uuid: str) -> None:
         self._call(self._stub.DeleteVolume, pb.DeleteVolumeRequest(uuid=vol_uuid))

@@ -4,6 +4,7 @@ the probe's pattern, and the fabric helpers' argument checks."""
 from __future__ import annotations
 
 import importlib.util
+import json
 import socket
 import subprocess
 import sys
@@ -54,6 +55,29 @@ def test_probe_pattern_names_sequence_and_offset() -> None:
     probe = load("ioprobe")
     a, b = probe.pattern(1, 4096), probe.pattern(2, 4096)
     assert len(a) == 4096 and a != b and b"seq=0000000000000001" in a
+
+
+def test_the_probe_check_finds_the_last_acknowledged_write_of_every_block_and_a_lost_one(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    probe = load("ioprobe")
+    device, blocks, acked = tmp_path / "dev", 8, 21  # writes 0..20 over 8 blocks: 16..20 last in blocks 0..4
+    content = [probe.pattern(seq, (seq % blocks) * 4096) for seq in range(acked)]
+    last = {seq % blocks: block for seq, block in enumerate(content)}
+    device.write_bytes(b"".join(last[b] for b in range(blocks)))
+    args = ["ioprobe", str(device), "0", "--mode", "check", "--acked", str(acked), "--blocks", str(blocks)]
+
+    def run() -> dict[str, object]:
+        sys.argv = args
+        probe.main()
+        return dict(json.loads(capsys.readouterr().out))
+
+    assert run()["verify_errors"] == 0
+    with device.open("r+b") as f:  # block 3 lost its last write (seq 19): it holds seq 11 instead
+        f.seek(3 * 4096)
+        f.write(content[11])
+    found = run()
+    assert found["verify_errors"] == 1 and "want seq 19" in str(found["errlog"])
 
 
 def test_ana_state_is_checked_before_touching_the_guest() -> None:

@@ -58,6 +58,8 @@ class Kernel:
         self.calls.append(list(argv))
         if argv[0] == "losetup":
             return self._losetup(list(argv))
+        if argv[0] == "modprobe":
+            return Result(0, "", "")
         word = argv[-2]
         if word == "up":
             self.minor = {"cs": "Connected", "ro": "Secondary", "ds": "Inconsistent", "pds": self.peer_disk}
@@ -69,6 +71,8 @@ class Kernel:
             self.minor["ro"] = "Primary"
         elif word == "secondary" and self.minor is not None:
             self.minor["ro"] = "Secondary"
+        elif word == "outdate" and self.minor is not None:
+            self.minor["ds"] = "Outdated"
         elif word == "down":
             self.minor = None
         return Result(0, "", "")
@@ -84,7 +88,9 @@ class Kernel:
         return Result(0, "", "")
 
     def words(self) -> list[str]:
-        return [c[-2] if c[0] != "losetup" else c[1] for c in self.calls]
+        return [
+            c[-2] if c[0] not in ("losetup", "modprobe") else c[1] if c[0] == "losetup" else c[0] for c in self.calls
+        ]
 
 
 def replicated_agent(tmp: Path, kernel: Kernel) -> TargetAgent:
@@ -116,7 +122,7 @@ def test_a_new_replica_is_a_drbd_device_on_a_loop_its_namespace_made_but_not_ena
     kernel = Kernel()
     agent = replicated_agent(tmp_path, kernel)
     vol = create(agent)
-    assert kernel.words()[:4] == ["--noheadings", "--find", "create-md", "up"]
+    assert kernel.words()[:5] == ["--noheadings", "modprobe", "--find", "create-md", "up"]
     assert agent.store.volume_path(vol).stat().st_size == 64 * MiB + metadata_bytes(64 * MiB)
     assert (tmp_path / "links" / f"replica-{vol}").readlink() == Path("/dev/loop7")
     ns = namespace(agent, vol)
@@ -160,6 +166,21 @@ def test_a_primary_steps_down_through_fenced_unlinked_before_its_namespace_goes(
     assert sorted(linked(agent, vol)) == ["1", "2"] and namespace(agent, vol)["enable"] == "0"
     with pytest.raises(Aborted, match="older"):
         agent.set_replica_role(vol, "primary", 2)
+
+
+def test_a_fenced_replica_cut_off_from_its_peer_is_outdated_and_a_connected_one_is_not(tmp_path: Path) -> None:
+    kernel = Kernel()
+    agent = replicated_agent(tmp_path, kernel)
+    vol = create(agent)
+    assert kernel.minor is not None
+    kernel.minor["ds"] = "UpToDate"
+    agent.set_replica_role(vol, "fenced", 1)  # connected: its peer is current with it, nothing to outdate
+    assert "outdate" not in kernel.words()
+    kernel.minor["cs"] = "WFConnection"  # the replication link cut: the peer went on alone
+    agent.set_replica_role(vol, "fenced", 2)
+    assert kernel.words()[-1] == "outdate" and kernel.minor["ds"] == "Outdated"
+    with pytest.raises(FailedPrecondition, match="cannot be primary"):
+        agent.set_replica_role(vol, "primary", 3)
 
 
 def test_drbd_refusing_an_outdated_replica_changes_nothing(tmp_path: Path) -> None:
