@@ -139,7 +139,18 @@ class AgentServicer(pb_grpc.AgentServicer):
                 since = r.path.stat().st_mtime
             except FileNotFoundError:  # answered meanwhile
                 continue
-            found.append(pb.FenceRequest(volume_uuid=r.resource.removeprefix("nv-"), pid=r.pid, waiting_since=since))
+            vol = r.resource.removeprefix("nv-")
+            rec = self._agent.state.current.volumes.get(vol)
+            replica = rec.replica if rec is not None else {}
+            found.append(
+                pb.FenceRequest(
+                    volume_uuid=vol,
+                    pid=r.pid,
+                    waiting_since=since,
+                    role=replica.get("role", ""),
+                    epoch=int(replica.get("epoch", "0")),
+                )
+            )
         return pb.ListFenceRequestsResponse(requests=found)
 
     def AnswerFenceRequest(self, request: pb.AnswerFenceRequestRequest, context: Ctx) -> pb.AnswerFenceRequestResponse:

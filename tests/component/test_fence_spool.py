@@ -10,7 +10,16 @@ from pathlib import Path
 
 import pytest
 
+from nvmeof_csi.agent.api import AgentServicer
+from nvmeof_csi.agent.drbd import DrbdResources
 from nvmeof_csi.agent.fence_spool import PEER_FENCED, STAY_FROZEN, FenceRequest, FenceSpool, helper_script
+from nvmeof_csi.agent.replica_devices import LoopLinks
+from nvmeof_csi.agent.replicas import Replication
+from nvmeof_csi.agent.state_model import VolumeRecord
+from nvmeof_csi.agent.target_agent import TargetAgent
+from nvmeof_csi.gen import nvmeof_agent_pb2 as pb
+from nvmeof_csi.host.executor import SubprocessExecutor
+from tests.support.agents import make_agent
 
 RES = "nv-0b6d5bd6-4c1e-4f55-9d7a-3e0f6f1a7c01"
 
@@ -88,3 +97,29 @@ def test_the_helper_is_only_written_for_a_plain_absolute_spool_folder() -> None:
     for bad in ("spool", "/var/lib/../etc", "/var/lib/x'; reboot; '"):
         with pytest.raises(ValueError, match="spool folder"):
             helper_script(bad)
+
+
+def test_the_agent_api_lists_a_waiting_call_with_the_askers_term_and_carries_the_controllers_answer(
+    tmp_path: Path,
+) -> None:
+    """ListFenceRequests names the volume, the helper's process and the asker's replica role and epoch (the
+    arbiter's term); AnswerFenceRequest ends that one call: the helper exits 4 ("peer fenced"), or 1 when refused;
+    a second answer to the same call finds nothing waiting."""
+    script, folder = helper(tmp_path)
+    vol = RES.removeprefix("nv-")
+    base = make_agent(tmp_path / "agent")
+    never = SubprocessExecutor()  # no DRBD or loop command runs here
+    replication = Replication(DrbdResources(never, tmp_path / "drbd"), LoopLinks(never, tmp_path / "links"),
+                              "storage-1", str(script), FenceSpool(folder, lambda request: None))  # fmt: skip
+    agent = TargetAgent(base.name, base.nvmet, base.store, base.state, base.portals, replication=replication)
+    agent.state.put_volume(VolumeRecord(vol, "r", 1 << 20, replica={"role": "primary", "epoch": "7"}))
+    api = AgentServicer(agent, [])
+    for decision, code in ((True, PEER_FENCED), (False, STAY_FROZEN)):
+        call = subprocess.Popen([str(script), "fence-peer", RES])
+        wait_for_request(FenceSpool(folder, lambda request: None))
+        listed = api.ListFenceRequests(pb.ListFenceRequestsRequest(), None).requests  # type: ignore[arg-type]
+        assert [(r.volume_uuid, r.pid, r.role, r.epoch) for r in listed] == [(vol, call.pid, "primary", 7)]
+        request = pb.AnswerFenceRequestRequest(volume_uuid=vol, pid=call.pid, peer_fenced=decision)
+        assert api.AnswerFenceRequest(request, None).answered  # type: ignore[arg-type]
+        assert call.wait(timeout=10) == code
+        assert not api.AnswerFenceRequest(request, None).answered  # type: ignore[arg-type]
