@@ -7,8 +7,9 @@
 ``python .ci/tiers.py table RESULTS BUDGETS``
     RESULTS/ci-times.tsv holds one ``name<TAB>seconds<TAB>status`` line per tier, set-up step or wait for a
     background build, and one per background build (status ``background``: shown, not added to the total, as it
-    overlapped the tiers), as ``./dev test`` appended them; BUDGETS is ``name:seconds ...`` (declared once, next
-    to the tier list in ``./dev``). Prints
+    overlapped the tiers; likewise status ``beside`` or ``beside-FAILED``: a tier run in the background beside
+    another, which holds that time), as ``./dev test`` appended them; BUDGETS is ``name:seconds ...`` (declared
+    once, next to the tier list in ``./dev``). Prints
     each tier's wall time against its budget and the total, a warning line for every tier more than 20 % over
     its budget, and writes the same rows to RESULTS/ci-times.json (one run; kept for plotting trends).
 """
@@ -62,7 +63,7 @@ def table(results: Path, spec: str) -> int:
     budget = budgets(spec)
     tsv = results / "ci-times.tsv"
     found = rows(tsv, budget) if tsv.exists() else []
-    counted = [r for r in found if r["status"] != "background"]  # background builds overlap the tiers
+    counted = [r for r in found if r["status"] != "background" and not str(r["status"]).startswith("beside")]
     total = sum(float(str(r["seconds"])) for r in counted)
     planned = sum(b for b in (r["budget_s"] for r in found) if isinstance(b, float))
     print(f"{'tier':14} {'min':>6} {'budget':>7}  status")

@@ -16,11 +16,12 @@ def tiers(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, str(TIERS), *args], capture_output=True, text=True, timeout=60, check=False)
 
 
-def test_the_table_warns_only_past_twenty_percent_and_keeps_background_builds_out_of_the_total(
+def test_the_table_warns_only_past_twenty_percent_and_keeps_background_builds_and_beside_tiers_out_of_the_total(
     tmp_path: Path,
 ) -> None:
     (tmp_path / "ci-times.tsv").write_text(
         "setup\t20\tok\nunit\t36\tok\nbuild-kube\t900\tbackground\nlint\t73\tFAILED\nwait-kube\t30\tok\n"
+        "demo\t50\tbeside\nlab\t40\tbeside-FAILED\n"
     )
     out = tiers("table", str(tmp_path), "unit:30 lint:60 k8s:600")
     assert out.returncode == 0, out.stderr
@@ -28,7 +29,7 @@ def test_the_table_warns_only_past_twenty_percent_and_keeps_background_builds_ou
     assert warnings == ["warning: tier lint took 1.2 min, more than 20 % over its budget of 1.0 min"]  # 36 s: 1.2x
     doc = json.loads((tmp_path / "ci-times.json").read_text())
     assert doc["total_s"] == 20 + 36 + 73 + 30 and doc["budget_s"] == 90
-    assert [r["tier"] for r in doc["tiers"]] == ["setup", "unit", "build-kube", "lint", "wait-kube"]
+    assert [r["tier"] for r in doc["tiers"]] == ["setup", "unit", "build-kube", "lint", "wait-kube", "demo", "lab"]
     assert doc["tiers"][3] == {"tier": "lint", "seconds": 73.0, "budget_s": 60.0, "status": "FAILED"}
 
 
