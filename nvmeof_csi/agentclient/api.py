@@ -54,6 +54,14 @@ class AgentApi(Protocol):
     def capacity(self) -> list[pb.Pool]: ...
 
 
+class ReplicaApi(Protocol):
+    """The part of :class:`AgentClient` the controller's arbiter uses for replicated volumes."""
+
+    def set_replica_role(self, vol_uuid: str, role: str, epoch: int, timeout: float | None = ...) -> pb.Volume: ...
+    def fence_requests(self) -> list[pb.FenceRequest]: ...
+    def answer_fence(self, vol_uuid: str, pid: int, peer_fenced: bool) -> bool: ...
+
+
 def default_client(entry: AgentEntry) -> AgentApi:
     """The controller's client of an agent: a call that meets a connection the agent's restart broke is retried."""
     target = AgentTarget(entry.name, entry.endpoint, entry.tls, entry.allow_plaintext_loopback)

@@ -5,9 +5,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from nvmeof_csi.errors import Unavailable
+import pytest
+
+from nvmeof_csi.agentclient.api import ReplicaApi
+from nvmeof_csi.agentclient.client import AgentClient, AgentTarget
+from nvmeof_csi.errors import NotFound, Unavailable
+from nvmeof_csi.fleet.replica_agents import FleetReplicaAgents
+from nvmeof_csi.gen import nvmeof_agent_pb2 as pb
+from nvmeof_csi.rpc.endpoints import Endpoint
 from nvmeof_csi.service.arbiter import ReplicaRecord
 from nvmeof_csi.service.fence_answers import FenceAnswers, FenceCall
+from nvmeof_csi.topology.fabric_map import AgentEntry, parse_fabric_map
 
 VOL = "5f0c2a6e-2d7b-4c59-9a83-0d6a1f2b7c11"
 
@@ -96,3 +104,48 @@ def test_an_unreachable_peer_is_held_outdated_by_the_record_and_an_unreachable_a
     silent = Agents({"s1": [FenceCall("s1", VOL, 41, 3)]}, down={"s1"})
     assert "cannot be read" in FenceAnswers(silent, Records(primary_s1())).run_once()[0]
     assert silent.answers == []
+
+
+@dataclass
+class Client:
+    """One agent's client as the fleet adapter uses it."""
+
+    waiting: list[pb.FenceRequest]
+    answered: list[tuple[str, int, bool]] = field(default_factory=list)
+    roles: list[tuple[str, str, int]] = field(default_factory=list)
+
+    def set_replica_role(self, vol_uuid: str, role: str, epoch: int, timeout: float | None = None) -> pb.Volume:
+        self.roles.append((vol_uuid, role, epoch))
+        return pb.Volume(uuid=vol_uuid)
+
+    def fence_requests(self) -> list[pb.FenceRequest]:
+        return self.waiting
+
+    def answer_fence(self, vol_uuid: str, pid: int, peer_fenced: bool) -> bool:
+        self.answered.append((vol_uuid, pid, peer_fenced))
+        return True
+
+
+def test_the_fleet_adapter_reaches_each_agent_of_the_map_and_the_pass_runs_over_it() -> None:
+    fabric = parse_fabric_map(
+        {"agents": [{"name": n, "endpoint": "unix:///nowhere", "fabric": "f"} for n in ("s1", "s2")]}
+    )
+    clients = {
+        "s1": Client([pb.FenceRequest(volume_uuid=VOL, pid=41, role="primary", epoch=3)]),
+        "s2": Client([]),
+    }
+    made: list[str] = []
+
+    def factory(entry: AgentEntry) -> ReplicaApi:
+        made.append(entry.name)
+        return clients[entry.name]
+
+    agents = FleetReplicaAgents(fabric, factory)
+    records = Records(primary_s1())
+    FenceAnswers(agents, records).run_once()
+    assert clients["s1"].answered == [(VOL, 41, True)] and clients["s2"].roles == [(VOL, "fenced", 4)]
+    assert sorted(made) == ["s1", "s2"]  # one client per agent, kept
+    with pytest.raises(NotFound):
+        agents.fence_calls("s9")
+    real: ReplicaApi = AgentClient(AgentTarget("s1", Endpoint.parse("unix:///nowhere")))  # the real client fits
+    real.close()  # type: ignore[attr-defined]
