@@ -61,9 +61,8 @@ def test_bytes_by_host_shares_a_file_over_its_blocks() -> None:
     assert bytes_by_host(SimpleNamespace(exists=lambda _p: False), "/ds") == {}  # type: ignore[arg-type]
 
 
-def test_placement_prefers_the_agent_next_to_the_cached_data_set() -> None:
-    from nvmeof_csi.fleet.backend import AgentBackend
-    from nvmeof_csi.nvmeof.dataset import DatasetSpec
+def test_placement_prefers_the_agent_next_to_the_cached_data_set_within_the_requisite() -> None:
+    """``place`` itself (the controller's path through CreateVolume: tests/component/test_dataset_placement.py)."""
     from nvmeof_csi.service.contracts import TopologyRequirement
     from nvmeof_csi.topology.fabric_map import parse_fabric_map
     from nvmeof_csi.topology.placement import Candidate, place
@@ -78,10 +77,7 @@ def test_placement_prefers_the_agent_next_to_the_cached_data_set() -> None:
         }
     )
     assert [a.alluxio_host for a in fabric.agents] == ["w1", "w2", ""]
-    backend = AgentBackend(fabric, client=lambda _e: None, locality=lambda spec: {"w1": 10, "w2": 90})  # type: ignore[arg-type,return-value]
-    cached = backend._cached_near(DatasetSpec("/ds"))
-    assert cached == {"a": 10, "b": 90}
-    assert backend._cached_near(None) == {}
+    cached = {"a": 10, "b": 90}
     cands = [Candidate(a, free) for a, free in zip(fabric.agents, (1 << 30, 1 << 30, 1 << 40), strict=True)]
     assert place(cands, 1 << 20, "tcp", None, cached).name == "b"
     f1_only = TopologyRequirement(requisite=({"topology.csi.nvmeof.io/fabric": "f1"},), preferred=())

@@ -36,7 +36,7 @@ def test_every_feature_row_names_its_proofs_and_each_exists() -> None:
                 missing.append(path)
                 continue
             tree = ast.parse(file.read_text())
-            defined = {n.name for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)}
+            defined = {n.name for n in ast.walk(tree) if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)}
             if function and function not in defined:
                 missing.append(f"{path}::{function}")
     assert not missing, f"the README names tests that do not exist: {missing}"
