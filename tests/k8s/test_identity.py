@@ -4,8 +4,9 @@ for this node's name and host NQN, and for this agent's name and address, only; 
 another node or agent, or for a host NQN or address that is not theirs, is denied with the reason, by the
 real API server's user info (the pod-bound token's node claim).
 
-The live limits scenario of ``test_kubernetes`` (test_7b) reads the agent with this certificate: there is no
-shared node certificate and no agentAuthz entry for the node any more (``ci/lab-values.yaml``)."""
+The live limits scenario of ``test_kubernetes`` (the attributes class change) reads the agent with this
+certificate: there is no shared node certificate and no agentAuthz entry for the node any more
+(``ci/lab-values.yaml``)."""
 
 from __future__ import annotations
 

@@ -54,7 +54,7 @@ def timed(report: Callable[[str, str], None], request: pytest.FixtureRequest) ->
     report(f"{request.node.name} duration", f"{time.monotonic() - t0:.1f}s")
 
 
-def test_1_driver_deployed(kube: KubeCluster) -> None:
+def test_helm_install_runs_every_driver_pod_and_registers_the_gpu_nodes(kube: KubeCluster) -> None:
     pods = kube.pods()
     names = sorted(p["metadata"]["name"].rsplit("-", 1)[0] for p in pods)
     assert any(n.startswith("nvmeof-csi-controller") for n in names), names
@@ -77,7 +77,7 @@ def test_1_driver_deployed(kube: KubeCluster) -> None:
         assert labels.get(RDMA_KEY) == ("true" if m.rdma else "false"), (m.name, labels)
 
 
-def test_2_training_job_writes_and_a_second_pod_reads(started: KubeCluster) -> None:
+def test_a_training_job_writes_and_a_second_pod_reads(started: KubeCluster) -> None:
     kube = started
     attached: set[str] = set()  # PersistentVolumes seen attached while the writer ran
 
@@ -103,7 +103,7 @@ def test_2_training_job_writes_and_a_second_pod_reads(started: KubeCluster) -> N
     assert termination_message(wait_job(kube, "reader")) == written
 
 
-def test_3_unreachable_fabric_stays_pending_with_a_reason(started: KubeCluster) -> None:
+def test_a_claim_on_an_unreachable_fabric_stays_pending_with_a_reason(started: KubeCluster) -> None:
     kube = started
 
     def reason() -> str | None:
@@ -123,7 +123,7 @@ def test_3_unreachable_fabric_stays_pending_with_a_reason(started: KubeCluster) 
     kube.kubectl("-n", NS, "delete", "pod/nowhere", "pvc/nowhere", "--wait=true", timeout=180)
 
 
-def test_4_online_expansion_grows_the_filesystem_in_the_running_pod(started: KubeCluster) -> None:
+def test_online_expansion_grows_the_filesystem_in_the_running_pod(started: KubeCluster) -> None:
     kube = started
     wait_for("pod grower Running", lambda: phase(kube, "pod", "grower") == "Running", 900)
 
@@ -153,7 +153,7 @@ def test_4_online_expansion_grows_the_filesystem_in_the_running_pod(started: Kub
     kube.kubectl("-n", NS, "delete", "pod/grower", "--wait=true", timeout=300)
 
 
-def test_5_snapshot_then_a_volume_from_it(started: KubeCluster, written: str) -> None:
+def test_a_snapshot_then_a_volume_from_it(started: KubeCluster, written: str) -> None:
     kube = started  # VolumeSnapshotClass lab-snap comes with the release (lab-values.yaml)
     kube.cp.apply(
         {
@@ -179,12 +179,12 @@ def test_5_snapshot_then_a_volume_from_it(started: KubeCluster, written: str) ->
     assert termination_message(wait_job(kube, "restored-reader")) == written
 
 
-def test_6_block_volume_write_and_read_back(started: KubeCluster) -> None:
+def test_a_block_volume_is_written_and_read_back(started: KubeCluster) -> None:
     a, b = termination_message(wait_job(started, "raw-io")).split()
     assert a == b and len(a) == 64
 
 
-def test_7b_attributes_class_change_moves_the_running_pods_iops(started: KubeCluster) -> None:
+def test_an_attributes_class_change_moves_the_running_pods_iops(started: KubeCluster) -> None:
     """The QoS issue's Kubernetes scenario: a VolumeAttributesClass change on a bound PVC reaches
     ControllerModifyVolume through the real external-resizer; the running pod's io.max and its measured read
     IOPS (the kernel's own per-cgroup counters) move to the new limit without a restart."""
@@ -251,7 +251,9 @@ def pv_of(kube: KubeCluster, claim: str) -> str:
     return str(kube.cp.get("pvc", "-n", NS, claim)["spec"]["volumeName"])
 
 
-def test_7_helm_upgrade_under_io(started: KubeCluster, report: Callable[[str, str], None]) -> None:
+def test_helm_upgrade_under_io_replaces_every_pod_and_loses_no_write(
+    started: KubeCluster, report: Callable[[str, str], None]
+) -> None:
     """``helm upgrade`` to a new driver image tag with changed values while a pod writes with fsync: every pod of
     the release (node plugin, agent, controller, snapshot-controller) is replaced, the writer sees no I/O error
     and keeps going, its container and its mount stay; once the pod is deleted its mount is gone."""

@@ -1,4 +1,4 @@
-"""The last scenarios of the Kubernetes tier (their file sorts last): every workload deleted leaves nothing on any
+"""The last scenarios of the Kubernetes tier (``MODULE_ORDER`` in conftest.py): every workload deleted leaves nothing on any
 node, then ``helm uninstall`` leaves nothing of the release. Each runs alone too."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from tests.support.kube import NS, crictl, gone, wait_for
 pytestmark = pytest.mark.lab
 
 
-def test_8_everything_deleted_leaves_nothing(kube: KubeCluster) -> None:
+def test_everything_deleted_leaves_nothing(kube: KubeCluster) -> None:
     delete_workloads(kube)
     wait_for("no PersistentVolume", lambda: gone(kube, "pv"), 600)
     wait_for("no VolumeAttachment", lambda: gone(kube, "volumeattachments"), 600)
@@ -26,7 +26,7 @@ def test_8_everything_deleted_leaves_nothing(kube: KubeCluster) -> None:
         assert crictl(kube, node, "ps", "-q", "--label", f"io.kubernetes.pod.namespace={NS}").strip() == ""
 
 
-def test_9_helm_uninstall_leaves_nothing(kube: KubeCluster, report: Callable[[str, str], None]) -> None:
+def test_helm_uninstall_leaves_nothing(kube: KubeCluster, report: Callable[[str, str], None]) -> None:
     """After the claims are gone, ``helm uninstall`` leaves no object of the release, no CSINode entry, no
     driver container, and nothing of the driver's on the node."""
     delete_workloads(kube)
