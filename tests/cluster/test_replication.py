@@ -146,13 +146,13 @@ def node_of(cluster: LabCluster, address: str) -> str:
     return address
 
 
-def read_back(pair: Pair, acked: int) -> ProbeResult:
-    """Every block of the written range read from the head with O_DIRECT: each must hold its last acknowledged
-    write."""
-    gpu = pair.vm("gpu-1")
-    out = gpu.check([gpu.python, str(PROBE), pair.head, "0", "--mode", "check", "--acked", str(acked),
+def written_and_read_back(pair: Pair, probe: IoProbe) -> tuple[ProbeResult, ProbeResult]:
+    """The writer's result, then every block of the written range read from the head with O_DIRECT: each must
+    hold its last acknowledged write."""
+    result, gpu = probe.result(), pair.vm("gpu-1")
+    out = gpu.check([gpu.python, str(PROBE), pair.head, "0", "--mode", "check", "--acked", str(result.ios),
                      "--blocks", str(BLOCKS)], timeout=300)  # fmt: skip
-    return ProbeResult(**json.loads(out.strip().splitlines()[-1]))
+    return result, ProbeResult(**json.loads(out.strip().splitlines()[-1]))
 
 
 def test_one_volume_on_two_nodes_is_one_subsystem_with_both_nodes_paths(pair: Pair, report: Reporter) -> None:
@@ -200,8 +200,7 @@ def test_a_primary_cut_from_its_peer_goes_on_only_when_the_arbiter_fenced_the_pe
               180)  # fmt: skip
     resync = time.monotonic() - healed
     assert "volume" in pair.role("storage-1", "secondary")
-    result = probe.result()
-    back = read_back(pair, result.ios)
+    result, back = written_and_read_back(pair, probe)
     report(
         "replica pair: replication link cut",
         f"fence-peer asked {waited:.1f}s after the cut, answered at {answered:.1f}s; writer {result.line()}; "
@@ -223,8 +222,7 @@ def test_the_primary_powered_off_mid_write_loses_nothing_acknowledged(pair: Pair
     promoted = pair.role("storage-1", "primary", "fenced")  # the arbiter: storage-2 is down, fence it
     assert "volume" in promoted, promoted
     up = time.monotonic() - off
-    result = probe.result()
-    back = read_back(pair, result.ios)
+    result, back = written_and_read_back(pair, probe)
     report(
         "replica pair: primary powered off",
         f"detected {detected:.1f}s ({lost.get('connection')}), promoted {up:.1f}s after the power cut "
