@@ -11,6 +11,12 @@ one that any candidate serves, the agent with the most free capacity wins (ties 
 volume, ``cached`` (agent name -> bytes of the data set Alluxio holds on the worker next to that agent) comes
 first: among the candidates, the one next to the most cached bytes wins (dataset locality is a preference;
 requisite segments still bind).
+
+A replicated volume (``replicas: "2"``) goes to a pair (:func:`place_pair`): two agents on different storage
+nodes (the map's ``node``, else the agent) with the same volume segment, so every node that reaches one
+reaches the other (a zone in the map limits who reaches an agent: two replicas in two zones would leave no
+zoned node able to fail over). The first is chosen as :func:`place` chooses among the agents that have such a
+partner; the partner is the one with the most room.
 """
 
 from __future__ import annotations
@@ -82,3 +88,35 @@ def place(
 def capacity_in(candidates: Sequence[Candidate], transport: str, segment: Topology | None) -> int:
     """Free bytes reachable from ``segment`` (all agents when it is ``None``)."""
     return sum(c.free_bytes for c in candidates if segment is None or reachable(c.agent, transport, segment))
+
+
+def _node_of(agent: AgentEntry) -> str:
+    return agent.node or agent.name
+
+
+def place_pair(
+    candidates: Sequence[Candidate],
+    size: int,
+    transport: str,
+    requirement: TopologyRequirement | None,
+    cached: Mapping[str, int] | None = None,
+) -> tuple[AgentEntry, AgentEntry]:
+    """The two agents of a replicated volume (see the module docstring). Raises ``ResourceExhausted`` saying why
+    when no pair has room."""
+    fits = [c for c in candidates if transport in c.agent.transports and c.free_bytes >= size]
+
+    def partners(first: AgentEntry) -> list[Candidate]:
+        segment = volume_segment(first, transport)
+        return sorted(
+            (c for c in fits if _node_of(c.agent) != _node_of(first) and volume_segment(c.agent, transport) == segment),
+            key=lambda c: (-c.free_bytes, c.agent.name),
+        )
+
+    paired = [c for c in fits if partners(c.agent)]
+    if not paired:
+        raise ResourceExhausted(
+            f"replicas 2: no two agents on different storage nodes with one fabric and zone offer {transport} with "
+            f"{size} bytes free each ({len(fits)} agent(s) have room)"
+        )
+    first = place(paired, size, transport, requirement, cached)
+    return first, partners(first)[0].agent

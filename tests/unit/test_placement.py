@@ -9,7 +9,15 @@ from nvmeof_csi.errors import ConfigError, ResourceExhausted
 from nvmeof_csi.rpc.endpoints import Endpoint
 from nvmeof_csi.service.contracts import TopologyRequirement
 from nvmeof_csi.topology.fabric_map import AgentEntry, load_fabric_map, parse_fabric_map
-from nvmeof_csi.topology.placement import TOPOLOGY_ZONE, Candidate, capacity_in, place, reachable, volume_segment
+from nvmeof_csi.topology.placement import (
+    TOPOLOGY_ZONE,
+    Candidate,
+    capacity_in,
+    place,
+    place_pair,
+    reachable,
+    volume_segment,
+)
 
 FAB = "topology.csi.nvmeof.io/fabric"
 RDMA = "topology.csi.nvmeof.io/transport-rdma"
@@ -123,3 +131,22 @@ def test_fabric_map_field_types_are_checked(fields: dict[str, Any], needle: str)
 def test_a_fabric_map_entry_names_the_node_of_its_agent() -> None:
     assert parse_fabric_map(fabric_agent(node="storage-1.lab")).agents[0].node == "storage-1.lab"
     assert parse_fabric_map(fabric_agent()).agents[0].node == ""
+
+
+def test_a_replica_pair_goes_to_two_storage_nodes_that_the_same_nodes_reach() -> None:
+    """Two agents on different storage nodes with one volume segment; never two zones (no zoned node would reach
+    both), never two agents of one node (one power cut would take both), and a clear refusal otherwise."""
+    s2, s3 = agent("s2", "f1", "z1"), agent("s3", "f1", "z2")
+    s1 = AgentEntry("s1", EP, "f1", "z1", ("tcp",), node="s1")
+    twin = AgentEntry("s1b", EP, "f1", "z1", ("tcp",), node="s1")  # a second agent on s1's storage node
+    pair = place_pair(
+        [Candidate(s1, 900), Candidate(twin, 800), Candidate(s2, 100), Candidate(s3, 1000)], 50, "tcp", None
+    )
+    assert [a.name for a in pair] == ["s1", "s2"]  # s3 (most room) has no partner in z2; s1b shares s1's node
+    assert volume_segment(pair[0], "tcp") == volume_segment(pair[1], "tcp")
+    with pytest.raises(ResourceExhausted, match="no two agents on different storage nodes"):
+        place_pair([Candidate(s1, 900), Candidate(twin, 800), Candidate(s3, 1000)], 50, "tcp", None)
+    with pytest.raises(ResourceExhausted, match="1 agent"):
+        place_pair([Candidate(s1, 900), Candidate(s2, 10)], 50, "tcp", None)  # s2 has no room
+    zoneless = [Candidate(agent("p", "f2"), 300), Candidate(agent("q", "f2"), 200), Candidate(agent("r", "f1"), 999)]
+    assert [a.name for a in place_pair(zoneless, 50, "tcp", req([{FAB: "f2"}]))] == ["p", "q"]
