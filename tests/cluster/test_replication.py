@@ -91,6 +91,10 @@ def cut_replication(cluster: LabCluster, on: bool) -> None:
 @pytest.fixture(scope="module")
 def pair(cluster: LabCluster, stack: ClusterDriver) -> Iterator[Pair]:
     """The replica pair made by both agents (``storage-2`` primary, epoch 1) and ``gpu-1`` on all four paths."""
+    # the hand-made fabric tests clear storage-1's configfs under the running agent (its portals too): a restart
+    # converges it back to the agent's state, as its service manager's restart would
+    stack.agent.stop("TERM")
+    stack.agent.start()
     window = CNTLID_WINDOWS["storage-1" if os.environ.get("LAB_CNTLID") == "same" else "storage-2"]
     two = cluster.vm("storage-2")
     peer = GuestTargetAgent(
