@@ -18,7 +18,7 @@ from __future__ import annotations
 import ipaddress
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from nvmeof_csi.agent.drbd_config import MAX_MINOR, DrbdSide
 from nvmeof_csi.errors import InvalidArgument
@@ -49,7 +49,7 @@ class ReplicaSpec:
     address: str
     port: int
     minor: int
-    secret: str
+    secret: str = field(repr=False)  # never in a log line or an error that prints the spec
     role: str = SECONDARY
     epoch: int = 0
 

@@ -229,6 +229,11 @@ def test_what_a_replicated_create_refuses(tmp_path: Path) -> None:
                             replica=ReplicaSpec.parse(PAIR))  # fmt: skip
 
 
+def test_a_replica_spec_never_shows_its_secret() -> None:
+    spec = ReplicaSpec.parse(PAIR)
+    assert SECRET not in repr(spec) and SECRET not in str(spec) and spec.secret == SECRET
+
+
 @pytest.mark.parametrize(
     ("change", "says"),
     [
