@@ -85,9 +85,18 @@ class DrbdResources:
     def demote(self, vol_uuid: str, secret: str) -> None:
         self._adm_cmd(vol_uuid, secret, "secondary")
 
-    def outdate(self, vol_uuid: str, secret: str) -> None:
-        """Mark this replica's data Outdated (the controller's decision when its peer went on without it)."""
+    def outdate(self, vol_uuid: str, secret: str, cut: bool = False) -> None:
+        """Mark this replica's data Outdated (the controller's decision when its peer went on without it).
+
+        ``cut``: this side still believes it is connected (DRBD refuses to outdate a connected disk) while its
+        peer has already lost it and asked to fence it. The connection is dropped hard (no cluster-wide state
+        change, which would wait for a peer that no longer hears), the disk outdated, and the resource set to
+        connect again, so it comes back as a resync target when the link heals."""
+        if cut:
+            self._adm_cmd(vol_uuid, secret, "--", "--force", "disconnect")
         self._adm_cmd(vol_uuid, secret, "outdate")
+        if cut:
+            self._adm_cmd(vol_uuid, secret, "connect")
 
     def discard_mine(self, vol_uuid: str, secret: str) -> None:
         """The split-brain loser, as the controller directed: reconnect discarding this replica's changes."""

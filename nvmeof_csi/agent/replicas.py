@@ -118,17 +118,19 @@ class Replication:
         self._drbd.promote(rec.uuid, spec.secret)
 
     def demote(self, rec: VolumeRecord, outdate: bool = False) -> None:
-        """Secondary; the caller has taken the namespace away first. ``outdate`` (a fenced replica): a replica
-        cut off from its peer has its disk marked Outdated too, so DRBD itself refuses to promote it until a
-        resync from the peer has made it UpToDate again."""
+        """Secondary; the caller has taken the namespace away first. ``outdate`` (a fenced replica): an UpToDate
+        disk is marked Outdated, so DRBD itself refuses to promote it until a resync from the peer has made it
+        UpToDate again. That holds even while this side still shows its peer connected: the peer asks to fence
+        only once it lost this side, and this side may not have noticed yet (it is cut, outdated, and set to
+        reconnect)."""
         spec = self.spec(rec)
         now = self._drbd.state(spec.minor)
         if now is not None and now.role == "Primary":
             self._drbd.demote(rec.uuid, spec.secret)
             now = self._drbd.state(spec.minor)
-        if outdate and now is not None and now.connection in DISCONNECTED and now.disk == "UpToDate":
-            log.warning("volume %s: replica cut off from its peer and fenced: its disk is now Outdated", rec.uuid)
-            self._drbd.outdate(rec.uuid, spec.secret)
+        if outdate and now is not None and now.disk == "UpToDate":
+            log.warning("volume %s: replica fenced (%s): its disk is now Outdated", rec.uuid, now.connection)
+            self._drbd.outdate(rec.uuid, spec.secret, cut=now.connection not in DISCONNECTED)
 
     def resize(self, rec: VolumeRecord, backing: Path) -> None:
         """After the file grew: the loop grows; the Primary grows the DRBD device (both files grown, Connected:

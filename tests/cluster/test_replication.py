@@ -9,6 +9,7 @@ in epochs (``SetReplicaRole``) and answers DRBD's fence-peer calls (``AnswerFenc
 2. Only the replication link cut: the primary's writes freeze until the arbiter answers; the arbiter fences the
    cut-off secondary (its disk Outdated) and lets the primary go on; the outdated replica cannot be promoted; the
    link healed, only what changed meanwhile is resynced; 0 I/O errors, every acknowledged write reads back.
+   Cut again and fenced at once, before its own ping timeout showed it the cut, it is outdated all the same.
 3. The primary powered off mid-write: the survivor is promoted once the arbiter fences the dead node, the host's
    head picks its path up, 0 I/O errors, every acknowledged write reads back from the survivor (O_DIRECT).
 
@@ -203,17 +204,41 @@ def test_a_primary_cut_from_its_peer_goes_on_only_when_the_arbiter_fenced_the_pe
     pair.wait("storage-1", "resynced", lambda r: r.get("disk") == "UpToDate" and r.get("connection") == "Connected",
               180)  # fmt: skip
     resync = time.monotonic() - healed
+    recut, resync2 = fence_before_it_sees_the_cut(pair)
     assert "volume" in pair.role("storage-1", "secondary")
     result, back = written_and_read_back(pair, probe)
     report(
         "replica pair: replication link cut",
         f"fence-peer asked {waited:.1f}s after the cut, answered at {answered:.1f}s; writer {result.line()}; "
         f"peer then {behind.get('peer_disk')}; {int(dirty) >> 10} KiB out of sync resynced in {resync:.1f}s "
-        f"(of {MIB} MiB); outdated promotion: {refused.get('refused', '')[:120]}; read back {back.line()}",
+        f"(of {MIB} MiB); outdated promotion: {refused.get('refused', '')[:120]}; read back {back.line()}; "
+        f"fenced before it saw a second cut: {recut}, resynced in {resync2:.1f}s",
     )
     assert result.io_errors == 0 and back.verify_errors == 0, (result.errlog, back.errlog)
     assert result.max_gap_s >= 5, "a write completed while the arbiter had not answered"
     assert 0 < int(dirty) < (MIB << 20) // 4, dirty
+
+
+def fence_before_it_sees_the_cut(pair: Pair) -> tuple[str, float]:
+    """The link cut again and the arbiter fencing storage-1 at once, before storage-1's own ping timeout has
+    shown it the cut (the race a slow peer loses): DRBD refuses to outdate a disk it believes connected, so the
+    agent cuts the connection hard, outdates the disk and lets it reconnect. storage-2's fence-peer call is
+    answered, the link healed, and the outdated side comes back as a resync target. Gives storage-1's state
+    before and after the fence, and the seconds from the heal to UpToDate."""
+    two, spool = pair.agents["storage-2"], "/run/nvmeof-csi/drbd/spool"
+    cut_replication(pair.cluster, on=True)
+    before = pair.get("storage-1")
+    assert before["connection"] == "Connected", before  # not seen yet: the case this proves
+    assert "volume" in pair.role("storage-1", "fenced")
+    after = pair.get("storage-1")
+    assert after["disk"] == "Outdated", after  # before the fix: still UpToDate, and DRBD would promote it
+    asked = wait_until(lambda: any(n.endswith(".req") for n in two.vm.listdir(spool)), 90, 0.5)
+    assert asked and two.ops("answer", VOL, "fenced")["answered"] == 1
+    cut_replication(pair.cluster, on=False)
+    healed = time.monotonic()
+    pair.wait("storage-1", "resynced after the fence", lambda r: r.get("disk") == "UpToDate", 180)
+    seen = f"{before['disk']}/{before['connection']} -> {after['disk']}/{after['connection']}"
+    return seen, time.monotonic() - healed
 
 
 def test_the_primary_powered_off_mid_write_loses_nothing_acknowledged(pair: Pair, report: Reporter) -> None:

@@ -72,7 +72,15 @@ class Kernel:
         elif word == "secondary" and self.minor is not None:
             self.minor["ro"] = "Secondary"
         elif word == "outdate" and self.minor is not None:
+            if self.minor["cs"] == "Connected":
+                raise CommandError(
+                    list(argv), 17, "", "State change failed: (-15) Refusing to be Outdated while Connected"
+                )
             self.minor["ds"] = "Outdated"
+        elif word == "disconnect" and self.minor is not None:
+            self.minor["cs"] = "StandAlone"
+        elif word == "connect" and self.minor is not None:
+            self.minor["cs"] = "WFConnection"
         elif word == "down":
             self.minor = None
         return Result(0, "", "")
@@ -168,19 +176,30 @@ def test_a_primary_steps_down_through_fenced_unlinked_before_its_namespace_goes(
         agent.set_replica_role(vol, "primary", 2)
 
 
-def test_a_fenced_replica_cut_off_from_its_peer_is_outdated_and_a_connected_one_is_not(tmp_path: Path) -> None:
+def test_a_fenced_replica_cut_off_from_its_peer_is_outdated(tmp_path: Path) -> None:
     kernel = Kernel()
     agent = replicated_agent(tmp_path, kernel)
     vol = create(agent)
     assert kernel.minor is not None
-    kernel.minor["ds"] = "UpToDate"
-    agent.set_replica_role(vol, "fenced", 1)  # connected: its peer is current with it, nothing to outdate
-    assert "outdate" not in kernel.words()
-    kernel.minor["cs"] = "WFConnection"  # the replication link cut: the peer went on alone
-    agent.set_replica_role(vol, "fenced", 2)
+    kernel.minor.update(ds="UpToDate", cs="WFConnection")  # the replication link cut: the peer went on alone
+    agent.set_replica_role(vol, "fenced", 1)
     assert kernel.words()[-1] == "outdate" and kernel.minor["ds"] == "Outdated"
     with pytest.raises(FailedPrecondition, match="cannot be primary"):
-        agent.set_replica_role(vol, "primary", 3)
+        agent.set_replica_role(vol, "primary", 2)
+
+
+def test_a_fenced_replica_that_has_not_yet_seen_the_cut_is_outdated_and_reconnects(tmp_path: Path) -> None:
+    kernel = Kernel()
+    agent = replicated_agent(tmp_path, kernel)
+    vol = create(agent)
+    assert kernel.minor is not None
+    kernel.minor["ds"] = "UpToDate"  # the peer lost this side and asked to fence it; this side still shows Connected
+    agent.set_replica_role(vol, "fenced", 1)
+    assert kernel.words()[-3:] == ["disconnect", "outdate", "connect"], kernel.words()
+    assert (kernel.minor["ds"], kernel.minor["cs"]) == ("Outdated", "WFConnection")
+    assert kernel.calls[-3][-4:-1] == ["--", "--force", "disconnect"]
+    with pytest.raises(FailedPrecondition, match="cannot be primary"):
+        agent.set_replica_role(vol, "primary", 2)
 
 
 def test_drbd_refusing_an_outdated_replica_changes_nothing(tmp_path: Path) -> None:
