@@ -105,7 +105,7 @@ class AgentServicer(pb_grpc.AgentServicer):
         self._unknown = unknown
 
     def Health(self, request: pb.HealthRequest, context: Ctx) -> pb.HealthResponse:
-        ready = self._agent.nvmet.available()
+        ready, rep = self._agent.nvmet.available(), self._agent.replication
         message = "ready" if ready else f"nvmet configfs not available at {self._agent.nvmet.root}"
         return pb.HealthResponse(
             ready=ready,
@@ -113,6 +113,8 @@ class AgentServicer(pb_grpc.AgentServicer):
             version=__version__,
             agent_name=self._agent.name,
             unknown_objects=self._unknown,
+            replication_address=rep.address if rep is not None else "",
+            replication_host=rep.host if rep is not None else "",
         )
 
     def CreateVolume(self, request: pb.CreateVolumeRequest, context: Ctx) -> pb.Volume:

@@ -36,7 +36,11 @@ def _labels(view: VolumeView) -> dict[str, str]:
 def replica_msg(replica: Mapping[str, str], now: DrbdState | None) -> pb.Replica:
     """A replica's role and peer (never its secret), with the kernel's DRBD state when known."""
     msg = pb.Replica(
-        peer_agent=replica.get("peer_agent", ""), role=replica.get("role", ""), epoch=int(replica.get("epoch", "0"))
+        peer_agent=replica.get("peer_agent", ""),
+        role=replica.get("role", ""),
+        epoch=int(replica.get("epoch", "0")),
+        minor=int(replica.get("minor", "0")),
+        port=int(replica.get("port", "0")),
     )
     if now is not None:
         msg.drbd_role, msg.disk, msg.peer_disk, msg.connection = now.role, now.disk, now.peer_disk, now.connection

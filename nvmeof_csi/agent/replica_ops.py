@@ -3,8 +3,9 @@ device and role on each start, and the controller's role changes (:class:`Replic
 
 Contract:
 - A replicated volume is made only on an agent configured for replication (``--replication-address``), without a
-  content source or a dataset (``FailedPrecondition`` naming what is missing); a repeated create must name the
-  same pair (``AlreadyExists`` otherwise).
+  content source or a dataset, on a DRBD minor and port no other volume here holds (``FailedPrecondition``
+  naming what is missing or taken); ``replicas: 2`` without the pair is ``InvalidArgument``; a repeated create
+  must name the same pair (``AlreadyExists`` otherwise).
 - :meth:`ReplicaOps.set_role` moves a ready replica to the controller's role in an epoch no older than its own:
   ``primary`` (promote, then enable the namespace, then link the portals); ``fenced`` (saved first, then unlink
   every portal, disable the namespace, demote; cut off from its peer, its disk Outdated); ``secondary`` (as
@@ -22,7 +23,7 @@ from nvmeof_csi.agent.parts import NSID, AgentParts, VolumeView
 from nvmeof_csi.agent.replica_spec import FENCED, PRIMARY, SECONDARY, ReplicaSpec
 from nvmeof_csi.agent.replicas import Replication, Stack, metadata_bytes, next_role
 from nvmeof_csi.agent.state_model import READY, VolumeRecord
-from nvmeof_csi.errors import AlreadyExists, FailedPrecondition, Unavailable
+from nvmeof_csi.errors import AlreadyExists, FailedPrecondition, InvalidArgument, Unavailable
 from nvmeof_csi.nvmeof.nqn import namespace_nguid, volume_nqn
 from nvmeof_csi.nvmeof.parameters import VolumeParameters
 
@@ -35,9 +36,18 @@ def replication(parts: AgentParts) -> Replication:
     return parts.replication
 
 
-def check_replicable(parts: AgentParts, params: VolumeParameters, source_volume: str, source_snapshot: str) -> None:
+def check_replicable(parts: AgentParts, params: VolumeParameters, source: str, replica: ReplicaSpec | None) -> None:
+    """A create that names a pair (or ``replicas: 2``) on this agent: see the module's contract."""
+    if replica is None:
+        raise InvalidArgument("parameter 'replicas: 2': the controller makes the pair (the create names no replica)")
     replication(parts)
-    if source_volume or source_snapshot:
+    for other in parts.state.current.volumes.values():
+        mine = ReplicaSpec.parse(other.replica) if other.replica else None
+        if mine is not None and (mine.minor == replica.minor or mine.port == replica.port):
+            raise FailedPrecondition(
+                f"agent {parts.name}: DRBD minor {replica.minor} or port {replica.port} is held by volume {other.uuid}"
+            )
+    if source:
         raise FailedPrecondition("a replicated volume cannot be made from a snapshot or a volume yet")
     if params.dataset is not None:
         raise FailedPrecondition("a replicated volume cannot hold a dataset yet")

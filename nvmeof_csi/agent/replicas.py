@@ -64,13 +64,21 @@ class Stack:
 
 class Replication:
     def __init__(
-        self, drbd: DrbdResources, loops: LoopLinks, host: str, fence_helper: str, spool: FenceSpool | None = None
+        self,
+        drbd: DrbdResources,
+        loops: LoopLinks,
+        host: str,
+        fence_helper: str,
+        spool: FenceSpool | None = None,
+        address: str = "",
     ) -> None:
         """``host``: this node's ``uname -n`` (DRBD finds its own section by it); ``fence_helper``: the path
         written as the resource's ``fence-peer`` handler (the kernel runs the module's usermode helper);
-        ``spool``: where that helper's calls wait for the controller (``agent/fence_spool.py``)."""
+        ``spool``: where that helper's calls wait for the controller (``agent/fence_spool.py``); ``address``:
+        this node's replication address (``--replication-address``), told to the controller by Health."""
         self._drbd, self._loops, self._host, self._helper = drbd, loops, host, fence_helper
         self._spool = spool
+        self.host, self.address = host, address
 
     def fence_requests(self) -> list[FenceRequest]:
         """DRBD's fence-peer calls waiting here, oldest first."""

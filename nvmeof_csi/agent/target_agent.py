@@ -183,6 +183,11 @@ class TargetAgent:
     def set_replica_role(self, vol_uuid: str, role: str, epoch: int) -> VolumeView:
         return ReplicaOps(self._parts).set_role(vol_uuid, role, epoch)
 
+    @property
+    def replication(self) -> Replication | None:
+        """The replicated volumes' kernel side (``None``: this agent does not replicate)."""
+        return self._parts.replication
+
     def fence_requests(self) -> list[FenceRequest]:
         """DRBD's fence-peer calls waiting on this node (none when it does not replicate)."""
         return self._parts.replication.fence_requests() if self._parts.replication is not None else []

@@ -90,8 +90,8 @@ class VolumeOps:
                 return p.view(found)
             self._check_auth(parameters)
             self._check_tls(parameters)
-            if replica is not None:
-                check_replicable(p, parameters, source_volume, source_snapshot)
+            if replica is not None or parameters.replicas > 1:
+                check_replicable(p, parameters, source_volume or source_snapshot, replica)
             source_size = self._source_size(source_volume, source_snapshot)
             if capacity_bytes < source_size:
                 raise OutOfRange(f"capacity {capacity_bytes} is smaller than the source's {source_size} bytes")

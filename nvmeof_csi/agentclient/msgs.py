@@ -4,6 +4,8 @@ limits, TLS mode), its accessible topology and content source; a snapshot."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from nvmeof_csi.gen import nvmeof_agent_pb2 as pb
 from nvmeof_csi.nvmeof.context import Portal, VolumeContext
 from nvmeof_csi.nvmeof.parameters import VolumeParameters
@@ -44,6 +46,22 @@ def volume_of(entry: AgentEntry, vol: pb.Volume) -> Volume:
         ready=vol.status != "creating",
         fenced={f.host_nqn: Fence(f.reason, f.fenced_at, f.boot_id) for f in vol.fenced_hosts},
     )
+
+
+def pair_volume_of(first: AgentEntry, vol: pb.Volume, peer: pb.Volume) -> Volume:
+    """A replicated volume as the service sees it, from both replicas' messages: the first's (the agent the ID
+    names) with every portal of both agents in its context (the node connects to both: one multipath head), the
+    hosts either allows, and ready once one replica is the primary (a pair not yet promoted is still being
+    made)."""
+    one = volume_of(first, vol)
+    transport = one.parameters.transport
+    portals = [
+        Portal(p.trtype, p.traddr, str(p.trsvcid)) for v in (vol, peer) for p in v.portals if p.trtype == transport
+    ]
+    context = {**one.context, "portals": ",".join(p.key for p in portals)}
+    hosts = tuple(sorted(set(vol.allowed_hosts) | set(peer.allowed_hosts)))
+    primary = "primary" in (vol.replica.role, peer.replica.role)
+    return replace(one, context=context, published_nodes=hosts, ready=one.ready and primary)
 
 
 def snapshot_of(entry: AgentEntry, snap: pb.Snapshot) -> Snapshot:

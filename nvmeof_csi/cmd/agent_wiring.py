@@ -88,6 +88,7 @@ def build_replication(settings: AgentSettings, plain_tree: bool) -> Replication 
         os.uname().nodename,
         str(helper_dir / HELPER_NAME),
         FenceSpool(spool, lambda request: None),  # the controller answers (AnswerFenceRequest)
+        address=settings.replication_address,
     )
 
 

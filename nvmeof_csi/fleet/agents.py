@@ -48,6 +48,14 @@ class AgentFleet:
     def _entry(self, location: str) -> AgentEntry | None:
         return self.fabric.agent(location)
 
+    def client_of(self, entry: AgentEntry) -> AgentApi:
+        """The client of ``entry`` (made on first use and kept)."""
+        return self._client(entry)
+
+    def entry_of(self, name: str) -> AgentEntry | None:
+        """The fabric map's agent ``name`` (``None``: not listed)."""
+        return self._entry(name)
+
     # -- health and capacity -----------------------------------------------------------------------------
     def health(self) -> Health:
         down = []

@@ -25,11 +25,13 @@ from collections.abc import Callable, Mapping
 from functools import partial
 
 from nvmeof_csi.agentclient.api import AgentApi, default_client
-from nvmeof_csi.agentclient.msgs import snapshot_of, volume_of
+from nvmeof_csi.agentclient.msgs import pair_volume_of, volume_of
 from nvmeof_csi.errors import Aborted, DeadlineExceeded, DriverError, NotFound, ResourceExhausted, Unavailable
-from nvmeof_csi.fleet.agents import AgentFleet
 from nvmeof_csi.fleet.census import KEPT_ON_LABEL, NameCensus
 from nvmeof_csi.fleet.names import Held, NameDirectory
+from nvmeof_csi.fleet.pairs import PAIR_LABEL, PairRecords, Pairs
+from nvmeof_csi.fleet.snapshots import AgentSnapshots
+from nvmeof_csi.gen import nvmeof_agent_pb2 as pb
 from nvmeof_csi.nvmeof.dataset import DatasetSpec
 from nvmeof_csi.nvmeof.nqn import host_nqn_of, readonly_namespace_uuid, readonly_nqn
 from nvmeof_csi.nvmeof.parameters import VolumeParameters
@@ -38,13 +40,12 @@ from nvmeof_csi.service.contracts import (
     Condition,
     ContentSource,
     Problem,
-    Snapshot,
     TopologyRequirement,
     Volume,
     VolumeRef,
 )
 from nvmeof_csi.topology.fabric_map import AgentEntry, FabricMap
-from nvmeof_csi.topology.placement import place, reachable
+from nvmeof_csi.topology.placement import could_hold, partner_for, place, place_pair, source_agent
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +58,7 @@ DATASET_CREATE_TIMEOUT = 3600.0
 FILL_POLL_SECONDS = 1.0
 
 
-class AgentBackend(AgentFleet):
+class AgentBackend(AgentSnapshots):
     supports_snapshots = True
 
     def __init__(
@@ -68,14 +69,17 @@ class AgentBackend(AgentFleet):
         sleep: Callable[[float], None] = time.sleep,
         clock: Callable[[], float] = time.monotonic,
         census: bool = False,
+        records: PairRecords | None = None,
     ) -> None:
         """``census``: look names up through a name census (``fleet/census.py``; its sweeps are
-        run by the caller as a background loop, ``census.run``) rather than on every agent."""
+        run by the caller as a background loop, ``census.run``) rather than on every agent; ``records``: the
+        arbiter's records of replicated volumes (none: ``replicas: 2`` is refused, ``fleet/pairs.py``)."""
         super().__init__(fabric, client, clock)
         self._locality = locality
         self._sleep, self._clock = sleep, clock
         self.census = NameCensus(fabric.agents, self._client, clock) if census else None
         self._names = NameDirectory(fabric, self._client, self.census)
+        self.pairs = Pairs(self, records, sleep, clock)
 
     # -- volumes -------------------------------------------------------------------------------------------
     def find_volume_by_name(
@@ -86,7 +90,7 @@ class AgentBackend(AgentFleet):
         source: ContentSource | None = None,
     ) -> Volume | None:
         transport = parameters.transport if parameters is not None else "tcp"
-        scope = partial(self._could_hold, transport=transport, requirement=requirement, source=source)
+        scope = partial(could_hold, transport=transport, requirement=requirement, source=source)
         held = self._names.find(name, scope if parameters is not None else lambda _: True)
         return self._volume_held(held) if held is not None else None
 
@@ -99,9 +103,16 @@ class AgentBackend(AgentFleet):
                 "not list (restore it in the map)"
             )
         try:
-            return volume_of(entry, self._client(entry).get_volume(held.uuid))
+            return self._volume_of(entry, self._client(entry).get_volume(held.uuid))
         except NotFound:
             return None
+
+    def _volume_of(self, entry: AgentEntry, vol: pb.Volume) -> Volume:
+        """``vol`` as the service's volume; a replica with its peer's (both agents' portals)."""
+        if not vol.replica.peer_agent:
+            return volume_of(entry, vol)
+        peer = self.pairs.peer_of(entry, vol)
+        return pair_volume_of(entry, vol, self._client(peer).get_volume(vol.uuid))
 
     def create_volume(
         self,
@@ -113,16 +124,20 @@ class AgentBackend(AgentFleet):
         wait: float | None = None,
     ) -> Volume:
         transport = parameters.transport
-        could_hold = partial(self._could_hold, transport=transport, requirement=requirement, source=source)
-        held = self._names.find(name, could_hold)
+        scope = partial(could_hold, transport=transport, requirement=requirement, source=source)
+        held = self._names.find(name, scope)
         if held is None:
             if source is not None:
-                entry = self._source_agent(source, transport, requirement)
+                entry = source_agent(self._entry(source.ref.location), source, transport, requirement)
+            elif parameters.replicas > 1:
+                entry = place_pair(self._candidates(), capacity_bytes, transport, requirement)[0]
             else:
                 entry = self._place(capacity_bytes, transport, requirement, parameters)
-            held = self._names.reserve(name, str(uuidlib.uuid4()), entry.name, could_hold)
+            held = self._names.reserve(name, str(uuidlib.uuid4()), entry.name, scope)
         elif not held.kept_on:  # a volume made before reservations: keep what exists
-            held = self._names.reserve(name, held.uuid, held.agent, could_hold)
+            held = self._names.reserve(name, held.uuid, held.agent, scope)
+        if parameters.replicas > 1:
+            return self._make_pair(held, capacity_bytes, parameters, requirement)
         limit = DATASET_CREATE_TIMEOUT if wait is None else max(1.0, min(wait, DATASET_CREATE_TIMEOUT))
         existing = self._volume_held(held)
         if existing is not None:
@@ -140,6 +155,20 @@ class AgentBackend(AgentFleet):
         except ResourceExhausted:
             self.capacity_seen.forget_all()
             return place(self._candidates(), size, transport, requirement, near)
+
+    def _make_pair(
+        self, held: Held, size: int, parameters: VolumeParameters, requirement: TopologyRequirement | None
+    ) -> Volume:
+        first = self._require(VolumeRef(held.agent, held.uuid))
+
+        def partner() -> AgentEntry:
+            return partner_for(first, self._candidates(), size, parameters.transport)
+
+        labels = {NAME_LABEL: held.name, KEPT_ON_LABEL: held.kept_on}
+        one, two = self.pairs.make(held.name, held.uuid, first, partner, size, parameters, labels)
+        for entry in (first, self.pairs.peer_of(first, one)):
+            self.capacity_seen.forget(entry.name)
+        return pair_volume_of(first, one, two)
 
     def _create_held(
         self,
@@ -198,19 +227,6 @@ class AgentBackend(AgentFleet):
                 )
             self._sleep(min(FILL_POLL_SECONDS, max(0.0, deadline - self._clock())))
 
-    @staticmethod
-    def _could_hold(
-        entry: AgentEntry, transport: str, requirement: TopologyRequirement | None, source: ContentSource | None
-    ) -> bool:
-        """Could a CreateVolume with these arguments have put its volume on ``entry``?"""
-        if source is not None:
-            return entry.name == source.ref.location
-        if transport not in entry.transports:
-            return False
-        if requirement is None or not requirement.requisite:
-            return True
-        return any(reachable(entry, transport, segment) for segment in requirement.requisite)
-
     def _cached_near(self, spec: DatasetSpec | None) -> dict[str, int]:
         """For a dataset volume: agent name -> bytes of the data set cached on the Alluxio worker next to it."""
         if spec is None or self._locality is None:
@@ -222,47 +238,38 @@ class AgentBackend(AgentFleet):
             return {}
         return {a.name: held.get(a.alluxio_host, 0) for a in self.fabric.agents if a.alluxio_host}
 
-    def _source_agent(
-        self, source: ContentSource, transport: str, requirement: TopologyRequirement | None
-    ) -> AgentEntry:
-        entry = self._entry(source.ref.location)
-        if entry is None:
-            raise NotFound(f"{source.kind} {source.ref.uuid} does not exist (unknown agent {source.ref.location})")
-        if (
-            requirement
-            and requirement.requisite
-            and not any(reachable(entry, transport, t) for t in requirement.requisite)
-        ):
-            raise ResourceExhausted(
-                f"the {source.kind} lives on {entry.name}, which the requested topology cannot reach"
-            )
-        return entry
-
     def get_volume(self, ref: VolumeRef) -> Volume | None:
         entry = self._entry(ref.location)
         if entry is None:
             return None
         try:
-            return volume_of(entry, self._client(entry).get_volume(ref.uuid))
+            return self._volume_of(entry, self._client(entry).get_volume(ref.uuid))
         except NotFound:
             return None
 
     def list_volumes(self) -> list[Volume]:
-        volumes = [volume_of(e, v) for e in self.fabric.agents for v in self._client(e).list_volumes()]
+        volumes = [
+            self._volume_of(e, v)
+            for e in self.fabric.agents
+            for v in self._client(e).list_volumes()
+            if v.labels.get(PAIR_LABEL) != "second"  # a replicated volume once: as its first replica
+        ]
         return sorted(volumes, key=lambda v: v.ref.uuid)
 
     def delete_volume(self, ref: VolumeRef) -> None:
         entry = self._entry(ref.location)
         if entry is None:
             return
-        client = self._client(entry)
+        client, vol = self._client(entry), None
         try:
             vol = client.get_volume(ref.uuid)
             self._names.release(vol.name, vol.uuid, vol.labels.get(KEPT_ON_LABEL, ""))  # first: see the module
         except NotFound:
             pass  # gone, or a delete the agent has not finished: finishing it is the agent's (idempotent) call
+        if vol is not None and vol.replica.peer_agent:
+            self.pairs.remove(entry, vol, ref.uuid)
         client.delete_volume(ref.uuid)
-        self.capacity_seen.forget(entry.name)  # space came back: read it again at the next placement
+        self.capacity_seen.forget_all()  # space came back: read it again at the next placement
 
     def expand_volume(self, ref: VolumeRef, capacity_bytes: int) -> int:
         entry = self._require(ref)
@@ -281,9 +288,11 @@ class AgentBackend(AgentFleet):
         secrets: Mapping[str, str] = NO_SECRETS,
         node_name: str = "",
     ) -> Mapping[str, str]:
-        host = host_nqn_of(node_id)
+        host, entry = host_nqn_of(node_id), self._require(ref)
         # an `auth` volume's agent issues the host's keys; the grant records the host's Node
-        self._client(self._require(ref)).allow_host(ref.uuid, host, readonly=readonly, node_name=node_name)
+        granted = self._client(entry).allow_host(ref.uuid, host, readonly=readonly, node_name=node_name)
+        for side in self._both(entry, granted):
+            self._client(side).allow_host(ref.uuid, host, readonly=readonly, node_name=node_name)
         if not readonly:
             return {"hostNqn": host, "readonly": "false"}
         # the agent allows a read-only host only on the subsystem that refuses writes
@@ -295,15 +304,24 @@ class AgentBackend(AgentFleet):
         if entry is None:
             return
         try:
-            self._client(entry).deny_host(ref.uuid, host_nqn_of(node_id))
+            for side in self._both(entry, self._client(entry).deny_host(ref.uuid, host_nqn_of(node_id))):
+                self._client(side).deny_host(ref.uuid, host_nqn_of(node_id))
         except NotFound:
             return
 
     def fence(self, ref: VolumeRef, node_id: str, reason: str, boot_id: str) -> None:
-        self._client(self._require(ref)).fence_host(ref.uuid, host_nqn_of(node_id), reason, boot_id)
+        entry, host = self._require(ref), host_nqn_of(node_id)
+        for side in self._both(entry, self._client(entry).fence_host(ref.uuid, host, reason, boot_id)):
+            self._client(side).fence_host(ref.uuid, host, reason, boot_id)
 
     def unfence(self, ref: VolumeRef, node_id: str) -> None:
-        self._client(self._require(ref)).unfence_host(ref.uuid, host_nqn_of(node_id))
+        entry, host = self._require(ref), host_nqn_of(node_id)
+        for side in self._both(entry, self._client(entry).unfence_host(ref.uuid, host)):
+            self._client(side).unfence_host(ref.uuid, host)
+
+    def _both(self, entry: AgentEntry, done: pb.Volume) -> list[AgentEntry]:
+        """After a call on ``entry``'s replica: the other replica's agent, which takes the same call."""
+        return [self.pairs.peer_of(entry, done)] if done.replica.peer_agent else []
 
     def condition(self, ref: VolumeRef) -> Condition:
         """The agent's view: unreachable -> inaccessible; not ready -> degraded; then what the agent reports
@@ -321,30 +339,3 @@ class AgentBackend(AgentFleet):
         if not problems:
             return Condition(False, f"ready on agent {entry.name}")
         return Condition(True, "; ".join(p.message for p in problems), tuple(problems))
-
-    # -- snapshots -----------------------------------------------------------------------------------------
-    def create_snapshot(self, name: str, source: VolumeRef) -> Snapshot:
-        entry = self._require(source)
-        made = self._client(entry).create_snapshot(name, source.uuid)
-        self.capacity_seen.forget(entry.name)  # a snapshot takes pool space (a copy of the source's blocks)
-        return snapshot_of(entry, made)
-
-    def find_snapshot_by_name(self, name: str) -> Snapshot | None:
-        return next((s for s in self.list_snapshots() if s.name == name), None)
-
-    def get_snapshot(self, ref: VolumeRef) -> Snapshot | None:
-        entry = self._entry(ref.location)
-        if entry is None:
-            return None
-        snaps = self._client(entry).list_snapshots(snapshot_uuid=ref.uuid)
-        return snapshot_of(entry, snaps[0]) if snaps else None
-
-    def delete_snapshot(self, ref: VolumeRef) -> None:
-        entry = self._entry(ref.location)
-        if entry is not None:
-            self._client(entry).delete_snapshot(ref.uuid)
-            self.capacity_seen.forget(entry.name)
-
-    def list_snapshots(self) -> list[Snapshot]:
-        snaps = [snapshot_of(e, s) for e in self.fabric.agents for s in self._client(e).list_snapshots()]
-        return sorted(snaps, key=lambda s: s.ref.uuid)

@@ -26,6 +26,7 @@ from nvmeof_csi.nvmeof.qos import QOS_KEY_NAMES, QOS_KEYS, UNLIMITED, QosLimits,
 from nvmeof_csi.nvmeof.tlspsk import TLS_MODES, check_tls
 
 SIDECAR_PREFIX = "csi.storage.k8s.io/"
+REPLICAS: tuple[str | bool, ...] = ("1", "2")
 
 
 @dataclass(frozen=True)
@@ -85,6 +86,12 @@ PARAMETERS: tuple[Parameter, ...] = (
         Parameter(q.key, f"1..{q.high}, `0` or `max` (unlimited, the default)", f"per-pod limit: {q.meaning}", True)
         for q in QOS_KEYS
     ),
+    Parameter(
+        "replicas",
+        "`1` (default), `2`",
+        "copies of the volume: `2` keeps one on each of two storage nodes of one fabric and zone (DRBD protocol C, "
+        "the controller as arbiter; see [architecture.md](architecture.md#seams-worth-knowing)); not with `dataset.*`",
+    ),
     Parameter("dataset.uri", "a path or URI", "fill the volume with this data set (mounted read-only into Alluxio)"),
     Parameter("dataset.path", "an absolute Alluxio path", "the data set's path in Alluxio (default: from the uri)"),
     Parameter("dataset.pin", "`true` (default), `false`", "keep the data set cached while a volume references it"),
@@ -103,7 +110,7 @@ def parameters_table() -> str:
 
 #: the keys whose values are a closed set (the chart's schema refuses any other value at ``helm install``)
 _ENUMS: Mapping[str, tuple[str | bool, ...]] = {
-    "transport": TRANSPORTS, "auth": AUTH_MODES, "tls": TLS_MODES, "dataset.medium": MEDIA,
+    "transport": TRANSPORTS, "auth": AUTH_MODES, "tls": TLS_MODES, "dataset.medium": MEDIA, "replicas": REPLICAS,
     "dataset.pin": ("true", "false", True, False),
 }  # fmt: skip
 _SCALAR = ["string", "number", "boolean"]
@@ -152,6 +159,7 @@ class VolumeParameters:
     tunables: tuple[tuple[str, int], ...] = ()  # in TUNABLES order; absent: the driver's default
     limits: QosLimits = UNLIMITED  # per-pod I/O limits (the mutable part)
     dataset: DatasetSpec | None = None  # a dataset volume is filled before it is exported
+    replicas: int = 1  # 2: one replica on each of two storage nodes (the controller makes the pair)
 
     @classmethod
     def parse(cls, params: Mapping[str, str]) -> VolumeParameters:
@@ -165,13 +173,20 @@ class VolumeParameters:
         tls = check_tls(own.get("tls", "none"))
         if tls != "none" and transport != "tcp":
             raise InvalidArgument(f"parameter 'tls: {tls}' is for transport tcp only (NVMe/TCP TLS), not {transport}")
+        replicas = own.get("replicas", "1")
+        if replicas not in REPLICAS:
+            raise InvalidArgument(f"parameter 'replicas' must be 1 or 2, not {replicas[:20]!r}")
+        dataset = DatasetSpec.from_parameters(own)
+        if replicas == "2" and dataset is not None:
+            raise InvalidArgument("parameter 'replicas: 2' does not combine with a dataset (dataset.uri)")
         return cls(
             transport=transport,
             auth=check_auth(own.get("auth", "none")),
             tls=tls,
             tunables=tunables_from(own),
             limits=limits_from(own),
-            dataset=DatasetSpec.from_parameters(own),
+            dataset=dataset,
+            replicas=int(replicas),
         )
 
     def to_map(self) -> dict[str, str]:
@@ -180,6 +195,8 @@ class VolumeParameters:
         doc.update(self.limits.to_context())
         if self.dataset is not None:
             doc.update(self.dataset.to_parameters())
+        if self.replicas != 1:
+            doc["replicas"] = str(self.replicas)
         return doc
 
     def tunable(self, key: str) -> int | None:

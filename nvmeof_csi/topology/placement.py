@@ -25,8 +25,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from nvmeof_csi import TOPOLOGY_FABRIC, TOPOLOGY_RDMA
-from nvmeof_csi.errors import ResourceExhausted
-from nvmeof_csi.service.contracts import Topology, TopologyRequirement
+from nvmeof_csi.errors import NotFound, ResourceExhausted
+from nvmeof_csi.service.contracts import ContentSource, Topology, TopologyRequirement
 from nvmeof_csi.topology.fabric_map import AgentEntry
 
 TOPOLOGY_ZONE = "topology.kubernetes.io/zone"
@@ -104,19 +104,57 @@ def place_pair(
     """The two agents of a replicated volume (see the module docstring). Raises ``ResourceExhausted`` saying why
     when no pair has room."""
     fits = [c for c in candidates if transport in c.agent.transports and c.free_bytes >= size]
-
-    def partners(first: AgentEntry) -> list[Candidate]:
-        segment = volume_segment(first, transport)
-        return sorted(
-            (c for c in fits if _node_of(c.agent) != _node_of(first) and volume_segment(c.agent, transport) == segment),
-            key=lambda c: (-c.free_bytes, c.agent.name),
-        )
-
-    paired = [c for c in fits if partners(c.agent)]
+    paired = [c for c in fits if _partners(c.agent, fits, transport)]
     if not paired:
         raise ResourceExhausted(
             f"replicas 2: no two agents on different storage nodes with one fabric and zone offer {transport} with "
             f"{size} bytes free each ({len(fits)} agent(s) have room)"
         )
     first = place(paired, size, transport, requirement, cached)
-    return first, partners(first)[0].agent
+    return first, _partners(first, fits, transport)[0].agent
+
+
+def _partners(first: AgentEntry, fits: Sequence[Candidate], transport: str) -> list[Candidate]:
+    segment = volume_segment(first, transport)
+    return sorted(
+        (c for c in fits if _node_of(c.agent) != _node_of(first) and volume_segment(c.agent, transport) == segment),
+        key=lambda c: (-c.free_bytes, c.agent.name),
+    )
+
+
+def partner_for(first: AgentEntry, candidates: Sequence[Candidate], size: int, transport: str) -> AgentEntry:
+    """The second replica's agent for a pair whose first is ``first`` (as :func:`place_pair` pairs them);
+    ``ResourceExhausted`` saying why when none has room."""
+    fits = [c for c in candidates if transport in c.agent.transports and c.free_bytes >= size]
+    found = _partners(first, fits, transport)
+    if not found:
+        raise ResourceExhausted(
+            f"replicas 2: no agent on another storage node with {first.name}'s fabric and zone offers {transport} "
+            f"with {size} bytes free"
+        )
+    return found[0].agent
+
+
+def could_hold(
+    entry: AgentEntry, transport: str, requirement: TopologyRequirement | None, source: ContentSource | None
+) -> bool:
+    """Could a CreateVolume with these arguments have put its volume on ``entry``?"""
+    if source is not None:
+        return entry.name == source.ref.location
+    if transport not in entry.transports:
+        return False
+    if requirement is None or not requirement.requisite:
+        return True
+    return any(reachable(entry, transport, segment) for segment in requirement.requisite)
+
+
+def source_agent(
+    entry: AgentEntry | None, source: ContentSource, transport: str, requirement: TopologyRequirement | None
+) -> AgentEntry:
+    """The agent of a clone or a volume from a snapshot: its source's (``entry``; ``None``: the map does not
+    list it), which the requested topology must reach."""
+    if entry is None:
+        raise NotFound(f"{source.kind} {source.ref.uuid} does not exist (unknown agent {source.ref.location})")
+    if requirement and requirement.requisite and not any(reachable(entry, transport, t) for t in requirement.requisite):
+        raise ResourceExhausted(f"the {source.kind} lives on {entry.name}, which the requested topology cannot reach")
+    return entry

@@ -16,6 +16,7 @@ from nvmeof_csi.agent.names import Reservation
 from nvmeof_csi.agent.pool import FileStore
 from nvmeof_csi.agent.portals import PortSpec
 from nvmeof_csi.agent.readonly import PlainReadOnlyDevices
+from nvmeof_csi.agent.replica_spec import ReplicaSpec
 from nvmeof_csi.agent.state import StateStore
 from nvmeof_csi.agent.target_agent import TargetAgent
 from nvmeof_csi.gen import nvmeof_agent_pb2 as pb
@@ -112,7 +113,13 @@ class LocalAgent:
         self.before_reserve: Callable[[], None] = lambda: None
 
     def health(self) -> pb.HealthResponse:
-        return pb.HealthResponse(ready=True, agent_name=self.agent.name)
+        rep = self.agent.replication
+        return pb.HealthResponse(
+            ready=True,
+            agent_name=self.agent.name,
+            replication_address=rep.address if rep is not None else "",
+            replication_host=rep.host if rep is not None else "",
+        )
 
     def create_volume(
         self,
@@ -124,6 +131,7 @@ class LocalAgent:
         source_snapshot: str = "",
         timeout: float | None = None,
         vol_uuid: str = "",
+        replica: Mapping[str, str] | None = None,
     ) -> pb.Volume:
         self.before_create()
         view = self.agent.create_volume(
@@ -134,8 +142,12 @@ class LocalAgent:
             source_volume,
             source_snapshot,
             vol_uuid,
+            ReplicaSpec.parse(replica) if replica else None,
         )
         return volume_msg(view)
+
+    def set_replica_role(self, vol_uuid: str, role: str, epoch: int, timeout: float | None = None) -> pb.Volume:
+        return volume_msg(self.agent.set_replica_role(vol_uuid, role, epoch))
 
     def reserve_name(self, name: str, vol_uuid: str, agent: str) -> pb.Reservation:
         self.before_reserve()

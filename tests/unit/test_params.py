@@ -37,6 +37,8 @@ def test_typed_values() -> None:
         ({"ctrlLossTmo": "forever"}, "integer"),
         ({"queueSize": "4096"}, "queueSize"),
         ({"tos": "256"}, "tos"),
+        ({"replicas": "3"}, "'replicas' must be 1 or 2"),
+        ({"replicas": "2", "dataset.uri": "/datasets/x"}, "does not combine with a dataset"),
     ],
 )
 def test_rejects_name_the_key(given: dict[str, str], needle: str) -> None:
@@ -50,7 +52,15 @@ def test_the_configuration_table_is_made_from_the_one_declaration() -> None:
     table = parameters_table()
     doc = (ROOT / "docs" / "configuration.md").read_text()
     assert table in doc, f"docs/configuration.md's StorageClass table differs; it should read:\n{table}"
-    assert len(PARAMETERS) == 19 and set(QOS_KEY_NAMES) | set(TUNABLE_KEYS) | set(DATASET_KEYS) <= KNOWN
+    assert len(PARAMETERS) == 20 and set(QOS_KEY_NAMES) | set(TUNABLE_KEYS) | set(DATASET_KEYS) <= KNOWN
+    assert "replicas" in KNOWN
+
+
+def test_replicas_default_to_one_and_only_two_travels_in_the_map() -> None:
+    one, two = VolumeParameters.parse({}), VolumeParameters.parse({"replicas": "2"})
+    assert (one.replicas, two.replicas) == (1, 2) and VolumeParameters.parse({"replicas": "1"}) == one
+    assert "replicas" not in one.to_map() and two.to_map()["replicas"] == "2"
+    assert VolumeParameters.parse(two.to_map()) == two and two.immutable().replicas == 2
 
 
 _VALUES = {

@@ -6,23 +6,19 @@ The kernel's own behaviour is proven in ``tests/cluster/test_replication.py``.""
 from __future__ import annotations
 
 import shutil
-from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
 
-from nvmeof_csi.agent.configfs import Nvmet
-from nvmeof_csi.agent.drbd import DrbdResources
 from nvmeof_csi.agent.messages import volume_msg
-from nvmeof_csi.agent.replica_devices import LoopLinks
 from nvmeof_csi.agent.replica_spec import ReplicaSpec
-from nvmeof_csi.agent.replicas import Replication, metadata_bytes
+from nvmeof_csi.agent.replicas import metadata_bytes
 from nvmeof_csi.agent.target_agent import TargetAgent
-from nvmeof_csi.errors import Aborted, AlreadyExists, CommandError, FailedPrecondition, InvalidArgument
-from nvmeof_csi.host.executor import Result
+from nvmeof_csi.errors import Aborted, AlreadyExists, FailedPrecondition, InvalidArgument
 from nvmeof_csi.nvmeof.nqn import volume_nqn
 from nvmeof_csi.nvmeof.parameters import VolumeParameters
 from tests.support.agents import make_agent
+from tests.support.drbd_kernel import Kernel, replicated_agent
 
 MiB = 1 << 20
 SECRET = "00112233445566778899aabbccddeeff"
@@ -36,81 +32,6 @@ PAIR = {
     "secret": SECRET,
 }
 NS = "namespaces"
-
-
-class Kernel:
-    """losetup and drbdadm-84 as commands against a model of one DRBD minor; ``peer_disk`` is what the peer says."""
-
-    def __init__(self) -> None:
-        self.calls: list[list[str]] = []
-        self.loops: dict[str, str] = {}
-        self.minor: dict[str, str] | None = None
-        self.peer_disk = "Inconsistent"
-
-    def proc(self) -> str:
-        if self.minor is None:
-            return "version: 8.4.11 (api:1/proto:86-101)\n"
-        m = self.minor
-        return f"version: 8.4.11\n 11: cs:{m['cs']} ro:{m['ro']}/Secondary ds:{m['ds']}/{m['pds']} C r-----\n"
-
-    def run(self, argv: Sequence[str], *, timeout: float, check: bool = True, stdin: str | None = None,
-            secrets: Sequence[str] = ()) -> Result:  # fmt: skip
-        self.calls.append(list(argv))
-        if argv[0] == "losetup":
-            return self._losetup(list(argv))
-        if argv[0] == "modprobe":
-            return Result(0, "", "")
-        word = argv[-2]
-        if word == "up":
-            self.minor = {"cs": "Connected", "ro": "Secondary", "ds": "Inconsistent", "pds": self.peer_disk}
-        elif word == "new-current-uuid" and self.minor is not None:
-            self.minor["ds"] = self.minor["pds"] = "UpToDate"
-        elif word == "primary" and self.minor is not None:
-            if self.minor["ds"] != "UpToDate":
-                raise CommandError(list(argv), 17, "", "State change failed: (-2) Need access to UpToDate data")
-            self.minor["ro"] = "Primary"
-        elif word == "secondary" and self.minor is not None:
-            self.minor["ro"] = "Secondary"
-        elif word == "outdate" and self.minor is not None:
-            if self.minor["cs"] == "Connected":
-                raise CommandError(
-                    list(argv), 17, "", "State change failed: (-15) Refusing to be Outdated while Connected"
-                )
-            self.minor["ds"] = "Outdated"
-        elif word == "disconnect" and self.minor is not None:
-            self.minor["cs"] = "StandAlone"
-        elif word == "connect" and self.minor is not None:
-            self.minor["cs"] = "WFConnection"
-        elif word == "down":
-            self.minor = None
-        return Result(0, "", "")
-
-    def _losetup(self, argv: list[str]) -> Result:
-        if "--associated" in argv:
-            return Result(0, "".join(f"{d}\n" for d, f in self.loops.items() if f == argv[-1]), "")
-        if "--find" in argv:
-            self.loops["/dev/loop7"] = argv[-1]
-            return Result(0, "/dev/loop7\n", "")
-        if "--detach" in argv:
-            self.loops.pop(argv[-1], None)
-        return Result(0, "", "")
-
-    def words(self) -> list[str]:
-        return [
-            c[-2] if c[0] not in ("losetup", "modprobe") else c[1] if c[0] == "losetup" else c[0] for c in self.calls
-        ]
-
-
-def replicated_agent(tmp: Path, kernel: Kernel) -> TargetAgent:
-    base = make_agent(tmp)
-    replication = Replication(
-        DrbdResources(kernel, tmp / "drbd", read_proc=kernel.proc), LoopLinks(kernel, tmp / "links"), "storage-1",
-        "/run/nvmeof-csi/drbd/fence-peer",
-    )  # fmt: skip
-    agent = TargetAgent(base.name, Nvmet(tmp / "nvmet", plain_tree=True), base.store, base.state, base.portals,
-                        replication=replication)  # fmt: skip
-    agent.converge()
-    return agent
 
 
 def create(agent: TargetAgent, **changes: str) -> str:
@@ -246,6 +167,16 @@ def test_what_a_replicated_create_refuses(tmp_path: Path) -> None:
     with pytest.raises(FailedPrecondition, match="from a snapshot or a volume"):
         agent.create_volume("c", 64 * MiB, VolumeParameters.parse({}), {}, source_volume=source,
                             replica=ReplicaSpec.parse(PAIR))  # fmt: skip
+    with pytest.raises(InvalidArgument, match="the controller makes the pair"):
+        agent.create_volume("lone", 64 * MiB, VolumeParameters.parse({"replicas": "2"}), {})
+    create(agent)
+    for taken in ({"minor": PAIR["minor"], "port": "7801"}, {"minor": "12", "port": PAIR["port"]}):
+        with pytest.raises(FailedPrecondition, match="is held by volume"):
+            agent.create_volume("other", 64 * MiB, VolumeParameters.parse({}), {},
+                                replica=ReplicaSpec.parse({**PAIR, **taken}))  # fmt: skip
+    other = agent.create_volume("other", 64 * MiB, VolumeParameters.parse({"replicas": "2"}), {},
+                                replica=ReplicaSpec.parse({**PAIR, "minor": "12", "port": "7801"}))  # fmt: skip
+    assert other.record.parameters["replicas"] == "2"
 
 
 def test_a_replica_spec_never_shows_its_secret() -> None:
