@@ -64,10 +64,19 @@ class ReplicaApi(Protocol):
     def answer_fence(self, vol_uuid: str, pid: int, peer_fenced: bool) -> bool: ...
 
 
-def default_client(entry: AgentEntry) -> AgentApi:
-    """The controller's client of an agent: a call that meets a connection the agent's restart broke is retried."""
+def _retrying(entry: AgentEntry) -> AgentClient:
     target = AgentTarget(entry.name, entry.endpoint, entry.tls, entry.allow_plaintext_loopback)
     return AgentClient(target, retry_unavailable=True)
+
+
+def default_client(entry: AgentEntry) -> AgentApi:
+    """The controller's client of an agent: a call that meets a connection the agent's restart broke is retried."""
+    return _retrying(entry)
+
+
+def replica_client(entry: AgentEntry) -> ReplicaApi:
+    """The arbiter's client of an agent (retried as :func:`default_client`'s)."""
+    return _retrying(entry)
 
 
 class HostNqnNodes:

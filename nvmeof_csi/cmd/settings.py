@@ -182,6 +182,11 @@ class Settings:
         "Controller, with --node-signer-ca: NAMESPACE/NAME of the ConfigMap (get and update only) where the "
         "signer binds each host NQN to the Node its identity was issued to, durably (docs/security.md).",
     )
+    replica_records: str = setting(
+        "",
+        "Controller: the namespace of the arbiter's records of replicated volumes (one Lease each; get, create, "
+        "update, delete); empty: `replicas: 2` is refused and no DRBD fence-peer call is answered.",
+    )
     node_identity: str = setting(
         "files",
         "Node: `csr` to ask the controller's signer for this node's own agent client certificate (key made "
@@ -229,6 +234,8 @@ class Settings:
         ca = self.node_signer_ca
         if ca is not None and not ((ca / "tls.crt").is_file() and (ca / "tls.key").is_file()):
             raise ConfigError(f"--node-signer-ca {ca} must hold tls.crt and tls.key (the node CA)")
+        if self.replica_records and not valid_location(self.replica_records):
+            raise ConfigError(f"--replica-records {self.replica_records[:80]!r} must be a namespace (a DNS label)")
         if ca is not None and not self.identity_bindings:
             raise ConfigError("--node-signer-ca needs --identity-bindings (NAMESPACE/NAME of a ConfigMap)")
         for flag, user in (("node", self.node_signer_requester), ("agent", self.agent_signer_requester)):

@@ -13,7 +13,7 @@ import logging
 import os
 
 from nvmeof_csi import DRIVER_NAME, TOPOLOGY_FABRIC, TOPOLOGY_RDMA
-from nvmeof_csi.agentclient.api import HostNqnNodes
+from nvmeof_csi.agentclient.api import HostNqnNodes, replica_client
 from nvmeof_csi.agentclient.limits import AgentClients, AgentHostKeys, AgentLimits
 from nvmeof_csi.cmd.identity_wiring import build_node_identity, build_signer
 from nvmeof_csi.cmd.settings import Backend, Settings
@@ -22,6 +22,7 @@ from nvmeof_csi.datasets.client import AlluxioRest
 from nvmeof_csi.datasets.locality import CacheLocality
 from nvmeof_csi.errors import ConfigError
 from nvmeof_csi.fleet.backend import AgentBackend
+from nvmeof_csi.fleet.replica_agents import FleetReplicaAgents
 from nvmeof_csi.host.cgroups import PodCgroups
 from nvmeof_csi.host.egress_guard import EgressGuard, parse_guard
 from nvmeof_csi.host.executor import Executor, SubprocessExecutor
@@ -35,18 +36,21 @@ from nvmeof_csi.initiator.identity import ensure_identity
 from nvmeof_csi.initiator.metrics import NodeVolumeCollector
 from nvmeof_csi.initiator.sysfs import NvmeSysfs
 from nvmeof_csi.initiator.uevents import open_block_events
+from nvmeof_csi.kube.api import lazy_api
 from nvmeof_csi.kube.nodes import KubeNodes
+from nvmeof_csi.kube.replica_records import ReplicaRecords
 from nvmeof_csi.loop.backend import LoopTargetBackend
 from nvmeof_csi.loop.connector import LoopConnector
 from nvmeof_csi.nvmeof.nqn import node_id_for
 from nvmeof_csi.rpc.metrics import RpcMetrics
 from nvmeof_csi.service.contracts import Connector, NodeDirectory, StaticNodes, TargetBackend
+from nvmeof_csi.service.fence_answers import FenceAnswers
 from nvmeof_csi.service.fencing import NoCluster, NodeFacts
 from nvmeof_csi.service.provisioning import VolumeService
 from nvmeof_csi.service.qos import LimitOverrides, QosEnforcer
 from nvmeof_csi.service.records import StagingStore
 from nvmeof_csi.service.staging import StagingService
-from nvmeof_csi.topology.fabric_map import load_fabric_map
+from nvmeof_csi.topology.fabric_map import FabricMap, load_fabric_map
 from nvmeof_csi.topology.placement import TOPOLOGY_ZONE
 
 log = logging.getLogger(__name__)
@@ -94,20 +98,37 @@ def build_services(settings: Settings, executor: Executor | None = None) -> CsiS
     return services
 
 
+def replica_records(
+    settings: Settings, facts: NodeFacts, fabric: FabricMap, services: CsiServices
+) -> ReplicaRecords | None:
+    """With ``--replica-records``: the arbiter's records, and its pass over the agents' fence-peer calls added to
+    the background loops (every controller replica runs it: each decision is a compare-and-swap)."""
+    if not settings.replica_records:
+        return None
+    if not isinstance(facts, KubeNodes):
+        raise ConfigError("--replica-records needs the Kubernetes API (the service account or --kubeconfig)")
+    records = ReplicaRecords(lazy_api(settings.kubeconfig, "CoordinationV1Api"), settings.replica_records)
+    services.background.add("fence-answers", FenceAnswers(FleetReplicaAgents(fabric, replica_client), records).run)
+    log.info("replicated volumes: records in namespace %s, fence-peer calls answered", settings.replica_records)
+    return records
+
+
 def _build_controller(settings: Settings, services: CsiServices) -> None:
     backend: TargetBackend
     nodes: NodeDirectory
+    facts = node_facts(settings)
     if settings.backend is Backend.NVMEOF:
         assert settings.fabric_map is not None
         locality = CacheLocality(AlluxioRest(settings.alluxio_proxy, "")) if settings.alluxio_proxy else None
-        backend = AgentBackend(load_fabric_map(settings.fabric_map), locality=locality, census=True)
+        fabric = load_fabric_map(settings.fabric_map)
+        records = replica_records(settings, facts, fabric, services)
+        backend = AgentBackend(fabric, locality=locality, census=True, records=records)
         assert backend.census is not None
         services.background.add("name-census", backend.census.run)
         nodes = HostNqnNodes()
     else:
         backend = LoopTargetBackend(settings.state_dir / "loop", settings.loop_capacity_bytes, services.topology)
         nodes = StaticNodes(frozenset({settings.node_id}))
-    facts = node_facts(settings)
     services.volumes = VolumeService(backend, nodes, settings.max_volumes_per_node, facts, settings.fence_on)
     signer = build_signer(settings, facts, services.background)
     if signer is not None:  # its liveness is the controller's readiness; its decisions are metrics

@@ -22,6 +22,7 @@ others'. Returns one line per call answered or left, for the log.
 from __future__ import annotations
 
 import logging
+import threading
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -65,6 +66,15 @@ class Records(Protocol):
 class FenceAnswers:
     def __init__(self, agents: ReplicaAgents, records: Records) -> None:
         self._agents, self._records = agents, records
+
+    def run(self, stop: threading.Event, period: float = 1.0) -> None:
+        """A pass every ``period`` seconds until ``stop`` (the controller's background loop): a frozen replica
+        waits about a second for its answer. A pass that fails is logged and the next one tries again."""
+        while not stop.wait(period):
+            try:
+                self.run_once()
+            except DriverError as err:
+                log.warning("fence-peer: a pass failed (%s); the calls wait for the next", err)
 
     def run_once(self) -> list[str]:
         done: list[str] = []

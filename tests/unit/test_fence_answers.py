@@ -149,3 +149,23 @@ def test_the_fleet_adapter_reaches_each_agent_of_the_map_and_the_pass_runs_over_
         agents.fence_calls("s9")
     real: ReplicaApi = AgentClient(AgentTarget("s1", Endpoint.parse("unix:///nowhere")))  # the real client fits
     real.close()  # type: ignore[attr-defined]
+
+
+def test_the_loop_answers_every_period_and_a_failed_pass_does_not_end_it() -> None:
+    import threading
+
+    class Flaky(Agents):
+        passes = 0
+
+        def names(self) -> list[str]:
+            Flaky.passes += 1
+            if Flaky.passes == 1:
+                raise Unavailable("the map's first agent is down")
+            if Flaky.passes == 3:
+                stop.set()
+            return super().names()
+
+    stop = threading.Event()
+    agents = Flaky(calls={"s1": [FenceCall("s1", VOL, 41, 3)]})
+    FenceAnswers(agents, Records(primary_s1())).run(stop, period=0.01)
+    assert Flaky.passes == 3 and (agents.answers[0][0], agents.answers[0][2]) == ("s1", True)

@@ -35,3 +35,16 @@ def test_a_pod_without_its_token_serves_with_the_taint_rule_off(
     with caplog.at_level(logging.ERROR):
         assert isinstance(node_facts(Settings()), NoCluster)
     assert "out-of-service taint is OFF" in caplog.text
+
+
+def test_replica_records_need_a_namespace_and_the_kubernetes_api(tmp_path: Path) -> None:
+    from nvmeof_csi.cmd.wiring import replica_records
+    from nvmeof_csi.csi.server import CsiServices
+    from nvmeof_csi.topology.fabric_map import FabricMap
+
+    services = CsiServices(topology={}, node_id="n", max_volumes_per_node=1, workers=1)
+    assert replica_records(Settings(), NoCluster(), FabricMap(()), services) is None and not services.background.loops
+    with pytest.raises(ConfigError, match="needs the Kubernetes API"):
+        replica_records(Settings(replica_records="nvmeof-csi"), NoCluster(), FabricMap(()), services)
+    with pytest.raises(ConfigError, match="must be a namespace"):
+        Settings(replica_records="../etc")
