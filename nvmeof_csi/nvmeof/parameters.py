@@ -89,8 +89,9 @@ PARAMETERS: tuple[Parameter, ...] = (
     Parameter(
         "replicas",
         "`1` (default), `2`",
-        "copies of the volume: `2` keeps one on each of two storage nodes of one fabric and zone (DRBD protocol C, "
-        "the controller as arbiter; see [architecture.md](architecture.md#seams-worth-knowing)); not with `dataset.*`",
+        "copies of the volume: `2` keeps one on each of two storage nodes of one fabric and zone (DRBD protocol "
+        "C, the controller as arbiter, `--replica-records`; see [architecture.md](architecture.md#seams-worth-knowing)"
+        "); not with `dataset.*`, `auth` or `tls` yet",
     ),
     Parameter("dataset.uri", "a path or URI", "fill the volume with this data set (mounted read-only into Alluxio)"),
     Parameter("dataset.path", "an absolute Alluxio path", "the data set's path in Alluxio (default: from the uri)"),
@@ -177,11 +178,15 @@ class VolumeParameters:
         if replicas not in REPLICAS:
             raise InvalidArgument(f"parameter 'replicas' must be 1 or 2, not {replicas[:20]!r}")
         dataset = DatasetSpec.from_parameters(own)
-        if replicas == "2" and dataset is not None:
-            raise InvalidArgument("parameter 'replicas: 2' does not combine with a dataset (dataset.uri)")
+        auth = check_auth(own.get("auth", "none"))
+        if replicas == "2" and (dataset is not None or auth != "none" or tls != "none"):
+            raise InvalidArgument(
+                "parameter 'replicas: 2' does not combine with a dataset (dataset.uri), auth or tls yet: each "
+                "agent of a pair would issue its own keys"
+            )
         return cls(
             transport=transport,
-            auth=check_auth(own.get("auth", "none")),
+            auth=auth,
             tls=tls,
             tunables=tunables_from(own),
             limits=limits_from(own),

@@ -39,6 +39,8 @@ def test_typed_values() -> None:
         ({"tos": "256"}, "tos"),
         ({"replicas": "3"}, "'replicas' must be 1 or 2"),
         ({"replicas": "2", "dataset.uri": "/datasets/x"}, "does not combine with a dataset"),
+        ({"replicas": "2", "auth": "dhchap"}, "auth or tls yet"),
+        ({"replicas": "2", "tls": "psk"}, "auth or tls yet"),
     ],
 )
 def test_rejects_name_the_key(given: dict[str, str], needle: str) -> None:
