@@ -44,6 +44,7 @@ from nvmeof_csi.loop.connector import LoopConnector
 from nvmeof_csi.nvmeof.nqn import node_id_for
 from nvmeof_csi.rpc.metrics import RpcMetrics
 from nvmeof_csi.service.contracts import Connector, NodeDirectory, StaticNodes, TargetBackend
+from nvmeof_csi.service.failover import Failover
 from nvmeof_csi.service.fence_answers import FenceAnswers
 from nvmeof_csi.service.fencing import NoCluster, NodeFacts
 from nvmeof_csi.service.provisioning import VolumeService
@@ -101,14 +102,17 @@ def build_services(settings: Settings, executor: Executor | None = None) -> CsiS
 def replica_records(
     settings: Settings, facts: NodeFacts, fabric: FabricMap, services: CsiServices
 ) -> ReplicaRecords | None:
-    """With ``--replica-records``: the arbiter's records, and its pass over the agents' fence-peer calls added to
-    the background loops (every controller replica runs it: each decision is a compare-and-swap)."""
+    """With ``--replica-records``: the arbiter's records, and its passes added to the background loops, each in a
+    thread of its own: the fence-peer answers and the failover (every controller replica runs them: each
+    decision is a compare-and-swap)."""
     if not settings.replica_records:
         return None
     if not isinstance(facts, KubeNodes):
         raise ConfigError("--replica-records needs the Kubernetes API (the service account or --kubeconfig)")
     records = ReplicaRecords(lazy_api(settings.kubeconfig, "CoordinationV1Api"), settings.replica_records)
-    services.background.add("fence-answers", FenceAnswers(FleetReplicaAgents(fabric, replica_client), records).run)
+    agents = FleetReplicaAgents(fabric, replica_client)
+    services.background.add("fence-answers", FenceAnswers(agents, records).run)
+    services.background.add("failover", Failover(agents, records).run)  # its promotions wait for fence-answers
     log.info("replicated volumes: records in namespace %s, fence-peer calls answered", settings.replica_records)
     return records
 

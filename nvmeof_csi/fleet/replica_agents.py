@@ -1,5 +1,6 @@
 """The fabric map's agents as the controller's arbiter reaches them (``service/fence_answers.py``'s
-:class:`~nvmeof_csi.service.fence_answers.ReplicaAgents`): one client per agent, made on first use and kept.
+:class:`~nvmeof_csi.service.fence_answers.ReplicaAgents` and ``service/failover.py``'s
+:class:`~nvmeof_csi.service.failover.FailoverAgents`): one client per agent, made on first use and kept.
 
 Contract: every method names an agent by its fabric map name; a name the map does not list is ``NotFound``;
 an agent that cannot be reached raises the client's error (``Unavailable``), which the arbiter's pass treats as
@@ -12,7 +13,8 @@ import threading
 from collections.abc import Callable
 
 from nvmeof_csi.agentclient.api import ReplicaApi
-from nvmeof_csi.errors import NotFound
+from nvmeof_csi.errors import DriverError, NotFound
+from nvmeof_csi.service.failover import ReplicaState
 from nvmeof_csi.service.fence_answers import FenceCall
 from nvmeof_csi.topology.fabric_map import AgentEntry, FabricMap
 
@@ -43,6 +45,18 @@ class FleetReplicaAgents:
 
     def set_role(self, agent: str, vol_uuid: str, role: str, epoch: int) -> None:
         self._client(agent).set_replica_role(vol_uuid, role, epoch)
+
+    def alive(self, agent: str) -> bool:
+        """Whether ``agent`` answers its Health call (an agent the map does not list never does)."""
+        try:
+            self._client(agent).health()
+        except DriverError:
+            return False
+        return True
+
+    def replica(self, agent: str, vol_uuid: str) -> ReplicaState:
+        r = self._client(agent).get_volume(vol_uuid).replica
+        return ReplicaState(r.role, int(r.epoch), r.connection, r.disk)
 
 
 __all__ = ["FleetReplicaAgents"]

@@ -7,7 +7,8 @@ Contract: :meth:`ReplicaRecords.read` returns the record and its version (``None
 Lease whose annotations cannot be read raises ``FailedPrecondition`` naming it: the volume waits for an operator
 rather than a guess). :meth:`ReplicaRecords.create` makes the first record (``AlreadyExists`` when one is there);
 :meth:`ReplicaRecords.replace` writes a decided record over the version it was decided on and returns ``False``
-when another writer came first (decide again on a fresh read). The API being unreachable raises
+when another writer came first (decide again on a fresh read); :meth:`ReplicaRecords.volumes` lists the volumes
+that have one. The API being unreachable raises
 ``Unavailable``. :meth:`ReplicaRecords.delete` removes the record; absent is success.
 """
 
@@ -101,6 +102,15 @@ class ReplicaRecords:
                 return False
             raise Unavailable(f"cannot write replica record {name}: {api_error(exc)}") from exc
         return True
+
+    def volumes(self) -> list[str]:
+        """The UUIDs of every volume with a record (``Unavailable`` when the API cannot be reached)."""
+        try:
+            leases = self._api.list_namespaced_lease(self._namespace, _request_timeout=10)
+        except Exception as exc:
+            raise Unavailable(f"cannot list replica records: {api_error(exc)}") from exc
+        names = (str(item.metadata.name) for item in leases.items)
+        return sorted(name.removeprefix(PREFIX) for name in names if name.startswith(PREFIX))
 
     def delete(self, vol_uuid: str) -> None:
         name = self._name(vol_uuid)

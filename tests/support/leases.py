@@ -42,6 +42,11 @@ class Leases:
             raise ApiError(409, "Conflict")
         self.leases[name] = (body, version + 1)
 
+    def list_namespaced_lease(self, namespace: str, **_: Any) -> SimpleNamespace:
+        if self.down:
+            raise ApiError(503, "Service Unavailable")
+        return SimpleNamespace(items=[SimpleNamespace(metadata=SimpleNamespace(name=n)) for n in sorted(self.leases)])
+
     def delete_namespaced_lease(self, name: str, namespace: str, **_: Any) -> None:
         if self.leases.pop(name, None) is None:
             raise ApiError(404, "Not Found")

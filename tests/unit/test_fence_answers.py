@@ -113,6 +113,7 @@ class Client:
     waiting: list[pb.FenceRequest]
     answered: list[tuple[str, int, bool]] = field(default_factory=list)
     roles: list[tuple[str, str, int]] = field(default_factory=list)
+    down: bool = False
 
     def set_replica_role(self, vol_uuid: str, role: str, epoch: int, timeout: float | None = None) -> pb.Volume:
         self.roles.append((vol_uuid, role, epoch))
@@ -120,6 +121,14 @@ class Client:
 
     def fence_requests(self) -> list[pb.FenceRequest]:
         return self.waiting
+
+    def health(self) -> pb.HealthResponse:
+        if self.down:
+            raise Unavailable("unreachable")
+        return pb.HealthResponse(ready=True)
+
+    def get_volume(self, vol_uuid: str = "", name: str = "") -> pb.Volume:
+        return pb.Volume(uuid=vol_uuid, replica=pb.Replica(role="secondary", epoch=2, connection="WFConnection"))
 
     def answer_fence(self, vol_uuid: str, pid: int, peer_fenced: bool) -> bool:
         self.answered.append((vol_uuid, pid, peer_fenced))
@@ -147,6 +156,9 @@ def test_the_fleet_adapter_reaches_each_agent_of_the_map_and_the_pass_runs_over_
     assert sorted(made) == ["s1", "s2"]  # one client per agent, kept
     with pytest.raises(NotFound):
         agents.fence_calls("s9")
+    clients["s2"].down = True
+    assert (agents.alive("s1"), agents.alive("s2"), agents.alive("s9")) == (True, False, False)
+    assert agents.replica("s1", VOL).connection == "WFConnection"
     real: ReplicaApi = AgentClient(AgentTarget("s1", Endpoint.parse("unix:///nowhere")))  # the real client fits
     real.close()  # type: ignore[attr-defined]
 

@@ -16,7 +16,8 @@ FIRST = ReplicaRecord(("storage-1", "storage-2"), primary="storage-1")
 
 
 def test_a_record_round_trips_and_absent_is_none() -> None:
-    records = ReplicaRecords(Leases(), "nvmeof-csi")
+    leases = Leases()
+    records = ReplicaRecords(leases, "nvmeof-csi")
     assert records.read(VOL) is None
     records.create(VOL, FIRST)
     with pytest.raises(AlreadyExists):
@@ -25,9 +26,11 @@ def test_a_record_round_trips_and_absent_is_none() -> None:
     record, version = records.read(VOL)  # type: ignore[misc]
     assert record == FIRST and records.replace(VOL, outdated, version)
     assert records.read(VOL) == (outdated, "2")
+    leases.leases["nvmeof-csi-identity-signer"] = ({"spec": {}, "metadata": {}}, 1)  # another Lease: not listed
+    assert records.volumes() == [VOL]
     records.delete(VOL)
     records.delete(VOL)  # absent: success
-    assert records.read(VOL) is None
+    assert records.read(VOL) is None and records.volumes() == []
     with pytest.raises(InvalidArgument):
         records.read("../../etc")
 

@@ -1,0 +1,158 @@
+"""The controller's failover pass over replicated volumes (``service/arbiter.py`` decides; the records are
+``kube/replica_records.py``'s, the agents ``fleet/replica_agents.py``'s).
+
+For each volume's record, :meth:`Failover.run_once`:
+
+- **the primary's agent answers**: it is made sure the primary holds its role in the record's epoch (a promotion
+  the record holds but the agent never received, e.g. a controller killed between the two, is given again); the
+  other replica, when back, is fenced if it still holds primary of an older term, and once it resynced
+  (``UpToDate``, connected) the record clears its ``outdated`` and it is made secondary;
+- **the primary's agent has not answered for ``grace`` seconds**: its peer is promoted only when the peer's
+  agent answers and its replica has lost the primary too (not ``Connected``, not syncing: a peer that still
+  replicates from the primary proves the primary alive, so a cut between the controller and the primary alone
+  fails nothing over), and the arbiter's :func:`~nvmeof_csi.service.arbiter.failover` allows it (the peer not
+  outdated, ``UpToDate``). The decided record is written by compare-and-swap first, then the peer is promoted in
+  its epoch; its DRBD fence-peer call is answered by the fence-answers pass (``service/fence_answers.py``),
+  which runs in a thread of its own because the promotion waits for that answer.
+
+Contract: an outdated or not ``UpToDate`` peer is never promoted (the volume waits for its primary, and the line
+says why); a lost compare-and-swap or an unreachable agent leaves the volume for the next pass; one volume's
+failure never stops the others'. Returns one line per volume acted on or held back, for the log.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+from nvmeof_csi.errors import DriverError
+from nvmeof_csi.service.arbiter import ReplicaRecord, failover, resynced
+
+log = logging.getLogger(__name__)
+PRIMARY, SECONDARY, FENCED = "primary", "secondary", "fenced"
+#: DRBD connection states in which the peer still hears the primary
+HEARS_PRIMARY = ("Connected", "StartingSyncS", "StartingSyncT", "WFBitMapS", "WFBitMapT", "SyncSource", "SyncTarget")
+
+
+@dataclass(frozen=True)
+class ReplicaState:
+    """One replica as its agent reports it: the role and epoch the controller gave it, and DRBD's state."""
+
+    role: str
+    epoch: int
+    connection: str
+    disk: str
+
+
+class FailoverAgents(Protocol):
+    def alive(self, agent: str) -> bool: ...
+
+    def replica(self, agent: str, vol_uuid: str) -> ReplicaState: ...
+
+    def set_role(self, agent: str, vol_uuid: str, role: str, epoch: int) -> None: ...
+
+
+class FailoverRecords(Protocol):
+    def volumes(self) -> list[str]: ...
+
+    def read(self, vol_uuid: str) -> tuple[ReplicaRecord, str] | None: ...
+
+    def replace(self, vol_uuid: str, record: ReplicaRecord, version: str) -> bool: ...
+
+
+class Failover:
+    def __init__(
+        self,
+        agents: FailoverAgents,
+        records: FailoverRecords,
+        grace: float = 15.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        """``grace``: how long a primary's agent must stay silent before its peer may take over."""
+        self._agents, self._records, self._grace, self._clock = agents, records, grace, clock
+        self._silent_since: dict[str, float] = {}
+
+    def run(self, stop: threading.Event, period: float = 2.0) -> None:
+        """A pass every ``period`` seconds until ``stop``; a pass that fails is logged, the next tries again."""
+        while not stop.wait(period):
+            try:
+                self.run_once()
+            except DriverError as err:
+                log.warning("failover: a pass failed (%s); the next tries again", err)
+
+    def run_once(self) -> list[str]:
+        alive: dict[str, bool] = {}
+        done: list[str] = []
+        for vol in self._records.volumes():
+            try:
+                line = self._check(vol, alive)
+            except DriverError as err:
+                line = f"volume {vol}: left for the next pass ({err})"
+            if line:
+                done.append(line)
+        for line in done:
+            log.info("failover: %s", line)
+        return done
+
+    def _alive(self, agent: str, seen: dict[str, bool]) -> bool:
+        if agent not in seen:
+            seen[agent] = self._agents.alive(agent)
+            if seen[agent]:
+                self._silent_since.pop(agent, None)
+            else:
+                self._silent_since.setdefault(agent, self._clock())
+        return seen[agent]
+
+    def _check(self, vol: str, seen: dict[str, bool]) -> str:
+        found = self._records.read(vol)
+        if found is None:
+            return ""
+        record, version = found
+        primary = record.primary
+        if self._alive(primary, seen):
+            now = self._agents.replica(primary, vol)
+            if now.role != PRIMARY or now.epoch < record.since:
+                self._agents.set_role(primary, vol, PRIMARY, record.epoch)
+                return f"volume {vol}: {primary} given its primary role (epoch {record.epoch}; it held {now.role})"
+            return self._rejoin(vol, record, version, seen)
+        silent = self._clock() - self._silent_since[primary]
+        if silent < self._grace:
+            return f"volume {vol}: primary {primary} silent for {silent:.0f} s (failover after {self._grace:.0f} s)"
+        peer = record.peer(primary)
+        if not self._alive(peer, seen):
+            return f"volume {vol}: both {primary} and {peer} silent: no failover"
+        other = self._agents.replica(peer, vol)
+        if other.connection in HEARS_PRIMARY:
+            return f"volume {vol}: {peer} still replicates from {primary} ({other.connection}): no failover"
+        decision = failover(record, True, other.disk)
+        if not decision.allowed:
+            return f"volume {vol}: no failover: {decision.reason}"
+        if not self._records.replace(vol, decision.record, version):
+            return f"volume {vol}: the record changed meanwhile; decided again on the next pass"
+        self._agents.set_role(peer, vol, PRIMARY, decision.record.epoch)
+        return f"volume {vol}: {decision.reason} after {primary} was silent {silent:.0f} s"
+
+    def _rejoin(self, vol: str, record: ReplicaRecord, version: str, seen: dict[str, bool]) -> str:
+        """The other replica, back: a stale primary (of an older term) is fenced; an outdated one that resynced
+        (``UpToDate`` and connected again) is recorded in sync and made secondary."""
+        other = record.peer(record.primary)
+        if not self._alive(other, seen):
+            return ""
+        now = self._agents.replica(other, vol)
+        if now.role == PRIMARY:
+            self._agents.set_role(other, vol, FENCED, record.epoch)
+            return f"volume {vol}: {other} held primary of epoch {now.epoch}; fenced (epoch {record.epoch})"
+        if other not in record.outdated or now.connection != "Connected":
+            return ""
+        decision = resynced(record, other, now.disk)
+        if not decision.changed or not self._records.replace(vol, decision.record, version):
+            return ""
+        self._agents.set_role(other, vol, SECONDARY, decision.record.epoch)
+        return f"volume {vol}: {decision.reason}"
+
+
+__all__ = ["Failover", "FailoverAgents", "FailoverRecords", "ReplicaState"]
