@@ -34,6 +34,7 @@ from nvmeof_csi.agent.readonly import ReadOnlyDevices
 from nvmeof_csi.agent.replica_ops import ReplicaOps
 from nvmeof_csi.agent.replica_spec import ReplicaSpec
 from nvmeof_csi.agent.replicas import Replication
+from nvmeof_csi.agent.self_fence import SelfFence
 from nvmeof_csi.agent.snapshots import SnapshotOps
 from nvmeof_csi.agent.state import SnapshotRecord, StateStore, VolumeRecord
 from nvmeof_csi.agent.volumes import VolumeOps
@@ -60,6 +61,7 @@ class TargetAgent:
         keyring: NvmeKeyring | None = None,
         handshake_daemon: Callable[[], bool] = handshake_daemon_running,
         replication: Replication | None = None,
+        self_fence_after: float = 5.0,
     ) -> None:
         ids = [p.port_id for p in portals]
         if len(set(ids)) != len(ids):
@@ -86,6 +88,7 @@ class TargetAgent:
         self._fences = FenceOps(self._parts, sleep)
         self._applier = Applier(self._parts, self._volumes, self._snapshots)
         self._names = NameBook(state.folder)
+        self.self_fence = SelfFence(self._parts, self_fence_after)
 
     # -- what it is made of (read-only) -------------------------------------------------------------------
     @property
@@ -194,7 +197,10 @@ class TargetAgent:
 
     def answer_fence(self, vol_uuid: str, pid: int, peer_fenced: bool) -> bool:
         rep = self._parts.replication
-        return rep is not None and rep.answer_fence(vol_uuid, pid, peer_fenced)
+        answered = rep is not None and rep.answer_fence(vol_uuid, pid, peer_fenced)
+        if answered and peer_fenced:
+            self.self_fence.resume(vol_uuid)
+        return answered
 
     def replica_state(self, rec: VolumeRecord) -> DrbdState | None:
         """What the kernel's DRBD says of ``rec``'s replica here (``None``: not up, or not replicated)."""

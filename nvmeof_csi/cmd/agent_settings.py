@@ -113,6 +113,13 @@ class AgentSettings:
         'This storage node\'s IP address for DRBD replication to its peers (`replicas: "2"` volumes; the '
         "kernel's DRBD 8.4 and drbd-utils' drbdadm-84). Empty: replicated volumes are refused here.",
     )
+    self_fence_after: float = setting(
+        5.0,
+        "Seconds a replica's DRBD fence-peer call may wait for the controller before every portal of the volume is "
+        "unlinked here (hosts then move to the peer once the controller promotes it; below its 15 s grace).",
+        low=1,
+        high=60,
+    )
     drbd_helper_dir: Path = setting(
         Path("/run/nvmeof-csi/drbd"),
         "A folder on the host (the kernel runs DRBD's usermode helper there, in the host's namespaces) for the "

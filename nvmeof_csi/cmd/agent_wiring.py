@@ -108,6 +108,7 @@ def build_agent(
         filler=build_datasets(settings, registry or CollectorRegistry()),
         readonly_devices=PlainReadOnlyDevices() if plain_tree else KernelReadOnlyDevices(SubprocessExecutor()),
         replication=build_replication(settings, plain_tree),
+        self_fence_after=settings.self_fence_after,
     )
 
 
@@ -197,6 +198,8 @@ async def serve_agent(settings: AgentSettings, plain_tree: bool = False) -> None
     )
     if agent.filler is not None:  # a fill does not watch the event: it resumes at the next start if stopped
         background.add("resume-fills", lambda _stop: agent.resume_fills())
+    if agent.replication is not None:
+        background.add("self-fence", agent.self_fence.run)
     background.start()
     try:
         await run_until_stopped(server, settings.grace_seconds, sockets, socket_mode=0o600)  # owner (root) only

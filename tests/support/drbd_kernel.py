@@ -9,6 +9,7 @@ from pathlib import Path
 
 from nvmeof_csi.agent.configfs import Nvmet
 from nvmeof_csi.agent.drbd import DrbdResources
+from nvmeof_csi.agent.fence_spool import FenceSpool
 from nvmeof_csi.agent.replica_devices import LoopLinks
 from nvmeof_csi.agent.replicas import Replication
 from nvmeof_csi.agent.target_agent import TargetAgent
@@ -91,7 +92,7 @@ def replicated_agent(
     base = make_agent(tmp, name=name)
     replication = Replication(
         DrbdResources(kernel, tmp / "drbd", read_proc=kernel.proc), LoopLinks(kernel, tmp / "links"), host,
-        "/run/nvmeof-csi/drbd/fence-peer", address=address,
+        "/run/nvmeof-csi/drbd/fence-peer", FenceSpool(tmp / "spool", lambda _: None), address=address,
     )  # fmt: skip
     agent = TargetAgent(base.name, Nvmet(tmp / "nvmet", plain_tree=True), base.store, base.state, base.portals,
                         replication=replication)  # fmt: skip

@@ -5,7 +5,9 @@ The kernel's own behaviour is proven in ``tests/cluster/test_replication.py``.""
 
 from __future__ import annotations
 
+import os
 import shutil
+import time
 from pathlib import Path
 
 import pytest
@@ -200,3 +202,26 @@ def test_a_replica_spec_never_shows_its_secret() -> None:
 def test_a_malformed_replica_is_refused_naming_the_field(change: dict[str, str], says: str) -> None:
     with pytest.raises(InvalidArgument, match=says):
         ReplicaSpec.parse({**PAIR, **change})
+
+
+def test_a_primary_whose_fence_call_goes_unanswered_unlinks_its_portals_until_the_controller_answers(
+    tmp_path: Path,
+) -> None:
+    agent = replicated_agent(tmp_path, Kernel())
+    vol = create(agent)
+    agent.set_replica_role(vol, "primary", 1)
+    spool = tmp_path / "spool"
+    spool.mkdir(exist_ok=True)
+    calls = [spool / f"fence-peer.nv-{vol}.{pid}.req" for pid in (4242, 4343)]
+    calls[0].write_text("")
+    assert agent.self_fence.run_once() == []  # a fresh call: the controller answers within a second
+    old = time.time() - 6
+    os.utime(calls[0], (old, old))
+    assert agent.self_fence.run_once() == [vol] and agent.self_fence.run_once() == []  # once
+    assert linked(agent, vol) == [] and namespace(agent, vol)["enable"] == "1"  # the namespace stays
+    assert agent.answer_fence(vol, 4242, True)  # the controller: go on as the one writer
+    assert sorted(linked(agent, vol)) == ["1", "2"]
+    calls[1].write_text("")
+    os.utime(calls[1], (old, old))
+    assert agent.self_fence.run_once() == [vol]
+    assert agent.answer_fence(vol, 4343, False) and linked(agent, vol) == []  # refused: stays unlinked
