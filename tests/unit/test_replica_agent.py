@@ -225,3 +225,18 @@ def test_a_primary_whose_fence_call_goes_unanswered_unlinks_its_portals_until_th
     os.utime(calls[1], (old, old))
     assert agent.self_fence.run_once() == [vol]
     assert agent.answer_fence(vol, 4343, False) and linked(agent, vol) == []  # refused: stays unlinked
+
+
+def test_a_replicas_health_says_what_its_role_means(tmp_path: Path) -> None:
+    kernel = Kernel()
+    agent = replicated_agent(tmp_path, kernel)
+    vol = create(agent)
+    assert agent.volume_health(vol) == []  # a secondary: its namespace disabled by design
+    agent.set_replica_role(vol, "primary", 1)
+    assert agent.volume_health(vol) == []  # both in sync
+    assert kernel.minor is not None
+    kernel.minor.update(cs="WFConnection", pds="DUnknown")
+    assert [(s, r) for s, r, _ in agent.volume_health(vol)] == [("degraded", "ReplicaNotInSync")]
+    assert "1 of 2 replicas in sync" in agent.volume_health(vol)[0][2]
+    agent.set_replica_role(vol, "fenced", 2)
+    assert agent.volume_health(vol) == []  # fenced: unlinked and disabled by design
