@@ -28,6 +28,7 @@ from nvmeof_csi.agentclient.api import AgentApi, default_client
 from nvmeof_csi.agentclient.msgs import pair_volume_of, volume_of
 from nvmeof_csi.errors import Aborted, DeadlineExceeded, DriverError, NotFound, ResourceExhausted, Unavailable
 from nvmeof_csi.fleet.census import KEPT_ON_LABEL, NameCensus
+from nvmeof_csi.fleet.conditions import condition_of, side_view
 from nvmeof_csi.fleet.names import Held, NameDirectory
 from nvmeof_csi.fleet.pairs import PAIR_LABEL, PairRecords, Pairs
 from nvmeof_csi.fleet.snapshots import AgentSnapshots
@@ -39,7 +40,6 @@ from nvmeof_csi.service.contracts import (
     NO_SECRETS,
     Condition,
     ContentSource,
-    Problem,
     TopologyRequirement,
     Volume,
     VolumeRef,
@@ -324,18 +324,11 @@ class AgentBackend(AgentSnapshots):
         return [self.pairs.peer_of(entry, done)] if done.replica.peer_agent else []
 
     def condition(self, ref: VolumeRef) -> Condition:
-        """The agent's view: unreachable -> inaccessible; not ready -> degraded; then what the agent reports
-        about the volume itself (subsystem, namespace, ports, backing file, pool: ``agent/health.py``)."""
+        """What the volume's agent says (``fleet/conditions.py``); a replicated volume's from both replicas' agents
+        (the peer from the first's replica, else from the record when the first cannot be reached)."""
         entry = self._require(ref)
-        try:
-            health = self._client(entry).health()
-            vol = self._client(entry).get_volume(ref.uuid)
-        except Unavailable as err:
-            message = f"agent {entry.name} unreachable: {err}"
-            return Condition(True, message, (Problem("inaccessible", "AgentUnreachable", message),))
-        problems = [Problem(i.status, i.reason, i.message) for i in vol.health]
-        if not health.ready:
-            problems.append(Problem("degraded", "AgentNotReady", f"agent {entry.name} not ready: {health.message}"))
-        if not problems:
-            return Condition(False, f"ready on agent {entry.name}")
-        return Condition(True, "; ".join(p.message for p in problems), tuple(problems))
+        first = side_view(entry, self._client(entry), ref.uuid)
+        peer = self._entry(first.peer_agent or self.pairs.recorded_peer(entry.name, ref.uuid))
+        if peer is None:
+            return condition_of([first])
+        return condition_of([first, side_view(peer, self._client(peer), ref.uuid)])

@@ -31,7 +31,14 @@ from contextlib import suppress
 from typing import Protocol
 
 from nvmeof_csi.agentclient.api import AgentApi
-from nvmeof_csi.errors import AlreadyExists, FailedPrecondition, NotFound, ResourceExhausted, Unavailable
+from nvmeof_csi.errors import (
+    AlreadyExists,
+    DriverError,
+    FailedPrecondition,
+    NotFound,
+    ResourceExhausted,
+    Unavailable,
+)
 from nvmeof_csi.gen import nvmeof_agent_pb2 as pb
 from nvmeof_csi.nvmeof.parameters import VolumeParameters
 from nvmeof_csi.service.arbiter import ReplicaRecord
@@ -101,6 +108,16 @@ class Pairs:
                 "the fabric map does not list (restore it in the map)"
             )
         return entry
+
+    def recorded_peer(self, agent: str, vol_uuid: str) -> str:
+        """The other replica's agent as the record names it ("" without records, a record, or when unreadable)."""
+        if self._records is None:
+            return ""
+        try:
+            found = self._records.read(vol_uuid)
+        except DriverError:
+            return ""
+        return found[0].peer(agent) if found is not None and agent in found[0].replicas else ""
 
     def make(
         self,

@@ -121,3 +121,25 @@ def test_what_a_replicated_create_refuses(tmp_path: Path) -> None:
     with pytest.raises(Unavailable, match="did not connect"):
         fleet.backend.create_volume("pvc-r", 64 * MiB, TWO)
     assert not fleet.leases.leases  # no record: the pair was never handed out
+
+
+def test_a_pairs_condition_comes_from_both_replicas(tmp_path: Path) -> None:
+    fleet = Fleet(tmp_path)
+    vol = fleet.backend.create_volume("pvc-r", 64 * MiB, TWO)
+    first = vol.ref.location
+    second = "store-b" if first == "store-a" else "store-a"
+    assert fleet.backend.condition(vol.ref).abnormal is False
+    fleet.kernels[first].minor = {**(fleet.kernels[first].minor or {}), "cs": "WFConnection", "pds": "DUnknown"}
+    seen = fleet.backend.condition(vol.ref)
+    assert [(p.status, p.reason) for p in seen.problems] == [("degraded", "ReplicaNotInSync")]
+    assert seen.message.startswith(f"replica on {first}: 1 of 2 replicas in sync")
+
+    def unreachable() -> None:
+        raise Unavailable("connection refused")
+
+    fleet.agents[second].health = unreachable  # type: ignore[method-assign]
+    seen = fleet.backend.condition(vol.ref)  # the primary serves: the lost replica degrades the volume
+    assert ("degraded", "AgentUnreachable") in [(p.status, p.reason) for p in seen.problems]
+    fleet.agents[first].health = unreachable  # type: ignore[method-assign]
+    seen = fleet.backend.condition(vol.ref)  # the peer found from the record; nobody serves
+    assert [(p.status, p.reason) for p in seen.problems] == [("inaccessible", "AgentUnreachable")] * 2
