@@ -10,6 +10,7 @@ import pytest
 
 from nvmeof_csi.errors import FailedPrecondition, Unavailable
 from nvmeof_csi.fleet.backend import AgentBackend
+from nvmeof_csi.gen import nvmeof_agent_pb2 as pb
 from nvmeof_csi.kube.replica_records import ReplicaRecords
 from nvmeof_csi.nvmeof.parameters import VolumeParameters
 from nvmeof_csi.rpc.endpoints import Endpoint
@@ -134,7 +135,7 @@ def test_a_pairs_condition_comes_from_both_replicas(tmp_path: Path) -> None:
     assert [(p.status, p.reason) for p in seen.problems] == [("degraded", "ReplicaNotInSync")]
     assert seen.message.startswith(f"replica on {first}: 1 of 2 replicas in sync")
 
-    def unreachable() -> None:
+    def unreachable() -> pb.HealthResponse:
         raise Unavailable("connection refused")
 
     fleet.agents[second].health = unreachable  # type: ignore[method-assign]
