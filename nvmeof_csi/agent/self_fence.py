@@ -24,6 +24,7 @@ from nvmeof_csi.agent.parts import AgentParts
 from nvmeof_csi.agent.replica_ops import unlink_everywhere
 from nvmeof_csi.agent.replica_spec import PRIMARY, ReplicaSpec
 from nvmeof_csi.nvmeof.nqn import volume_nqn
+from nvmeof_csi.rpc.background import every
 
 log = logging.getLogger(__name__)
 
@@ -36,11 +37,7 @@ class SelfFence:
 
     def run(self, stop: threading.Event, period: float = 1.0) -> None:
         """A pass every ``period`` seconds until ``stop`` (the agent's background loop)."""
-        while not stop.wait(period):
-            try:
-                self.run_once()
-            except OSError as err:
-                log.warning("self-fence: a pass failed (%s); the next tries again", err)
+        every(period, self.run_once, "self-fence")(stop)
 
     def run_once(self) -> list[str]:
         """Self-fence every volume whose fence-peer call has waited ``after`` seconds; the volumes fenced now."""

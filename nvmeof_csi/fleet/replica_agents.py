@@ -56,7 +56,7 @@ class FleetReplicaAgents:
 
     def replica(self, agent: str, vol_uuid: str) -> ReplicaState:
         r = self._client(agent).get_volume(vol_uuid).replica
-        return ReplicaState(r.role, int(r.epoch), r.connection, r.disk)
+        return ReplicaState(r.role, int(r.epoch), r.connection, r.disk, r.drbd_role)
 
 
 __all__ = ["FleetReplicaAgents"]

@@ -18,6 +18,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from nvmeof_csi.errors import DriverError
+
 log = logging.getLogger(__name__)
 
 Loop = Callable[[threading.Event], None]
@@ -57,3 +59,17 @@ class Background:
         if left:
             log.warning("background threads still running at stop: %s", ", ".join(left))
         return left
+
+
+def every(period: float, step: Callable[[], object], what: str) -> Loop:
+    """A loop running ``step`` every ``period`` seconds until its stop event; a step that fails with a driver or
+    OS error is logged and the next one tries again (anything else ends the loop, logged by :class:`Background`)."""
+
+    def loop(stop: threading.Event) -> None:
+        while not stop.wait(period):
+            try:
+                step()
+            except (DriverError, OSError) as err:
+                log.warning("%s: a pass failed (%s); the next tries again", what, err)
+
+    return loop

@@ -5,8 +5,9 @@ For each volume's record, :meth:`Failover.run_once`:
 
 - **the primary's agent answers**: it is made sure the primary holds its role in the record's epoch (a promotion
   the record holds but the agent never received, e.g. a controller killed between the two, is given again); the
-  other replica, when back, is fenced if it still holds primary of an older term, and once it resynced
-  (``UpToDate``, connected) the record clears its ``outdated`` and it is made secondary;
+  other replica, when back holding primary of an older term, is fenced if DRBD still holds it Primary and made
+  secondary if it came back as a Secondary (a reboot: DRBD's handshake resyncs it); once an outdated one
+  resynced (``UpToDate``, connected) the record clears its ``outdated`` and it is made secondary;
 - **the primary's agent has not answered for ``grace`` seconds**: its peer is promoted only when the peer's
   agent answers and its replica has lost the primary too (not ``Connected``, not syncing: a peer that still
   replicates from the primary proves the primary alive, so a cut between the controller and the primary alone
@@ -30,6 +31,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from nvmeof_csi.errors import DriverError
+from nvmeof_csi.rpc.background import every
 from nvmeof_csi.service.arbiter import ReplicaRecord, failover, resynced
 
 log = logging.getLogger(__name__)
@@ -46,6 +48,7 @@ class ReplicaState:
     epoch: int
     connection: str
     disk: str
+    drbd_role: str = ""  # Primary | Secondary | "" (not up)
 
 
 class FailoverAgents(Protocol):
@@ -78,11 +81,7 @@ class Failover:
 
     def run(self, stop: threading.Event, period: float = 2.0) -> None:
         """A pass every ``period`` seconds until ``stop``; a pass that fails is logged, the next tries again."""
-        while not stop.wait(period):
-            try:
-                self.run_once()
-            except DriverError as err:
-                log.warning("failover: a pass failed (%s); the next tries again", err)
+        every(period, self.run_once, "failover")(stop)
 
     def run_once(self) -> list[str]:
         alive: dict[str, bool] = {}
@@ -143,9 +142,12 @@ class Failover:
         if not self._alive(other, seen):
             return ""
         now = self._agents.replica(other, vol)
-        if now.role == PRIMARY:
-            self._agents.set_role(other, vol, FENCED, record.epoch)
-            return f"volume {vol}: {other} held primary of epoch {now.epoch}; fenced (epoch {record.epoch})"
+        if now.role == PRIMARY:  # a stale primary: still Primary in DRBD (it never went down) -> fenced; else it
+            # rebooted as a Secondary, which DRBD's own handshake resyncs: secondary (fencing it would cut it
+            # from the primary again and freeze the primary's I/O for a fence-peer call)
+            role = FENCED if now.drbd_role == "Primary" else SECONDARY
+            self._agents.set_role(other, vol, role, record.epoch)
+            return f"volume {vol}: {other} held primary of epoch {now.epoch}; now {role} (epoch {record.epoch})"
         if other not in record.outdated or now.connection != "Connected":
             return ""
         decision = resynced(record, other, now.disk)

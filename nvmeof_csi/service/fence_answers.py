@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from nvmeof_csi.errors import DriverError
+from nvmeof_csi.rpc.background import every
 from nvmeof_csi.service.arbiter import ReplicaRecord, fence_peer
 
 log = logging.getLogger(__name__)
@@ -70,11 +71,7 @@ class FenceAnswers:
     def run(self, stop: threading.Event, period: float = 1.0) -> None:
         """A pass every ``period`` seconds until ``stop`` (the controller's background loop): a frozen replica
         waits about a second for its answer. A pass that fails is logged and the next one tries again."""
-        while not stop.wait(period):
-            try:
-                self.run_once()
-            except DriverError as err:
-                log.warning("fence-peer: a pass failed (%s); the calls wait for the next", err)
+        every(period, self.run_once, "fence-peer")(stop)
 
     def run_once(self) -> list[str]:
         done: list[str] = []

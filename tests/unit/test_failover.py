@@ -98,6 +98,15 @@ def test_no_failover_while_the_peer_still_replicates_or_is_outdated_or_not_up_to
     assert "both" in passes.run_once()[0] and not both.roles
 
 
+def test_a_rebooted_stale_primary_is_made_secondary_for_drbd_to_resync() -> None:
+    agents = pair()
+    agents.states["s1"] = ReplicaState("primary", 1, "SyncTarget", "Inconsistent", "Secondary")
+    agents.states["s2"] = ReplicaState("primary", 2, "SyncSource", "UpToDate", "Primary")
+    record = ReplicaRecord(("s1", "s2"), "s2", epoch=2, since=2, outdated=frozenset({"s1"}))
+    Failover(agents, Records(record), grace=15, clock=Clock()).run_once()
+    assert agents.roles == [("s1", "secondary", 2)]
+
+
 def test_a_promotion_the_record_holds_is_given_again_and_a_returning_replica_rejoins() -> None:
     agents = pair()
     agents.states["s2"] = ReplicaState("secondary", 1, "WFConnection", "UpToDate")
@@ -106,7 +115,8 @@ def test_a_promotion_the_record_holds_is_given_again_and_a_returning_replica_rej
     passes = Failover(agents, records, grace=15, clock=Clock())
     passes.run_once()  # the controller died between the record and the promotion: s2 is promoted now
     assert agents.roles[0] == ("s2", "primary", 2)
-    passes.run_once()  # s1 is back and still holds primary of epoch 1: fenced in epoch 2
+    agents.states["s1"] = ReplicaState("primary", 1, "WFConnection", "UpToDate", "Primary")
+    passes.run_once()  # s1 is back and DRBD still holds it Primary of epoch 1: fenced in epoch 2
     assert agents.roles[1] == ("s1", "fenced", 2)
     agents.states["s1"] = ReplicaState("fenced", 2, "SyncTarget", "Inconsistent")
     passes.run_once()
