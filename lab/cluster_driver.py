@@ -27,6 +27,9 @@ AGENT_PORT = 9440
 #: each storage node's controller IDs: one volume on two nodes is one subsystem to the host, whose controllers'
 #: IDs must differ (nvmet's default window is the whole range on both)
 CNTLID_WINDOWS = {"storage-1": "1-999", "storage-2": "1000-1999"}
+#: the replicas' self-fence: longer than the replication tests take to answer a fence-peer call as the controller
+#: (each answer is a guest Python start, seconds under TCG), shorter than they wait for it
+SELF_FENCE_AFTER = "15"
 PKI = "/scratch/pki"  # on the scratch disk: a machine that lost its power keeps its keys
 STORAGE, GPUS = "storage-1", ("gpu-1", "gpu-2")
 
@@ -97,7 +100,8 @@ def running_cluster_driver(
     storage.write(f"{PKI}/authz.yaml", f"clients:\n  - {{identity: {identity}, role: controller}}\n")
     listen = f"tcp://{cluster.address(STORAGE, 'mgmt')}:{AGENT_PORT}"
     tls = ["--tls-cert", f"{PKI}/tls.crt", "--tls-key", f"{PKI}/tls.key", "--tls-ca", f"{PKI}/ca.crt"]
-    replication = ["--replication-address", cluster.address(STORAGE, "fa"), "--cntlid-window", CNTLID_WINDOWS[STORAGE]]
+    replication = ["--replication-address", cluster.address(STORAGE, "fa"), "--cntlid-window", CNTLID_WINDOWS[STORAGE],
+                   "--self-fence-after", SELF_FENCE_AFTER]  # fmt: skip
     agent = GuestTargetAgent(
         storage, portals(cluster), name=STORAGE, groups=["a", "b"],
         extra_args=["--listen-tcp", listen, *tls, "--authz-file", f"{PKI}/authz.yaml", *replication],

@@ -12,6 +12,11 @@ in epochs (``SetReplicaRole``) and answers DRBD's fence-peer calls (``AnswerFenc
    Cut again and fenced at once, before its own ping timeout showed it the cut, it is outdated all the same.
 3. The primary powered off mid-write: the survivor is promoted once the arbiter fences the dead node, the host's
    head picks its path up, 0 I/O errors, every acknowledged write reads back from the survivor (O_DIRECT).
+4. The old primary returns (a Secondary after its reboot, made secondary): DRBD resyncs it from the new one,
+   both replicas' data the same. Then the primary is cut from its peer while the arbiter does not answer it (a partition of
+   the primary from peer and controller; gpu-1 reaches both): its I/O stays frozen, it unlinks its portals
+   after ``--self-fence-after``, the arbiter promotes the peer, 0 I/O errors, every acknowledged write reads
+   back (so the old primary acknowledged nothing the new one lacks).
 
 Without the mechanism the proofs fail: with the module's own helper (``LAB_DRBD_HELPER=default``, DRBD's
 ``/sbin/drbdadm``, which knows nothing of the agent's resources) no fence-peer call reaches the agent and the
@@ -31,7 +36,7 @@ import pytest
 
 from lab.build import REPO
 from lab.cluster import LabCluster
-from lab.cluster_driver import CNTLID_WINDOWS, ClusterDriver, portals
+from lab.cluster_driver import CNTLID_WINDOWS, SELF_FENCE_AFTER, ClusterDriver, portals
 from lab.fabric import Fabric, wait_until
 from lab.probe import PROBE, IoProbe, ProbeResult
 from lab.target import AGENT_SOCK, GuestTargetAgent
@@ -100,7 +105,8 @@ def pair(cluster: LabCluster, stack: ClusterDriver) -> Iterator[Pair]:
     two = cluster.vm("storage-2")
     peer = GuestTargetAgent(
         two, portals(cluster, "storage-2"), name="storage-2", groups=["a", "b"],
-        extra_args=["--replication-address", cluster.address("storage-2", "fa"), "--cntlid-window", window],
+        extra_args=["--replication-address", cluster.address("storage-2", "fa"), "--cntlid-window", window,
+                    "--self-fence-after", SELF_FENCE_AFTER],
     )  # fmt: skip
     peer.wipe()
     peer.start()
@@ -128,6 +134,9 @@ def pair(cluster: LabCluster, stack: ClusterDriver) -> Iterator[Pair]:
     try:
         yield state
     finally:
+        for name, agent in agents.items():  # a frozen replica resumes (its calls answered) so that it can go
+            if name != state.dead:
+                agent.ops("answer", VOL, "fenced")
         fabric.disconnect_all()
         if not state.dead:
             cut_replication(cluster, on=False)
@@ -186,8 +195,7 @@ def test_a_primary_cut_from_its_peer_goes_on_only_when_the_arbiter_fenced_the_pe
     spool = "/run/nvmeof-csi/drbd/spool"
     asked = wait_until(lambda: any(n.endswith(".req") for n in two.vm.listdir(spool)), 90, 0.5)
     assert asked, f"no fence-peer call reached storage-2's agent; storage-2: {pair.get('storage-2')}"
-    waited = time.monotonic() - cut
-    time.sleep(5)  # the writes stay frozen while the arbiter has not answered
+    waited = time.monotonic() - cut  # the writes stay frozen from here until the arbiter answers
     fenced = pair.role("storage-1", "fenced")  # the arbiter outdates the cut-off replica, then lets the primary on
     assert "volume" in fenced, fenced
     assert two.ops("answer", VOL, "fenced")["answered"] == 1
@@ -261,3 +269,65 @@ def test_the_primary_powered_off_mid_write_loses_nothing_acknowledged(pair: Pair
     assert promoted["answered_at"], "promoting the cut-off survivor asked the arbiter nothing"
     assert result.io_errors == 0 and result.ios_after_last_stall > 0, result.errlog
     assert back.verify_errors == 0, back.errlog
+
+
+def checksum(pair: Pair, node: str) -> str:
+    """The replica's data (its first ``MIB`` MiB: the volume, not DRBD's metadata) read from its backing device
+    with O_DIRECT."""
+    out = pair.vm(node).check(["sh", "-c", f"dd if=/dev/nvmeof-csi/replica-{VOL} bs=1M count={MIB} "
+                                           "iflag=direct status=none | sha256sum"], 120)  # fmt: skip
+    return out.split()[0]
+
+
+def test_the_old_primary_returns_resyncs_then_cut_from_its_peer_and_the_arbiter_gives_way(
+    pair: Pair, report: Reporter
+) -> None:
+    """After the power-off proof: storage-2 returns and resyncs from storage-1 (only what changed), both
+    replicas' data the same; then storage-1, now the primary, is cut from its peer while the controller does
+    not answer it (a partition of the primary from peer and arbiter, gpu-1 still reaching both): it
+    acknowledges nothing more and unlinks its portals; the arbiter promotes storage-2; every acknowledged
+    write reads back, with 0 I/O errors."""
+    assert pair.dead == "storage-2", "runs after the power-off proof"
+    cluster, two = pair.cluster, pair.agents["storage-2"]
+    booted = cluster.boot("storage-2")
+    Fabric(cluster.vm("storage-2")).load()  # its modules, as its service manager would load them
+    two.start()
+    pair.dead = ""
+    back = pair.wait("storage-2", "reconnected", lambda r: r.get("connection") in ("Connected", "SyncTarget"), 180)
+    # it held primary of epoch 1 and came back a Secondary: the arbiter makes it secondary, DRBD resyncs it
+    assert "volume" in pair.role("storage-2", "secondary")
+    synced = pair.wait("storage-2", "resynced", lambda r: r.get("disk") == "UpToDate", 300)
+    same = checksum(pair, "storage-1") == checksum(pair, "storage-2")
+    fabric = Fabric(pair.vm("gpu-1"))
+    have = ",".join(p.address for p in fabric.paths(NQN)) + ","
+    for portal in portals(cluster, "storage-2"):  # its controllers may have been given up (ctrl_loss_tmo)
+        if f"traddr={portal.traddr}," not in have:
+            fabric.connect(portal, NQN, ctrl_loss_tmo=120)
+    probe = writer(pair, 90)
+    time.sleep(8)
+    cut = time.monotonic()
+    cut_replication(cluster, on=True)
+    one, spool = pair.agents["storage-1"], "/run/nvmeof-csi/drbd/spool"
+    assert wait_until(lambda: any(n.endswith(".req") for n in one.vm.listdir(spool)), 90, 0.5)
+    asked = time.monotonic() - cut
+
+    def storage_1_paths_down() -> bool:
+        return all(p.state != "live" for p in fabric.paths(NQN) if node_of(cluster, p.address) == "storage-1")
+
+    assert wait_until(storage_1_paths_down, 120, 1.0), fabric.paths(NQN)  # self-fenced: portals unlinked
+    left = time.monotonic() - cut
+    pair.wait("storage-2", "lost storage-1 too", lambda r: r.get("connection") != "Connected", 60)
+    promoted = pair.role("storage-2", "primary", "fenced")  # the arbiter, storage-1 silent: its peer goes on
+    assert "volume" in promoted, promoted
+    up = time.monotonic() - cut
+    result, read = written_and_read_back(pair, probe)
+    report(
+        "replica pair: return, then the primary partitioned",
+        f"storage-2 booted in {booted:.0f}s, {back.get('connection')} then UpToDate "
+        f"({int(synced.get('out_of_sync_bytes', 0)) >> 10} KiB left); data the same on both: {same}; "
+        f"cut: fence-peer asked {asked:.1f}s, storage-1's paths down at {left:.1f}s (self-fenced), storage-2 "
+        f"promoted at {up:.1f}s; writer {result.line()}; read back {read.line()}",
+    )
+    assert same, "the resynced replica's data differs from the primary's"
+    assert result.io_errors == 0 and result.ios_after_last_stall > 0, result.errlog
+    assert read.verify_errors == 0, read.errlog
