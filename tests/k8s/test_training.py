@@ -100,6 +100,12 @@ def workers(kube: KubeCluster, job: str) -> list[dict[str, Any]]:
     return items
 
 
+def refused(pod: dict[str, Any]) -> bool:
+    """Whether the scheduler tried ``pod`` and did not place it (its PodScheduled condition False)."""
+    conditions = pod["status"].get("conditions") or []
+    return any(c.get("type") == "PodScheduled" and c.get("status") == "False" for c in conditions)
+
+
 def test_gang_of_two_reads_one_dataset_on_two_nodes_all_or_nothing(kube: KubeCluster, dataset: int) -> None:
     docs = lab_objects()
     claim = next(d for d in docs if d["kind"] == "PersistentVolumeClaim")
@@ -115,7 +121,12 @@ def test_gang_of_two_reads_one_dataset_on_two_nodes_all_or_nothing(kube: KubeClu
         kube.kubectl("cordon", GPUS[1])
         kube.cp.apply({"apiVersion": "v1", "kind": "List", "items": [d for d in docs if d is not claim]})
         wait_for("both workers created", lambda: len(workers(kube, job)) == 2, 120)
-        time.sleep(30)  # one node free for one worker: the gang of two must not start at all
+        # one node free for one worker: the gang of two must not start at all. The scheduler's first attempt
+        # decides (a broken gang binds one worker to the free node then); once it marked both unschedulable,
+        # or after 30 s, neither may be bound
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not all(refused(p) for p in workers(kube, job)):
+            time.sleep(2)
         held = workers(kube, job)
         assert all(not p["spec"].get("nodeName") for p in held), [p["spec"].get("nodeName") for p in held]
         assert all(p["status"].get("phase") == "Pending" for p in held), [p["status"] for p in held]
