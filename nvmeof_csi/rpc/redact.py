@@ -1,5 +1,6 @@
 """Protobuf messages made safe to log: every ``secrets`` map, every field whose name ends in ``secret`` or
-``psk`` (our agent API: DH-HMAC-CHAP keys, NVMe/TCP TLS pre-shared keys) and every field the CSI spec marks
+``psk`` (our agent API: DH-HMAC-CHAP keys, NVMe/TCP TLS pre-shared keys), every map entry whose key ends so (a
+replicated volume's DRBD ``secret`` in CreateVolume's ``replica`` map) and every field the CSI spec marks
 ``csi_secret`` is replaced by a placeholder, at any depth. The input message is never modified.
 """
 
@@ -33,7 +34,12 @@ def _scrub(msg: Message) -> list[str]:
             stripped.append(field.name)
         elif field.type == FieldDescriptor.TYPE_MESSAGE:
             if field.message_type is not None and field.message_type.GetOptions().map_entry:
-                continue  # a map of scalars (secret maps are caught above by name/option)
+                # a map: an entry whose key names key material (a replica's DRBD ``secret``) is blanked
+                for key in [k for k in value if isinstance(k, str) and k.lower().endswith(SECRET_SUFFIXES)]:
+                    if isinstance(value[key], str):
+                        value[key] = REDACTED
+                        stripped.append(f"{field.name}.{key}")
+                continue
             if field.is_repeated:
                 for item in value:
                     stripped += _scrub(item)

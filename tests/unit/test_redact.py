@@ -54,3 +54,11 @@ def test_every_key_field_of_the_agent_api_is_caught() -> None:
             assert "k3y-material" not in safe_text(msg), f"{message.name}.{field.name}"
             checked += 1
     assert checked >= 5
+
+
+def test_a_replicas_drbd_secret_never_reaches_a_log_line() -> None:
+    secret = "00112233445566778899aabbccddeeff"
+    req = nvmeof_agent_pb2.CreateVolumeRequest(name="pvc-r", replica={"secret": secret, "port": "7800"})
+    text = safe_text(req)
+    assert secret not in text and REDACTED in text and "7800" in text
+    assert req.replica["secret"] == secret  # the original keeps its value
