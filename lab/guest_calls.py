@@ -9,6 +9,7 @@ raises :class:`GuestTimeout`; :meth:`Pending.check` raises :class:`GuestError` o
 from __future__ import annotations
 
 import queue
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -57,10 +58,12 @@ class Result:
 
 @dataclass
 class Pending:
-    """A command running in the guest; :meth:`wait` returns its :class:`Result`."""
+    """A command running in the guest; :meth:`wait` returns its :class:`Result`. ``context`` says what the
+    VM showed (its console's tail) when no answer came, so that a hung guest is diagnosable from the report."""
 
     what: str
     timeout: float
+    context: Callable[[], str] = lambda: ""
     _box: queue.Queue[dict[str, Any]] = field(default_factory=lambda: queue.Queue(1))
 
     def wait(self, timeout: float | None = None) -> Result:
@@ -68,7 +71,8 @@ class Pending:
         try:
             msg = self._box.get(timeout=self.timeout + MARGIN if timeout is None else timeout)
         except queue.Empty as exc:
-            raise GuestTimeout(self.what, Result(-9, "", "no reply from the guest", self.timeout)) from exc
+            why = f"no reply from the guest\n{self.context()}"
+            raise GuestTimeout(self.what, Result(-9, "", why, self.timeout)) from exc
         return Result(int(msg.get("rc", -1)), msg.get("out", ""), msg.get("err", ""), float(msg.get("t", 0.0)))
 
     def done(self) -> bool:

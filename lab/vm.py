@@ -282,7 +282,7 @@ class LabVM:
 
     def _request(self, what: str, timeout: float, **request: Any) -> Pending:
         rid = next(self._ids)
-        pending = Pending(what, timeout)
+        pending = Pending(what, timeout, lambda: f"console:\n{self._tail('console.log')}")
         with self._lock:
             self._pending[rid] = pending
         self._send({"id": rid, "timeout": timeout, **request})
