@@ -104,6 +104,10 @@ class AgentServicer(pb_grpc.AgentServicer):
         self._agent = agent
         self._unknown = unknown
 
+    def SetDraining(self, request: pb.SetDrainingRequest, context: Ctx) -> pb.HealthResponse:
+        self._agent.drain.set(request.draining)
+        return self.Health(pb.HealthRequest(), context)
+
     def Health(self, request: pb.HealthRequest, context: Ctx) -> pb.HealthResponse:
         ready, rep = self._agent.nvmet.available(), self._agent.replication
         message = "ready" if ready else f"nvmet configfs not available at {self._agent.nvmet.root}"
@@ -115,6 +119,7 @@ class AgentServicer(pb_grpc.AgentServicer):
             unknown_objects=self._unknown,
             replication_address=rep.address if rep is not None else "",
             replication_host=rep.host if rep is not None else "",
+            draining=self._agent.drain.draining(),
         )
 
     def CreateVolume(self, request: pb.CreateVolumeRequest, context: Ctx) -> pb.Volume:

@@ -5,16 +5,16 @@ Contract: :func:`volume_health` returns ``(status, reason, message)`` triples (s
 wrong: the volume not ready (being filled or deleted), its backing file missing (data loss), its subsystem or
 namespace missing or disabled, ports of its kind (TLS or clear text) it should be linked to but is not (some:
 degraded, all: inaccessible), and a pool below :data:`POOL_LOW` free (thin volumes may fail writes). A replica
-(``agent/replicas.py``): its namespace disabled on a secondary or fenced replica and its portals unlinked on a
-fenced one are by design, not issues; a primary whose peer is not in sync is degraded with DRBD's view
-(``1 of 2 replicas in sync: resyncing 43%``).
+(``agent/replicas.py``): its namespace disabled on a secondary, fenced or handing-over replica and its portals
+unlinked on a fenced or handing-over one are by design, not issues; a primary whose peer is not in sync is
+degraded with DRBD's view (``1 of 2 replicas in sync: resyncing 43%``).
 """
 
 from __future__ import annotations
 
 from nvmeof_csi.agent.drbd_status import replica_health
 from nvmeof_csi.agent.parts import NSID, AgentParts, portals_for
-from nvmeof_csi.agent.replica_spec import FENCED, PRIMARY
+from nvmeof_csi.agent.replica_spec import FENCED, HANDOVER, PRIMARY
 from nvmeof_csi.agent.state import READY, VolumeRecord
 from nvmeof_csi.nvmeof.nqn import volume_nqn
 
@@ -43,7 +43,7 @@ def volume_health(parts: AgentParts, rec: VolumeRecord) -> list[Issue]:
         line = replica_health(parts.replication.state(rec))
         if line is not None:
             issues.append((DEGRADED, "ReplicaNotInSync", line))
-    if role == FENCED:  # its portals are unlinked by design: the controller fenced it
+    if role in (FENCED, HANDOVER):  # its portals are unlinked by design: fenced, or handing over to its peer
         return issues + _pool(parts)
     own = portals_for(rec, parts.portals)  # a TLS volume's portals are the TLS ones, a clear volume's the others
     unlinked = [p for p in own if nqn not in nvmet.linked(p.port_id)]

@@ -9,9 +9,11 @@ Contract:
 - :meth:`ReplicaOps.set_role` moves a ready replica to the controller's role in an epoch no older than its own:
   ``primary`` (promote, then enable the namespace, then link the portals); ``fenced`` (saved first, then unlink
   every portal, disable the namespace, demote; cut off from its peer, its disk Outdated); ``secondary`` (as
-  ``fenced``, then link the portals again: the host's path here has no namespace behind it). A ``primary`` goes
-  to ``secondary`` only through ``fenced`` (``FailedPrecondition``): the controller promotes the peer in
-  between, so the host never loses the namespace on its last path. Repeating a call changes nothing. The
+  ``fenced``, then link the portals again: the host's path here has no namespace behind it); ``handover`` (as
+  ``fenced`` without outdating: a planned switchover, only from ``primary`` while DRBD shows the peer
+  ``Connected`` and ``UpToDate``, else ``FailedPrecondition``). A ``primary`` goes to ``secondary`` only through
+  ``fenced`` or ``handover`` (``FailedPrecondition``): the controller promotes the peer in between, so the host
+  never loses the namespace on its last path. Repeating a call changes nothing. The
   caller holds nothing; this takes the volume's key.
 """
 
@@ -20,7 +22,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from nvmeof_csi.agent.parts import NSID, AgentParts, VolumeView
-from nvmeof_csi.agent.replica_spec import FENCED, PRIMARY, SECONDARY, ReplicaSpec
+from nvmeof_csi.agent.replica_spec import FENCED, HANDOVER, PRIMARY, SECONDARY, ReplicaSpec
 from nvmeof_csi.agent.replicas import Replication, Stack, metadata_bytes, next_role
 from nvmeof_csi.agent.state_model import READY, VolumeRecord
 from nvmeof_csi.errors import AlreadyExists, FailedPrecondition, InvalidArgument, Unavailable
@@ -100,9 +102,16 @@ class ReplicaOps:
                 self._present(new, nqn, path)
                 return p.view(new)
             now = rep.state(rec)
-            if role == SECONDARY and now is not None and now.role == "Primary" and rec.replica.get("role") != FENCED:
+            held = rec.replica.get("role")
+            if role == SECONDARY and now is not None and now.role == "Primary" and held not in (FENCED, HANDOVER):
                 raise FailedPrecondition(
-                    f"volume {vol_uuid}: a primary replica becomes secondary through fenced (its peer promoted between)"
+                    f"volume {vol_uuid}: a primary replica becomes secondary through fenced or handover "
+                    "(its peer promoted between)"
+                )
+            if role == HANDOVER and held != HANDOVER and (held != PRIMARY or now is None or not now.in_sync):
+                seen = f"{now.connection} {now.disk}/{now.peer_disk}" if now is not None else "down"
+                raise FailedPrecondition(
+                    f"volume {vol_uuid}: only a primary in sync with its peer hands over (it is {held}, DRBD {seen})"
                 )
             new = p.state.put_volume(new)  # save before acting: a restart finishes the step down
             unlink_everywhere(p, nqn)

@@ -25,8 +25,8 @@ from nvmeof_csi.errors import InvalidArgument
 from nvmeof_csi.nvmeof.nqn import check_uuid
 from nvmeof_csi.service.contracts import valid_node_name
 
-PRIMARY, SECONDARY, FENCED = "primary", "secondary", "fenced"
-ROLES = (PRIMARY, SECONDARY, FENCED)  # what each means: ``agent/replicas.py``
+PRIMARY, SECONDARY, FENCED, HANDOVER = "primary", "secondary", "fenced", "handover"
+ROLES = (PRIMARY, SECONDARY, FENCED, HANDOVER)  # what each means: ``agent/replicas.py``
 DISK_DIR = "/dev/nvmeof-csi"
 _SECRET = re.compile(r"[0-9a-f]{32,64}")
 _KEYS = frozenset({"peer_agent", "peer_host", "peer_address", "address", "port", "minor", "secret", "role", "epoch"})
@@ -118,4 +118,4 @@ def _int(value: str, field: str, low: int, high: int) -> int:
     return int(value)
 
 
-__all__ = ["DISK_DIR", "FENCED", "PRIMARY", "ROLES", "SECONDARY", "ReplicaSpec", "disk_path"]
+__all__ = ["DISK_DIR", "FENCED", "HANDOVER", "PRIMARY", "ROLES", "SECONDARY", "ReplicaSpec", "disk_path"]

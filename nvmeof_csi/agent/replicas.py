@@ -1,5 +1,5 @@
 """The kernel side of this agent's replicas (``replicas: "2"`` volumes): the volume's file under a loop device,
-the DRBD 8.4 resource on it (``agent/drbd.py``), and which of three roles the controller gave the replica.
+the DRBD 8.4 resource on it (``agent/drbd.py``), and which of four roles the controller gave the replica.
 
 Roles (``replica_spec``), each a state of DRBD, the namespace and the ports together:
 
@@ -10,6 +10,8 @@ Roles (``replica_spec``), each a state of DRBD, the namespace and the ports toge
   their I/O queued, never failed), then the namespace disabled, then DRBD Secondary. The step between an old
   primary and its peer's promotion: a namespace is never disabled while a host still sees it LIVE here, because
   the host deletes the multipath head when the last path's namespace goes.
+- ``handover``: as ``fenced``, but the disk stays ``UpToDate`` (never outdated): a planned switchover's step
+  between a primary in sync with its peer and that peer's promotion; then ``secondary`` links it again.
 
 Contract:
 - :meth:`Replication.prepare` makes the device stack for a record (idempotent; DRBD metadata only on a fresh file,
@@ -34,7 +36,7 @@ from nvmeof_csi.agent.drbd_config import resource_name, resource_text
 from nvmeof_csi.agent.drbd_status import DrbdState
 from nvmeof_csi.agent.fence_spool import PEER_FENCED, STAY_FROZEN, FenceRequest, FenceSpool
 from nvmeof_csi.agent.replica_devices import LoopLinks
-from nvmeof_csi.agent.replica_spec import FENCED, ROLES, ReplicaSpec
+from nvmeof_csi.agent.replica_spec import FENCED, HANDOVER, ROLES, ReplicaSpec
 from nvmeof_csi.agent.state_model import READY, VolumeRecord
 from nvmeof_csi.errors import Aborted, FailedPrecondition
 
@@ -110,7 +112,7 @@ class Replication:
         self._drbd.up(rec.uuid, spec.secret, spec.minor)
         now = self._drbd.state(spec.minor)
         primary = now is not None and now.role == "Primary"
-        return Stack(f"/dev/drbd{spec.minor}", primary, spec.role != FENCED)
+        return Stack(f"/dev/drbd{spec.minor}", primary, spec.role not in (FENCED, HANDOVER))
 
     def promote(self, rec: VolumeRecord) -> None:
         """Primary (see the contract); the caller then enables the namespace and links the ports."""

@@ -20,6 +20,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 from nvmeof_csi.agent.configfs import Nvmet
 from nvmeof_csi.agent.converge import Applier, ConvergeReport
+from nvmeof_csi.agent.drain import DrainMark
 from nvmeof_csi.agent.drbd_status import DrbdState
 from nvmeof_csi.agent.fence_spool import FenceRequest
 from nvmeof_csi.agent.fencing import FenceOps
@@ -88,6 +89,7 @@ class TargetAgent:
         self._fences = FenceOps(self._parts, sleep)
         self._applier = Applier(self._parts, self._volumes, self._snapshots)
         self._names = NameBook(state.folder)
+        self.drain = DrainMark(state.folder)
         self.self_fence = SelfFence(self._parts, self_fence_after)
 
     # -- what it is made of (read-only) -------------------------------------------------------------------

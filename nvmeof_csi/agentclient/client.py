@@ -132,6 +132,10 @@ class AgentClient:
         request = pb.SetReplicaRoleRequest(uuid=vol_uuid, role=role, epoch=epoch)
         return self._call(self._stub.SetReplicaRole, request, timeout)
 
+    def set_draining(self, draining: bool) -> pb.HealthResponse:
+        """Mark the agent's node draining (its replicated volumes move to their peers) or not; its Health."""
+        return self._call(self._stub.SetDraining, pb.SetDrainingRequest(draining=draining))
+
     def fence_requests(self) -> list[pb.FenceRequest]:
         return list(self._call(self._stub.ListFenceRequests, pb.ListFenceRequestsRequest()).requests)
 

@@ -17,7 +17,7 @@ from typing import Annotated
 import typer
 
 from nvmeof_csi import DRIVER_NAME, __version__
-from nvmeof_csi.cli import datasets, doctor, driver, health, hosts, portals, snapshots, trace, volumes
+from nvmeof_csi.cli import datasets, doctor, driver, health, hosts, portals, snapshots, storage, trace, volumes
 from nvmeof_csi.cli.context import CliState, Output, load_targets
 from nvmeof_csi.errors import ConfigError, DriverError
 
@@ -33,6 +33,7 @@ app.add_typer(portals.ana_app, name="ana")
 app.add_typer(snapshots.app, name="snapshots")
 app.add_typer(driver.app, name="driver")
 app.add_typer(datasets.app, name="datasets")
+app.add_typer(storage.app, name="storage")
 app.command("targets")(health.targets)
 app.command("health")(health.health)
 app.command("doctor")(doctor.doctor)

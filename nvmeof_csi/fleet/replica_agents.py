@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 from nvmeof_csi.agentclient.api import ReplicaApi
 from nvmeof_csi.errors import DriverError, NotFound
-from nvmeof_csi.service.failover import ReplicaState
+from nvmeof_csi.service.failover import AgentStatus, ReplicaState
 from nvmeof_csi.service.fence_answers import FenceCall
 from nvmeof_csi.topology.fabric_map import AgentEntry, FabricMap
 
@@ -46,13 +46,14 @@ class FleetReplicaAgents:
     def set_role(self, agent: str, vol_uuid: str, role: str, epoch: int) -> None:
         self._client(agent).set_replica_role(vol_uuid, role, epoch)
 
-    def alive(self, agent: str) -> bool:
-        """Whether ``agent`` answers its Health call (an agent the map does not list never does)."""
+    def status(self, agent: str) -> AgentStatus | None:
+        """``agent``'s answer to its Health call; ``None`` when it does not answer (an agent the map does not
+        list never does)."""
         try:
-            self._client(agent).health()
+            health = self._client(agent).health()
         except DriverError:
-            return False
-        return True
+            return None
+        return AgentStatus(draining=health.draining)
 
     def replica(self, agent: str, vol_uuid: str) -> ReplicaState:
         r = self._client(agent).get_volume(vol_uuid).replica

@@ -4,10 +4,17 @@
 For each volume's record, :meth:`Failover.run_once`:
 
 - **the primary's agent answers**: it is made sure the primary holds its role in the record's epoch (a promotion
-  the record holds but the agent never received, e.g. a controller killed between the two, is given again); the
-  other replica, when back holding primary of an older term, is fenced if DRBD still holds it Primary and made
-  secondary if it came back as a Secondary (a reboot: DRBD's handshake resyncs it); once an outdated one
-  resynced (``UpToDate``, connected) the record clears its ``outdated`` and it is made secondary;
+  the record holds but the agent never received, e.g. a controller killed between the two, is given again;
+  the other replica, still Primary and connected from a switchover cut short, hands over first); the other
+  replica, when back holding primary of an older term, is fenced if DRBD still holds it Primary and made
+  secondary if it came back as a Secondary (a reboot: DRBD's handshake resyncs it); a replica left in
+  ``handover`` is made secondary; once an outdated one resynced (``UpToDate``, connected) the record clears its
+  ``outdated`` and it is made secondary;
+- **the primary's agent is draining** (an operator's ``nvmeofctl storage drain``): a planned switchover to the
+  peer when the peer's agent answers, is not draining itself and its replica is connected and ``UpToDate``
+  (:func:`~nvmeof_csi.service.arbiter.switchover`): the record first, then the old primary hands over (its
+  portals unlinked, namespace disabled, demoted, never outdated), the peer is promoted, the old one made
+  secondary. Otherwise the line says why the volume stays;
 - **the primary's agent has not answered for ``grace`` seconds**: its peer is promoted only when the peer's
   agent answers and its replica has lost the primary too (not ``Connected``, not syncing: a peer that still
   replicates from the primary proves the primary alive, so a cut between the controller and the primary alone
@@ -32,10 +39,10 @@ from typing import Protocol
 
 from nvmeof_csi.errors import DriverError
 from nvmeof_csi.rpc.background import every
-from nvmeof_csi.service.arbiter import ReplicaRecord, failover, resynced
+from nvmeof_csi.service.arbiter import ReplicaRecord, failover, resynced, switchover
 
 log = logging.getLogger(__name__)
-PRIMARY, SECONDARY, FENCED = "primary", "secondary", "fenced"
+PRIMARY, SECONDARY, FENCED, HANDOVER = "primary", "secondary", "fenced", "handover"
 #: DRBD connection states in which the peer still hears the primary
 HEARS_PRIMARY = ("Connected", "StartingSyncS", "StartingSyncT", "WFBitMapS", "WFBitMapT", "SyncSource", "SyncTarget")
 
@@ -51,8 +58,19 @@ class ReplicaState:
     drbd_role: str = ""  # Primary | Secondary | "" (not up)
 
 
+@dataclass(frozen=True)
+class AgentStatus:
+    """An agent that answered its Health call: whether an operator asked it to drain."""
+
+    draining: bool = False
+
+
+Seen = dict[str, AgentStatus | None]  # one pass's answers to Health, by agent
+
+
 class FailoverAgents(Protocol):
-    def alive(self, agent: str) -> bool: ...
+    def status(self, agent: str) -> AgentStatus | None:
+        """``None``: the agent did not answer."""
 
     def replica(self, agent: str, vol_uuid: str) -> ReplicaState: ...
 
@@ -84,7 +102,7 @@ class Failover:
         every(period, self.run_once, "failover")(stop)
 
     def run_once(self) -> list[str]:
-        alive: dict[str, bool] = {}
+        alive: dict[str, AgentStatus | None] = {}
         done: list[str] = []
         for vol in self._records.volumes():
             try:
@@ -97,16 +115,20 @@ class Failover:
             log.info("failover: %s", line)
         return done
 
-    def _alive(self, agent: str, seen: dict[str, bool]) -> bool:
+    def _alive(self, agent: str, seen: Seen) -> bool:
         if agent not in seen:
-            seen[agent] = self._agents.alive(agent)
-            if seen[agent]:
+            seen[agent] = self._agents.status(agent)
+            if seen[agent] is not None:
                 self._silent_since.pop(agent, None)
             else:
                 self._silent_since.setdefault(agent, self._clock())
-        return seen[agent]
+        return seen[agent] is not None
 
-    def _check(self, vol: str, seen: dict[str, bool]) -> str:
+    def _draining(self, agent: str, seen: Seen) -> bool:
+        status = seen.get(agent) if self._alive(agent, seen) else None
+        return status is not None and status.draining
+
+    def _check(self, vol: str, seen: Seen) -> str:
         found = self._records.read(vol)
         if found is None:
             return ""
@@ -115,8 +137,11 @@ class Failover:
         if self._alive(primary, seen):
             now = self._agents.replica(primary, vol)
             if now.role != PRIMARY or now.epoch < record.since:
+                self._step_aside(vol, record, seen)
                 self._agents.set_role(primary, vol, PRIMARY, record.epoch)
                 return f"volume {vol}: {primary} given its primary role (epoch {record.epoch}; it held {now.role})"
+            if self._draining(primary, seen):
+                return self._switch(vol, record, version, seen)
             return self._rejoin(vol, record, version, seen)
         silent = self._clock() - self._silent_since[primary]
         if silent < self._grace:
@@ -135,7 +160,36 @@ class Failover:
         self._agents.set_role(peer, vol, PRIMARY, decision.record.epoch)
         return f"volume {vol}: {decision.reason} after {primary} was silent {silent:.0f} s"
 
-    def _rejoin(self, vol: str, record: ReplicaRecord, version: str, seen: dict[str, bool]) -> str:
+    def _step_aside(self, vol: str, record: ReplicaRecord, seen: Seen) -> None:
+        """Before the record's primary is (again) given its role: the other replica, still Primary and connected
+        (a switchover cut short between the record and the hand-over), hands over, or DRBD refuses the promotion."""
+        other = record.peer(record.primary)
+        if self._alive(other, seen):
+            now = self._agents.replica(other, vol)
+            if now.role == PRIMARY and now.drbd_role == "Primary" and now.connection == "Connected":
+                self._agents.set_role(other, vol, HANDOVER, record.epoch)
+
+    def _switch(self, vol: str, record: ReplicaRecord, version: str, seen: Seen) -> str:
+        """A planned switchover away from the draining primary (see the module's contract)."""
+        primary, peer = record.primary, record.peer(record.primary)
+        if not self._alive(peer, seen) or self._draining(peer, seen):
+            why = "does not answer" if peer not in seen or seen[peer] is None else "is draining too"
+            return f"volume {vol}: {primary} drains but {peer} {why}: it stays on {primary}"
+        other = self._agents.replica(peer, vol)
+        if other.connection != "Connected":
+            return f"volume {vol}: {primary} drains but {peer} is {other.connection}: it stays on {primary}"
+        decision = switchover(record, peer, other.disk)
+        if not decision.allowed:
+            return f"volume {vol}: {primary} drains: {decision.reason}"
+        if not self._records.replace(vol, decision.record, version):
+            return f"volume {vol}: the record changed meanwhile; decided again on the next pass"
+        epoch = decision.record.epoch
+        self._agents.set_role(primary, vol, HANDOVER, epoch)
+        self._agents.set_role(peer, vol, PRIMARY, epoch)
+        self._agents.set_role(primary, vol, SECONDARY, epoch)
+        return f"volume {vol}: planned switchover from draining {primary}: {decision.reason}"
+
+    def _rejoin(self, vol: str, record: ReplicaRecord, version: str, seen: Seen) -> str:
         """The other replica, back: a stale primary (of an older term) is fenced; an outdated one that resynced
         (``UpToDate`` and connected again) is recorded in sync and made secondary."""
         other = record.peer(record.primary)
@@ -148,6 +202,9 @@ class Failover:
             role = FENCED if now.drbd_role == "Primary" else SECONDARY
             self._agents.set_role(other, vol, role, record.epoch)
             return f"volume {vol}: {other} held primary of epoch {now.epoch}; now {role} (epoch {record.epoch})"
+        if now.role == HANDOVER:  # a switchover cut short after the promotion
+            self._agents.set_role(other, vol, SECONDARY, record.epoch)
+            return f"volume {vol}: {other} handed over; now secondary (epoch {record.epoch})"
         if other not in record.outdated or now.connection != "Connected":
             return ""
         decision = resynced(record, other, now.disk)
@@ -157,4 +214,4 @@ class Failover:
         return f"volume {vol}: {decision.reason}"
 
 
-__all__ = ["Failover", "FailoverAgents", "FailoverRecords", "ReplicaState"]
+__all__ = ["AgentStatus", "Failover", "FailoverAgents", "FailoverRecords", "ReplicaState"]

@@ -127,6 +127,13 @@ def test_nvmeofctl_against_the_agent(agent: Running) -> None:
     assert json.loads(ctl("health"))[0]["ready"] is True
     bad = runner.invoke(nvmeofctl, ["--agent", agent.unix, "ana", "set", "a", "sideways"])
     assert bad.exit_code == 2
+    drained = ctl("storage", "drain", "agent", "--wait", "5")  # no replicated volume here: drained at once
+    assert "agent: draining" in drained and "drained: it serves no replicated volume" in drained, drained
+    with client_for(agent) as c:
+        assert c.health().draining  # what the controller's failover pass reads
+    assert "agent: not draining" in ctl("storage", "drain", "agent", "--undo")
+    with client_for(agent) as c:
+        assert not c.health().draining
 
 
 def test_tcp_requires_mutual_tls(tmp_path: Path) -> None:

@@ -1,8 +1,10 @@
 """``nvmeofctl volumes show`` of a replicated volume: each replica's role, DRBD's view and sync progress in one
-line (the agent's message, never its secret: the message has no field for it)."""
+line (the agent's message, never its secret: the message has no field for it); ``nvmeofctl storage drain
+--wait`` following a node's volumes until it is primary for none."""
 
 from __future__ import annotations
 
+from nvmeof_csi.cli.storage import follow
 from nvmeof_csi.cli.volumes import _row
 from nvmeof_csi.gen import nvmeof_agent_pb2 as pb
 
@@ -18,3 +20,21 @@ def test_a_replica_shows_its_role_drbd_state_sync_progress_and_peer() -> None:
     assert "replica_state" not in _row("store-a", pb.Volume(uuid="u", capacity_bytes=1 << 30))
     down = _row("store-b", pb.Volume(uuid="u", replica=pb.Replica(peer_agent="store-a", role="secondary")))
     assert down["replica_state"] == "secondary (epoch 0); DRBD not up; peer store-a"
+
+
+def _vols(*roles: str) -> list[pb.Volume]:
+    return [pb.Volume(uuid=f"v{i}", replica=pb.Replica(role=r, peer_agent="store-b")) for i, r in enumerate(roles)]
+
+
+def test_drain_follows_the_moves_until_nothing_is_primary_here_or_the_time_runs_out() -> None:
+    listings = iter([_vols("primary", "primary", "secondary"), _vols("secondary", "primary"), _vols("secondary")])
+    said: list[str] = []
+    clock = [0.0]
+
+    def sleep(seconds: float) -> None:
+        clock[0] += seconds
+
+    left = follow(lambda: next(listings), 60, said.append, sleep, lambda: clock[0])
+    assert left == {} and said == [f"{n} replicated volume(s) still primary here" for n in (2, 1, 0)]
+    stuck = follow(lambda: [*_vols("primary"), pb.Volume(uuid="plain")], 3, said.append, sleep, lambda: clock[0])
+    assert list(stuck) == ["v0"] and stuck["v0"].startswith("primary (epoch 0)")

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 from nvmeof_csi.errors import Unavailable
 from nvmeof_csi.service.arbiter import ReplicaRecord
-from nvmeof_csi.service.failover import Failover, ReplicaState
+from nvmeof_csi.service.failover import AgentStatus, Failover, ReplicaState
 
 VOL = "5f0c2a6e-2d7b-4c59-9a83-0d6a1f2b7c11"
 
@@ -19,9 +19,10 @@ class Agents:
     states: dict[str, ReplicaState]
     silent: set[str] = field(default_factory=set)
     roles: list[tuple[str, str, int]] = field(default_factory=list)
+    draining: set[str] = field(default_factory=set)
 
-    def alive(self, agent: str) -> bool:
-        return agent not in self.silent
+    def status(self, agent: str) -> AgentStatus | None:
+        return None if agent in self.silent else AgentStatus(draining=agent in self.draining)
 
     def replica(self, agent: str, vol_uuid: str) -> ReplicaState:
         if agent in self.silent:
@@ -31,7 +32,7 @@ class Agents:
     def set_role(self, agent: str, vol_uuid: str, role: str, epoch: int) -> None:
         self.roles.append((agent, role, epoch))
         old = self.states[agent]
-        self.states[agent] = ReplicaState(role, epoch, old.connection, old.disk)
+        self.states[agent] = ReplicaState(role, epoch, old.connection, old.disk, "Primary" if role == "primary" else "")
 
 
 @dataclass
@@ -54,8 +55,8 @@ class Records:
 
 def pair(peer_connection: str = "WFConnection", peer_disk: str = "UpToDate") -> Agents:
     return Agents({
-        "s1": ReplicaState("primary", 1, "Connected", "UpToDate"),
-        "s2": ReplicaState("secondary", 1, peer_connection, peer_disk),
+        "s1": ReplicaState("primary", 1, "Connected", "UpToDate", "Primary"),
+        "s2": ReplicaState("secondary", 1, peer_connection, peer_disk, "Secondary"),
     })  # fmt: skip
 
 
@@ -112,9 +113,11 @@ def test_a_promotion_the_record_holds_is_given_again_and_a_returning_replica_rej
     agents.states["s2"] = ReplicaState("secondary", 1, "WFConnection", "UpToDate")
     record = ReplicaRecord(("s1", "s2"), "s2", epoch=2, since=2, outdated=frozenset({"s1"}))
     records = Records(record)
+    agents.silent.add("s1")
     passes = Failover(agents, records, grace=15, clock=Clock())
     passes.run_once()  # the controller died between the record and the promotion: s2 is promoted now
     assert agents.roles[0] == ("s2", "primary", 2)
+    agents.silent.discard("s1")
     agents.states["s1"] = ReplicaState("primary", 1, "WFConnection", "UpToDate", "Primary")
     passes.run_once()  # s1 is back and DRBD still holds it Primary of epoch 1: fenced in epoch 2
     assert agents.roles[1] == ("s1", "fenced", 2)
@@ -124,3 +127,44 @@ def test_a_promotion_the_record_holds_is_given_again_and_a_returning_replica_rej
     agents.states["s1"] = ReplicaState("fenced", 2, "Connected", "UpToDate")
     passes.run_once()
     assert agents.roles[2] == ("s1", "secondary", 3) and not records.record.outdated
+
+
+def test_a_draining_primary_hands_over_to_its_in_sync_peer_and_the_peer_is_not_handed_back() -> None:
+    agents, records = pair("Connected"), Records(ReplicaRecord(("s1", "s2"), "s1"))
+    agents.draining.add("s1")
+    passes = Failover(agents, records, grace=15, clock=Clock())
+    line = passes.run_once()[0]
+    assert "planned switchover" in line and "'s2' is primary" in line, line
+    assert agents.roles == [("s1", "handover", 2), ("s2", "primary", 2), ("s1", "secondary", 2)]
+    assert (records.record.primary, records.record.epoch, records.record.outdated) == ("s2", 2, frozenset())
+    assert passes.run_once() == [] and len(agents.roles) == 3  # s2 serves; s1 (still draining) gets nothing back
+
+
+def test_a_draining_primary_stays_when_its_peer_cannot_take_over() -> None:
+    for agents, record, says in (
+        (pair("WFConnection"), ReplicaRecord(("s1", "s2"), "s1"), "s2 is WFConnection"),
+        (pair("Connected"), ReplicaRecord(("s1", "s2"), "s1", outdated=frozenset({"s2"})), "not in sync"),
+        (pair("Connected", "Inconsistent"), ReplicaRecord(("s1", "s2"), "s1"), "not in sync (Inconsistent)"),
+    ):
+        agents.draining.add("s1")
+        line = Failover(agents, Records(record), grace=15, clock=Clock()).run_once()[0]
+        assert says in line and not agents.roles, line
+    both = pair("Connected")
+    both.draining |= {"s1", "s2"}
+    line = Failover(both, Records(ReplicaRecord(("s1", "s2"), "s1")), grace=15, clock=Clock()).run_once()[0]
+    assert "draining too" in line and not both.roles, line
+    gone = pair("Connected")
+    gone.draining.add("s1")
+    gone.silent.add("s2")
+    line = Failover(gone, Records(ReplicaRecord(("s1", "s2"), "s1")), grace=15, clock=Clock()).run_once()[0]
+    assert "does not answer" in line and not gone.roles, line
+
+
+def test_a_switchover_cut_short_after_the_record_finishes_on_the_next_pass() -> None:
+    agents = pair("Connected")  # the record moved to s2, then the controller died: s1 still Primary, connected
+    records = Records(ReplicaRecord(("s1", "s2"), "s2", epoch=2, since=2))
+    passes = Failover(agents, records, grace=15, clock=Clock())
+    passes.run_once()
+    assert agents.roles == [("s1", "handover", 2), ("s2", "primary", 2)]
+    assert "handed over; now secondary" in passes.run_once()[0]
+    assert agents.roles[2] == ("s1", "secondary", 2)

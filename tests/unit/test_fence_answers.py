@@ -14,6 +14,7 @@ from nvmeof_csi.fleet.replica_agents import FleetReplicaAgents
 from nvmeof_csi.gen import nvmeof_agent_pb2 as pb
 from nvmeof_csi.rpc.endpoints import Endpoint
 from nvmeof_csi.service.arbiter import ReplicaRecord
+from nvmeof_csi.service.failover import AgentStatus
 from nvmeof_csi.service.fence_answers import FenceAnswers, FenceCall
 from nvmeof_csi.topology.fabric_map import AgentEntry, parse_fabric_map
 
@@ -157,7 +158,7 @@ def test_the_fleet_adapter_reaches_each_agent_of_the_map_and_the_pass_runs_over_
     with pytest.raises(NotFound):
         agents.fence_calls("s9")
     clients["s2"].down = True
-    assert (agents.alive("s1"), agents.alive("s2"), agents.alive("s9")) == (True, False, False)
+    assert (agents.status("s1"), agents.status("s2"), agents.status("s9")) == (AgentStatus(), None, None)
     assert agents.replica("s1", VOL).connection == "WFConnection"
     real: ReplicaApi = AgentClient(AgentTarget("s1", Endpoint.parse("unix:///nowhere")))  # the real client fits
     real.close()  # type: ignore[attr-defined]

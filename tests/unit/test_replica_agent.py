@@ -99,6 +99,30 @@ def test_a_primary_steps_down_through_fenced_unlinked_before_its_namespace_goes(
         agent.set_replica_role(vol, "primary", 2)
 
 
+def test_a_primary_in_sync_hands_over_without_being_outdated_and_only_then(tmp_path: Path) -> None:
+    kernel = Kernel()
+    agent = replicated_agent(tmp_path, kernel)
+    vol = create(agent)
+    with pytest.raises(FailedPrecondition, match="only a primary in sync"):
+        agent.set_replica_role(vol, "handover", 1)  # a secondary has nothing to hand over
+    agent.set_replica_role(vol, "primary", 1)
+    assert kernel.minor is not None
+    kernel.minor.update(cs="WFConnection", pds="DUnknown")
+    with pytest.raises(FailedPrecondition, match="WFConnection UpToDate/DUnknown"):
+        agent.set_replica_role(vol, "handover", 2)  # its peer might lack writes: fenced or failover, not this
+    assert namespace(agent, vol)["enable"] == "1" and sorted(linked(agent, vol)) == ["1", "2"]
+    kernel.minor.update(cs="Connected", pds="UpToDate")
+    agent.set_replica_role(vol, "handover", 2)
+    assert linked(agent, vol) == [] and namespace(agent, vol)["enable"] == "0"
+    assert (kernel.minor["ro"], kernel.minor["ds"]) == ("Secondary", "UpToDate") and "outdate" not in kernel.words()
+    assert agent.volume_health(vol) == []  # unlinked and disabled by design while the peer takes over
+    agent.set_replica_role(vol, "handover", 2)  # repeated: the same
+    again = replicated_agent(tmp_path, kernel)  # an agent restarted mid-handover keeps the host's paths away
+    assert linked(again, vol) == []
+    again.set_replica_role(vol, "secondary", 2)  # the peer promoted: the ports come back, no namespace behind
+    assert sorted(linked(again, vol)) == ["1", "2"] and namespace(again, vol)["enable"] == "0"
+
+
 def test_a_fenced_replica_cut_off_from_its_peer_is_outdated(tmp_path: Path) -> None:
     kernel = Kernel()
     agent = replicated_agent(tmp_path, kernel)

@@ -1,0 +1,79 @@
+"""``nvmeofctl storage drain``: hand a storage node's replicated volumes over to their peers before maintenance.
+
+The command marks the node's agent draining (``SetDraining``, admin only; the mark survives the agent's restart);
+the controller's failover pass then moves each volume the node is primary for to its peer in a planned switchover
+(the peer in sync: the host's I/O stalls for the hand-over, it never fails). ``--wait`` follows the moves until
+the node is primary for none, printing each change; it exits 1 naming what is left when the time runs out (a
+peer out of sync or unreachable, or no controller running with ``--replica-records``). ``--undo`` clears the
+mark (nothing moves back by itself).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Annotated
+
+import typer
+
+from nvmeof_csi.cli.context import state
+from nvmeof_csi.cli.volumes import replica_line
+from nvmeof_csi.gen import nvmeof_agent_pb2 as pb
+
+app = typer.Typer(help="Storage-node maintenance: move replicated volumes off a node.", no_args_is_help=True)
+PRIMARY = "primary"
+
+
+def still_primary(volumes: list[pb.Volume]) -> dict[str, str]:
+    """The replicated volumes this node still serves: UUID -> the replica's state in a line."""
+    return {v.uuid: replica_line(v.replica) for v in volumes if v.HasField("replica") and v.replica.role == PRIMARY}
+
+
+def follow(
+    listing: Callable[[], list[pb.Volume]],
+    wait: float,
+    say: Callable[[str], None],
+    sleep: Callable[[float], None] = time.sleep,
+    clock: Callable[[], float] = time.monotonic,
+) -> dict[str, str]:
+    """Poll ``listing`` until no replicated volume is primary here or ``wait`` seconds passed; says each count
+    that changed. Returns what is still primary (empty: drained)."""
+    deadline, said = clock() + wait, -1
+    while True:
+        left = still_primary(listing())
+        if len(left) != said:
+            say(f"{len(left)} replicated volume(s) still primary here")
+            said = len(left)
+        if not left or clock() >= deadline:
+            return left
+        sleep(1.0)
+
+
+@app.command()
+def drain(
+    ctx: typer.Context,
+    target: Annotated[str, typer.Argument(help="The storage node's agent (its name in the targets file).")],
+    wait: Annotated[
+        float, typer.Option(help="Seconds to follow the moves until the node is primary for nothing (0: do not wait).")
+    ] = 0.0,
+    undo: Annotated[bool, typer.Option("--undo", help="Clear the mark: the node may be primary again.")] = False,
+) -> None:
+    """Mark TARGET draining: the controller switches every replicated volume TARGET is primary for to its peer."""
+    cli = state(ctx)
+    chosen = cli.one(target)
+    with cli.client(chosen) as client:
+        health = client.set_draining(not undo)
+        typer.echo(f"{chosen.name}: {'draining' if health.draining else 'not draining'}")
+        if undo or wait <= 0:
+            return
+        left = follow(client.list_volumes, wait, lambda line: typer.echo(f"{chosen.name}: {line}"))
+    if left:
+        for uuid, line in sorted(left.items()):
+            typer.echo(f"{chosen.name}: volume {uuid} stayed: {line}", err=True)
+        typer.echo(
+            f"nvmeofctl: {chosen.name} is still primary for {len(left)} volume(s) after {wait:.0f} s: is the "
+            "controller running with --replica-records, and are their peers in sync?",
+            err=True,
+        )
+        raise typer.Exit(1)
+    typer.echo(f"{chosen.name}: drained: it serves no replicated volume")
