@@ -11,6 +11,9 @@
 | ``nvmeof_csi_agent_volume_allowed_hosts`` | agent, volume_uuid | hosts allowed on each volume |
 | ``nvmeof_csi_agent_drift_objects`` | agent | configfs objects and pool files the agent's state does not know |
 | ``nvmeof_csi_agent_fenced_hosts`` | agent, reason | host fences in force, by reason (``agent/fencing.py``) |
+| ``nvmeof_csi_agent_replica_in_sync`` | agent, volume_uuid, role | 1: both replicas UpToDate, connected |
+| ``nvmeof_csi_agent_replica_out_of_sync_bytes`` | agent, volume_uuid | what a resync still has to copy |
+| ``nvmeof_csi_agent_draining`` | agent | 1 while ``nvmeofctl storage drain`` has the node draining |
 
 Label sets are bounded by this agent's volumes. Contract: collecting never raises.
 """
@@ -62,6 +65,20 @@ class AgentCollector(Collector):
             fenced = GaugeMetricFamily(
                 "nvmeof_csi_agent_fenced_hosts", "Host fences in force, by reason.", labels=["agent", "reason"]
             )
+            in_sync = GaugeMetricFamily(
+                "nvmeof_csi_agent_replica_in_sync",
+                "1 while the replica and its peer are both UpToDate over a live connection.",
+                labels=["agent", "volume_uuid", "role"],
+            )
+            behind = GaugeMetricFamily(
+                "nvmeof_csi_agent_replica_out_of_sync_bytes",
+                "Bytes a resync of the replica pair still has to copy.",
+                labels=["agent", "volume_uuid"],
+            )
+            draining = GaugeMetricFamily(
+                "nvmeof_csi_agent_draining", "1 while an operator has this node draining.", labels=["agent"]
+            )
+            draining.add_metric([name], int(self._agent.drain.draining()))
             counts: dict[str, int] = {}
             reasons: dict[str, int] = {}
             for view in self._agent.list_volumes():
@@ -69,11 +86,16 @@ class AgentCollector(Collector):
                 hosts.add_metric([name, view.record.uuid], len(view.record.hosts))
                 for mark in view.record.fenced.values():
                     reasons[mark["reason"]] = reasons.get(mark["reason"], 0) + 1
+                if view.record.replica:
+                    drbd = self._agent.replica_state(view.record)
+                    role = view.record.replica.get("role", "")
+                    in_sync.add_metric([name, view.record.uuid, role], int(drbd is not None and drbd.in_sync))
+                    behind.add_metric([name, view.record.uuid], ((drbd.out_of_sync_kib or 0) if drbd else 0) << 10)
             for status, count in sorted(counts.items()):
                 by_status.add_metric([name, status], count)
             for reason, count in sorted(reasons.items()):
                 fenced.add_metric([name, reason], count)
-            families += [by_status, hosts, fenced]
+            families += [by_status, hosts, fenced, in_sync, behind, draining]
         except Exception:
             log.exception("metrics: agent state could not be read")
         yield from families

@@ -33,8 +33,12 @@ class Kernel:
         if self.minor is None:
             return "version: 8.4.11 (api:1/proto:86-101)\n"
         m = self.minor
+        counters = (
+            f"    ns:0 nr:0 dw:0 dr:0 al:0 bm:0 lo:0 pe:0 ua:0 ap:0 ep:1 wo:f oos:{m['oos']}\n" if "oos" in m else ""
+        )
         return (
             f"version: 8.4.11\n {self.number}: cs:{m['cs']} ro:{m['ro']}/Secondary ds:{m['ds']}/{m['pds']} C r-----\n"
+            + counters
         )
 
     def run(self, argv: Sequence[str], *, timeout: float, check: bool = True, stdin: str | None = None,

@@ -9,6 +9,7 @@ import grpc
 from prometheus_client import CollectorRegistry, generate_latest
 
 from nvmeof_csi.agent.metrics import AgentCollector
+from nvmeof_csi.agent.replica_spec import ReplicaSpec
 from nvmeof_csi.initiator.metrics import NodeVolumeCollector
 from nvmeof_csi.initiator.sysfs import NvmeSysfs
 from nvmeof_csi.nvmeof.parameters import VolumeParameters
@@ -16,7 +17,9 @@ from nvmeof_csi.rpc.metrics import RpcMetrics, go_code_name
 from nvmeof_csi.service.contracts import OrphanStats
 from nvmeof_csi.service.records import AccessSpec, StagingRecord
 from tests.support.agents import make_agent
+from tests.support.drbd_kernel import Kernel, replicated_agent
 from tests.unit.test_connector import VOL, connector, ctx
+from tests.unit.test_replica_agent import PAIR
 
 HOST = "nqn.2014-08.org.nvmexpress:uuid:0f0f0f0f-0000-0000-0000-000000000001"
 
@@ -97,3 +100,21 @@ def test_agent_metrics(tmp_path: Path) -> None:
     agent.fence_host(vol.uuid, HOST, "NODE_OUT_OF_SERVICE")
     assert sample(registry, "nvmeof_csi_agent_fenced_hosts", reason="NODE_OUT_OF_SERVICE") == 1
     assert sample(registry, "nvmeof_csi_agent_volume_allowed_hosts", volume_uuid=vol.uuid) == 0
+    assert sample(registry, "nvmeof_csi_agent_draining") == 0
+    agent.drain.set(True)
+    assert sample(registry, "nvmeof_csi_agent_draining") == 1
+    assert sample(registry, "nvmeof_csi_agent_replica_in_sync") is None  # no replicated volume here
+
+
+def test_a_replicas_sync_is_a_metric(tmp_path: Path) -> None:
+    kernel = Kernel()
+    agent = replicated_agent(tmp_path, kernel)
+    vol = agent.create_volume("r", 64 << 20, VolumeParameters.parse({}), {}, replica=ReplicaSpec.parse(PAIR))
+    agent.set_replica_role(vol.record.uuid, "primary", 1)
+    registry = CollectorRegistry()
+    registry.register(AgentCollector(agent, lambda: 0))
+    assert sample(registry, "nvmeof_csi_agent_replica_in_sync", volume_uuid=vol.record.uuid, role="primary") == 1
+    assert kernel.minor is not None
+    kernel.minor.update(cs="SyncSource", pds="Inconsistent", oos="2048")
+    assert sample(registry, "nvmeof_csi_agent_replica_in_sync", role="primary") == 0
+    assert sample(registry, "nvmeof_csi_agent_replica_out_of_sync_bytes", volume_uuid=vol.record.uuid) == 2 << 20
