@@ -13,7 +13,9 @@ in epochs (``SetReplicaRole``) and answers DRBD's fence-peer calls (``AnswerFenc
 3. The primary powered off mid-write: the survivor is promoted once the arbiter fences the dead node, the host's
    head picks its path up, 0 I/O errors, every acknowledged write reads back from the survivor (O_DIRECT).
 4. The old primary returns (a Secondary after its reboot, made secondary): DRBD resyncs it from the new one,
-   both replicas' data the same. Then the primary is cut from its peer while the arbiter does not answer it (a partition of
+   both replicas' data the same. A planned switchover there and back under the writer (``handover``, the peer
+   promoted, ``secondary``; what the controller does for ``nvmeofctl storage drain``): 0 I/O errors, every
+   acknowledged write reads back, neither disk outdated. Then the primary is cut from its peer while the arbiter does not answer it (a partition of
    the primary from peer and controller; gpu-1 reaches both): its I/O stays frozen, it unlinks its portals
    after ``--self-fence-after``, the arbiter promotes the peer, 0 I/O errors, every acknowledged write reads
    back (so the old primary acknowledged nothing the new one lacks).
@@ -25,12 +27,9 @@ second node's controllers ("Duplicate cntlid") and has no path to fail over to (
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
-from typing import Any
 
 import pytest
 
@@ -38,60 +37,23 @@ from lab.build import REPO
 from lab.cluster import LabCluster
 from lab.cluster_driver import CNTLID_WINDOWS, SELF_FENCE_AFTER, ClusterDriver, portals
 from lab.fabric import Fabric, wait_until
-from lab.probe import PROBE, IoProbe, ProbeResult
 from lab.target import AGENT_SOCK, GuestTargetAgent
-from lab.vm import LabVM
-from nvmeof_csi.nvmeof.nqn import volume_nqn
+from tests.cluster.replica_pair import (
+    MIB,
+    NQN,
+    VOL,
+    Pair,
+    checksum,
+    cut_replication,
+    node_of,
+    spec,
+    switch,
+    writer,
+    written_and_read_back,
+)
 
 pytestmark = pytest.mark.lab
 Reporter = Callable[[str, str], None]
-VOL = "5f0c2a6e-2d7b-4c59-9a83-0d6a1f2b7c11"
-NQN = volume_nqn(VOL)
-SECRET = "6e0f1c2b3a4d5e6f7a8b9c0d1e2f3a4b"
-MINOR, PORT, MIB, BLOCKS = 100, 7789, 64, 2048
-
-
-@dataclass
-class Pair:
-    cluster: LabCluster
-    agents: dict[str, GuestTargetAgent]
-    head: str
-    epoch: int = 1
-    dead: str = ""
-
-    def vm(self, name: str) -> LabVM:
-        return self.cluster.vm(name)
-
-    def get(self, node: str) -> dict[str, Any]:
-        return dict(self.agents[node].ops("get", VOL)["replica"])
-
-    def role(self, node: str, role: str, decision: str = "") -> dict[str, Any]:
-        self.epoch += 1
-        return dict(self.agents[node].ops("role", VOL, role, str(self.epoch), *([decision] if decision else [])))
-
-    def wait(self, node: str, what: str, ok: Callable[[dict[str, Any]], bool], seconds: float = 120) -> dict[str, Any]:
-        seen: dict[str, Any] = {}
-
-        def check() -> bool:
-            seen.update(self.get(node))
-            return ok(seen)
-
-        assert wait_until(check, seconds, 1.0), f"{node}: {what}: {seen}"
-        return seen
-
-
-def spec(cluster: LabCluster, here: str, there: str) -> str:
-    return json.dumps({
-        "peer_agent": there, "peer_host": there, "peer_address": cluster.address(there, "fa"),
-        "address": cluster.address(here, "fa"), "port": str(PORT), "minor": str(MINOR), "secret": SECRET,
-    })  # fmt: skip
-
-
-def cut_replication(cluster: LabCluster, on: bool) -> None:
-    """Only the storage-to-storage path: each side drops what it would send to the other's ``fa`` address."""
-    for here, there in (("storage-1", "storage-2"), ("storage-2", "storage-1")):
-        verb = "add" if on else "del"
-        cluster.vm(here).run(["ip", "route", verb, "blackhole", f"{cluster.address(there, 'fa')}/32"], 30)
 
 
 @pytest.fixture(scope="module")
@@ -146,27 +108,6 @@ def pair(cluster: LabCluster, stack: ClusterDriver) -> Iterator[Pair]:
         if state.dead != "storage-2":
             peer.stop()
             peer.wipe()
-
-
-def writer(pair: Pair, seconds: float) -> IoProbe:
-    return IoProbe(pair.vm("gpu-1"), pair.head, seconds, stall_ms=1000, sync=True, blocks=BLOCKS)
-
-
-def node_of(cluster: LabCluster, address: str) -> str:
-    """The storage node a path's ``address`` (``traddr=...,trsvcid=...``) leads to."""
-    for node in ("storage-1", "storage-2"):
-        if any(f"traddr={cluster.address(node, link)}," in f"{address}," for link in ("fa", "fb")):
-            return node
-    return address
-
-
-def written_and_read_back(pair: Pair, probe: IoProbe) -> tuple[ProbeResult, ProbeResult]:
-    """The writer's result, then every block of the written range read from the head with O_DIRECT: each must
-    hold its last acknowledged write."""
-    result, gpu = probe.result(), pair.vm("gpu-1")
-    out = gpu.check([gpu.python, str(PROBE), pair.head, "0", "--mode", "check", "--acked", str(result.ios),
-                     "--blocks", str(BLOCKS)], timeout=300)  # fmt: skip
-    return result, ProbeResult(**json.loads(out.strip().splitlines()[-1]))
 
 
 def test_one_volume_on_two_nodes_is_one_subsystem_with_both_nodes_paths(pair: Pair, report: Reporter) -> None:
@@ -271,22 +212,15 @@ def test_the_primary_powered_off_mid_write_loses_nothing_acknowledged(pair: Pair
     assert back.verify_errors == 0, back.errlog
 
 
-def checksum(pair: Pair, node: str) -> str:
-    """The replica's data (its first ``MIB`` MiB: the volume, not DRBD's metadata) read from its backing device
-    with O_DIRECT."""
-    out = pair.vm(node).check(["sh", "-c", f"dd if=/dev/nvmeof-csi/replica-{VOL} bs=1M count={MIB} "
-                                           "iflag=direct status=none | sha256sum"], 120)  # fmt: skip
-    return out.split()[0]
-
-
 def test_the_old_primary_returns_resyncs_then_cut_from_its_peer_and_the_arbiter_gives_way(
     pair: Pair, report: Reporter
 ) -> None:
     """After the power-off proof: storage-2 returns and resyncs from storage-1 (only what changed), both
-    replicas' data the same; then storage-1, now the primary, is cut from its peer while the controller does
-    not answer it (a partition of the primary from peer and arbiter, gpu-1 still reaching both): it
-    acknowledges nothing more and unlinks its portals; the arbiter promotes storage-2; every acknowledged
-    write reads back, with 0 I/O errors."""
+    replicas' data the same; a planned switchover to storage-2 and back under the writer (storage-1 drained for
+    maintenance, then storage-2): 0 I/O errors, every acknowledged write reads back, neither replica outdated;
+    then storage-1, the primary, is cut from its peer while the controller does not answer it (a partition of
+    the primary from peer and arbiter, gpu-1 still reaching both): it acknowledges nothing more and unlinks its
+    portals; the arbiter promotes storage-2; every acknowledged write reads back, with 0 I/O errors."""
     assert pair.dead == "storage-2", "runs after the power-off proof"
     cluster, two = pair.cluster, pair.agents["storage-2"]
     booted = cluster.boot("storage-2")
@@ -303,6 +237,27 @@ def test_the_old_primary_returns_resyncs_then_cut_from_its_peer_and_the_arbiter_
     for portal in portals(cluster, "storage-2"):  # its controllers may have been given up (ctrl_loss_tmo)
         if f"traddr={portal.traddr}," not in have:
             fabric.connect(portal, NQN, ctrl_loss_tmo=120)
+
+    def all_live() -> bool:
+        return sum(p.state == "live" for p in fabric.paths(NQN)) == 4
+
+    assert wait_until(all_live, 60, 1.0), fabric.paths(NQN)
+    planned = writer(pair, 45)
+    time.sleep(8)
+    there = switch(pair, "storage-1", "storage-2")
+    assert wait_until(all_live, 60, 1.0), fabric.paths(NQN)  # storage-1's paths back, no namespace behind them
+    back_again = switch(pair, "storage-2", "storage-1")
+    moved, moved_read = written_and_read_back(pair, planned)
+    states = {node: pair.get(node) for node in ("storage-1", "storage-2")}
+    report(
+        "replica pair: planned switchover there and back",
+        f"calls {there:.1f}s and {back_again:.1f}s; writer {moved.line()}; read back {moved_read.line()}; "
+        f"disks {states['storage-1'].get('disk')}/{states['storage-2'].get('disk')}",
+    )
+    assert moved.io_errors == 0 and moved.ios_after_last_stall > 0, moved.errlog
+    assert moved_read.verify_errors == 0, moved_read.errlog
+    assert (states["storage-1"].get("drbd_role"), states["storage-2"].get("role")) == ("Primary", "secondary")
+    assert "Outdated" not in (states["storage-1"].get("disk"), states["storage-2"].get("disk")), states
     probe = writer(pair, 90)
     time.sleep(8)
     cut = time.monotonic()
