@@ -63,7 +63,6 @@ def kube(request: pytest.FixtureRequest) -> Iterator[KubeCluster]:
 MODULE_ORDER = (
     "test_identity",
     "test_kubernetes",
-    "test_moves",
     "test_node_loss",
     "test_steering",
     "test_tenant_pod",

@@ -1,10 +1,13 @@
-"""A lost node is fenced (Kubernetes across machines, point 5; node fencing's proof with a real API server): a
-StatefulSet writer on ``gpu-1``; ``gpu-1`` is cut from the control plane only (its NIC to the API server loses
-its link) so that it goes NotReady while its storage links keep working and its writer keeps writing; the
-operator applies the out-of-service taint; the pod is recreated and Running on ``gpu-2`` with its data, the
-external-attacher's ControllerUnpublish of ``gpu-1`` fenced it (the controller reads the taint: Kubernetes 1.37's
-attacher sends no CSI 1.14 reason), so from then on every write of ``gpu-1``'s writer fails, O_DIRECT and
-buffered; after ``gpu-1`` is power-cycled and the taint removed, a new pod uses ``gpu-1`` again.
+"""A lost node is fenced, and a drained one hands its pods over (Kubernetes across machines, points 3 and 5; node
+fencing's proof with a real API server): a StatefulSet writer on ``gpu-1``; ``gpu-1`` is cut from the control
+plane only (its NIC to the API server loses its link) so that it goes NotReady while its storage links keep
+working and its writer keeps writing; the operator applies the out-of-service taint; the pod is recreated and
+Running on ``gpu-2`` with its data, the external-attacher's ControllerUnpublish of ``gpu-1`` fenced it (the
+controller reads the taint: Kubernetes 1.37's attacher sends no CSI 1.14 reason), so from then on every write of
+``gpu-1``'s writer fails, O_DIRECT and buffered. Then ``gpu-1`` is power-cycled and the taint removed, and
+``kubectl drain gpu-2`` evicts the pod: it runs on ``gpu-1`` again with its data, the VolumeAttachment moved
+with it, ``gpu-2``'s host is no longer allowed on the subsystem, and ``gpu-1``'s fence on the volume was lifted
+because it rebooted (a new boot ID).
 
 The writer keeps its counts in the container's own filesystem (``/tmp``), read through the node's VM channel,
 which no fault here touches. Without fencing (``LAB_FENCE_ON=none``: the controller's ``--fence-on none``) it
@@ -19,8 +22,8 @@ import pytest
 
 from lab.kube.cluster import KubeCluster
 from lab.kube.layout import BY_NAME, GPUS
-from tests.k8s.test_moves import KEEP, allowed_hosts, attached_to, stateful_pod
-from tests.support.kube import NS, container_exec, container_id, crictl, file_in, phase, pod, pvc, wait_for
+from tests.k8s.stateful import KEEP, allowed_hosts, attached_to, stateful_pod
+from tests.support.kube import NS, container_exec, container_id, crictl, file_in, wait_for
 
 pytestmark = pytest.mark.lab
 
@@ -47,14 +50,13 @@ def progress(kube: KubeCluster, node: str, container: str) -> tuple[int, int, in
 @pytest.fixture
 def writer(kube: KubeCluster) -> Iterator[str]:
     """StatefulSet ``lost`` writing on ``gpu-1``; afterwards ``gpu-1``'s way to the API and its taint are
-    restored before the set and the returned node's pod are removed."""
+    restored before the set is removed (and both nodes uncordoned)."""
     with stateful_pod(kube, "lost", WRITER, "/tmp/progress") as name:
         try:
             yield name
         finally:
             kube.restore_api(FIRST)
             kube.kubectl("taint", "node", FIRST, "node.kubernetes.io/out-of-service-", check=False)
-            kube.kubectl("-n", NS, "delete", "pod/back", "pvc/back", "--ignore-not-found", "--wait=true", timeout=300)
 
 
 def test_a_node_cut_from_the_control_plane_is_fenced_and_its_pod_moves_with_its_data(
@@ -79,11 +81,14 @@ def test_a_node_cut_from_the_control_plane_is_fenced_and_its_pod_moves_with_its_
     kube.kubectl("taint", "node", FIRST, TAINT)
     t_taint = time.monotonic()
 
-    def moved() -> bool:
-        p = kube.cp.get("pod", "-n", NS, writer)
-        return bool(p["metadata"]["uid"] != old_uid and p["status"].get("phase") == "Running")
+    def moved_from(uid: str) -> Callable[[], bool]:
+        def moved() -> bool:
+            p = kube.cp.get("pod", "-n", NS, writer)
+            return bool(p["metadata"]["uid"] != uid and p["status"].get("phase") == "Running")
 
-    wait_for("lost-0 Running again", moved, 900, 3)
+        return moved
+
+    wait_for("lost-0 Running again", moved_from(old_uid), 900, 3)
     running = time.monotonic() - t_taint
     assert kube.node_of(writer, NS) == SECOND
     assert attached_to(kube, pv) == [SECOND]
@@ -98,10 +103,20 @@ def test_a_node_cut_from_the_control_plane_is_fenced_and_its_pod_moves_with_its_
     print(f"{FIRST} after the fence (tries, O_DIRECT ok, buffered ok): {fenced} -> {after} in 20 s")
     assert after[1:] == fenced[1:], (fenced, after)
     report("taint to moved pod Running", f"{running:.1f}s (cut to taint {t_taint - t_cut:.1f}s)")
-    # the node comes back: power-cycled, its way to the API restored, the taint removed; it takes new pods
+    # the node comes back: power-cycled, its way to the API restored, the taint removed; then gpu-2 is drained
+    # for maintenance and the pod moves back to gpu-1 with its volume (its fence lifted: gpu-1 rebooted)
     kube.restart_node(FIRST)
     kube.kubectl("taint", "node", FIRST, "node.kubernetes.io/out-of-service-")
-    back = pod("back", "back", "set -e; echo ok > /data/ok; sync; cat /data/ok > /dev/termination-log")
-    back["spec"]["nodeSelector"] = {"kubernetes.io/hostname": FIRST}
-    kube.cp.apply({"apiVersion": "v1", "kind": "List", "items": [pvc("back", "lab-tcp"), back]})
-    wait_for("pod back Succeeded on the returned node", lambda: phase(kube, "pod", "back") == "Succeeded", 600, 3)
+    on_second = kube.cp.get("pod", "-n", NS, writer)["metadata"]["uid"]
+    t_drain = time.monotonic()
+    kube.kubectl("drain", SECOND, "--ignore-daemonsets", "--delete-emptydir-data", "--timeout=300s", timeout=360)
+    drained = time.monotonic() - t_drain
+    wait_for("lost-0 Running on the returned node", moved_from(on_second), 600, 2)
+    back = time.monotonic() - t_drain
+    assert kube.node_of(writer, NS) == FIRST
+    found = wait_for("the pod read its data on the returned node", lambda: file_in(kube, writer, "/tmp/found"), 120)
+    assert found.strip() == written, (found, written)
+    assert attached_to(kube, pv) == [FIRST]
+    hosts = allowed_hosts(kube, pv)
+    assert BY_NAME[FIRST].host_nqn in hosts and BY_NAME[SECOND].host_nqn not in hosts, hosts
+    report("drain to moved pod Running", f"{back:.1f}s (drain itself {drained:.1f}s)")
