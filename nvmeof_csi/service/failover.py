@@ -39,7 +39,7 @@ from typing import Protocol
 
 from nvmeof_csi.errors import DriverError
 from nvmeof_csi.rpc.background import every
-from nvmeof_csi.service.arbiter import ReplicaRecord, failover, resynced, switchover
+from nvmeof_csi.service.arbiter import Decision, ReplicaRecord, failover, resynced, switchover
 
 log = logging.getLogger(__name__)
 PRIMARY, SECONDARY, FENCED, HANDOVER = "primary", "secondary", "fenced", "handover"
@@ -153,12 +153,20 @@ class Failover:
         if other.connection in HEARS_PRIMARY:
             return f"volume {vol}: {peer} still replicates from {primary} ({other.connection}): no failover"
         decision = failover(record, True, other.disk)
-        if not decision.allowed:
-            return f"volume {vol}: no failover: {decision.reason}"
-        if not self._records.replace(vol, decision.record, version):
-            return f"volume {vol}: the record changed meanwhile; decided again on the next pass"
+        held = self._written(vol, decision, version, "no failover")
+        if held:
+            return held
         self._agents.set_role(peer, vol, PRIMARY, decision.record.epoch)
         return f"volume {vol}: {decision.reason} after {primary} was silent {silent:.0f} s"
+
+    def _written(self, vol: str, decision: Decision, version: str, refused: str) -> str:
+        """``""`` once ``decision`` is written over ``version`` (the caller then acts on it); else the line that
+        says why not: refused (``refused``: what did not happen) or the record changed meanwhile."""
+        if not decision.allowed:
+            return f"volume {vol}: {refused}: {decision.reason}"
+        if not self._records.replace(vol, decision.record, version):
+            return f"volume {vol}: the record changed meanwhile; decided again on the next pass"
+        return ""
 
     def _step_aside(self, vol: str, record: ReplicaRecord, seen: Seen) -> None:
         """Before the record's primary is (again) given its role: the other replica, still Primary and connected
@@ -179,10 +187,9 @@ class Failover:
         if other.connection != "Connected":
             return f"volume {vol}: {primary} drains but {peer} is {other.connection}: it stays on {primary}"
         decision = switchover(record, peer, other.disk)
-        if not decision.allowed:
-            return f"volume {vol}: {primary} drains: {decision.reason}"
-        if not self._records.replace(vol, decision.record, version):
-            return f"volume {vol}: the record changed meanwhile; decided again on the next pass"
+        held = self._written(vol, decision, version, f"{primary} drains")
+        if held:
+            return held
         epoch = decision.record.epoch
         self._agents.set_role(primary, vol, HANDOVER, epoch)
         self._agents.set_role(peer, vol, PRIMARY, epoch)
