@@ -242,7 +242,7 @@ def test_the_old_primary_returns_resyncs_then_cut_from_its_peer_and_the_arbiter_
         return sum(p.state == "live" for p in fabric.paths(NQN)) == 4
 
     assert wait_until(all_live, 60, 1.0), fabric.paths(NQN)
-    planned = writer(pair, 45)
+    planned = writer(pair, 70)  # two switchovers of about 20 s of calls each, with room on a slower machine
     time.sleep(8)
     there = switch(pair, "storage-1", "storage-2")
     assert wait_until(all_live, 60, 1.0), fabric.paths(NQN)  # storage-1's paths back, no namespace behind them
