@@ -100,7 +100,15 @@ class Pairs:
         return self._records
 
     def peer_of(self, first: AgentEntry, vol: pb.Volume) -> AgentEntry:
-        """The agent of ``vol``'s other replica (``Unavailable`` when the fabric map no longer lists it)."""
+        """The agent of ``vol``'s other replica (``Unavailable`` when the fabric map no longer lists it). An agent
+        whose replica names another peer than the controller's record does is not believed
+        (``FailedPrecondition``): a node can act only as itself, never steer the controller to another agent."""
+        recorded = self.recorded_peer(first.name, vol.uuid)
+        if recorded and recorded != vol.replica.peer_agent:
+            raise FailedPrecondition(
+                f"volume {vol.uuid}: agent {first.name} names {vol.replica.peer_agent[:64]!r} as its other replica, "
+                f"the controller's record names {recorded!r}: refused until they agree (nvmeofctl volumes show)"
+            )
         entry = self._agents.entry_of(vol.replica.peer_agent)
         if entry is None:
             raise Unavailable(

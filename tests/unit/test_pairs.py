@@ -4,6 +4,7 @@ two real agents on plain configfs trees, each with a stand-in kernel under its r
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -88,6 +89,20 @@ def test_publish_and_delete_reach_both_replicas(tmp_path: Path) -> None:
     assert all(not a.list_volumes() for a in fleet.agents.values())
     assert ReplicaRecords(fleet.leases, "nvmeof-csi").read(vol.ref.uuid) is None
     assert fleet.backend.get_volume(vol.ref) is None
+
+
+def test_an_agent_that_names_another_peer_than_the_record_is_not_believed(tmp_path: Path) -> None:
+    fleet = Fleet(tmp_path)
+    vol = fleet.backend.create_volume("pvc-r", 64 * MiB, TWO)
+    records = ReplicaRecords(fleet.leases, "nvmeof-csi")
+    found = records.read(vol.ref.uuid)
+    assert found is not None
+    record, version = found
+    peer = record.peer(vol.ref.location)
+    assert records.replace(vol.ref.uuid, replace(record, replicas=(vol.ref.location, "store-z")), version)
+    with pytest.raises(FailedPrecondition, match=f"names '{peer}' as its other replica, the .* record names 'store-z'"):
+        fleet.backend.publish(vol.ref, HOST, readonly=False)
+    assert HOST not in fleet.agents[peer].agent.get_volume(vol.ref.uuid).record.hosts
 
 
 def test_a_half_made_pair_is_made_again_with_a_fresh_secret(tmp_path: Path) -> None:
