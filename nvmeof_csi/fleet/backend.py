@@ -266,9 +266,10 @@ class AgentBackend(AgentSnapshots):
             self._names.release(vol.name, vol.uuid, vol.labels.get(KEPT_ON_LABEL, ""))  # first: see the module
         except NotFound:
             pass  # gone, or a delete the agent has not finished: finishing it is the agent's (idempotent) call
-        if vol is not None and vol.replica.peer_agent:
-            self.pairs.remove(entry, vol, ref.uuid)
-        client.delete_volume(ref.uuid)
+        if (vol is not None and vol.replica.peer_agent) or (vol is None and self.pairs.recording):
+            self.pairs.remove(entry, vol, ref.uuid)  # both replicas, then the record (a retry finds the peer there)
+        else:
+            client.delete_volume(ref.uuid)
         self.capacity_seen.forget_all()  # space came back: read it again at the next placement
 
     def expand_volume(self, ref: VolumeRef, capacity_bytes: int) -> int:

@@ -99,6 +99,11 @@ class Pairs:
             )
         return self._records
 
+    @property
+    def recording(self) -> bool:
+        """Whether this controller keeps replica records (``--replica-records``)."""
+        return self._records is not None
+
     def peer_of(self, first: AgentEntry, vol: pb.Volume) -> AgentEntry:
         """The agent of ``vol``'s other replica (``Unavailable`` when the fabric map no longer lists it). An agent
         whose replica names another peer than the controller's record does is not believed

@@ -91,6 +91,15 @@ def test_publish_and_delete_reach_both_replicas(tmp_path: Path) -> None:
     assert fleet.backend.get_volume(vol.ref) is None
 
 
+def test_a_delete_cut_short_after_the_first_replica_went_is_finished_by_its_retry(tmp_path: Path) -> None:
+    fleet = Fleet(tmp_path)
+    vol = fleet.backend.create_volume("pvc-r", 64 * MiB, TWO)
+    fleet.agents[vol.ref.location].agent.delete_volume(vol.ref.uuid)  # the first went, then the controller died
+    fleet.backend.delete_volume(vol.ref)  # the provisioner's retry
+    assert all(not a.list_volumes() for a in fleet.agents.values())  # the peer's replica too
+    assert ReplicaRecords(fleet.leases, "nvmeof-csi").read(vol.ref.uuid) is None
+
+
 def test_an_agent_that_names_another_peer_than_the_record_is_not_believed(tmp_path: Path) -> None:
     fleet = Fleet(tmp_path)
     vol = fleet.backend.create_volume("pvc-r", 64 * MiB, TWO)
