@@ -101,10 +101,20 @@ def failover_suite(
         assert result.errors == 0, (name, result.errlog)
         assert result.ios > 0 and result.ios_after_last_stall > 0, (name, "I/O did not resume", result)
 
-    # 1. ANA: the optimized group becomes inaccessible (through our agent), then back.
+    def ana(portal: Portal) -> str:
+        """What the host holds of the path to ``portal`` (its ``ana_state`` in sysfs)."""
+        where = f"traddr={portal.traddr},trsvcid={portal.trsvcid}"
+        return next((p.ana_state for p in fabric.paths(nqn) if f"{p.address},".startswith(f"{where},")), "no path")
+
+    # 1. ANA: the optimized group becomes inaccessible (through our agent), then back; the host sees each change.
+    before = (ana(first), ana(second))
+    assert before[0] == "optimized", before
     result = _under_probe(stack, path, 9, lambda: stack.agent.ctl("ana", "set", "a", "inaccessible"))
+    flipped = (ana(first), ana(second))
     check("ANA group a optimized->inaccessible", result)
+    assert flipped == ("inaccessible", before[1]), (before, flipped)
     stack.agent.ctl("ana", "set", "a", "optimized")
+    assert wait_until(lambda: ana(first) == "optimized", 30), ana(first)
 
     # 2. Portal removal: the subsystem leaves the first port; the volume's condition names the lost path.
     result = _under_probe(stack, path, 9, lambda: fabric.unlink(first.port_id, nqn))
