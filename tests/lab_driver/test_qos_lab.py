@@ -27,9 +27,10 @@ def sysfs(stack: GuestDriver, ctrl: str, attr: str) -> str:
     return stack.vm.check(["cat", f"/sys/class/nvme/{ctrl}/{attr}"], timeout=30).strip()
 
 
-def initiator_tos(stack: GuestDriver, port: int) -> list[str]:
-    """The ToS of every TCP socket of this host connected *to* the target port (the initiator's queues)."""
-    out = stack.vm.check(["ss", "-tnH", "--tos", "state", "established", "dport", f"= :{port}"], timeout=30)
+def socket_tos(stack: GuestDriver, side: str, port: int) -> list[str]:
+    """The ToS of every established TCP socket whose ``side`` (``dport``: the initiator's queues, connected *to*
+    the target port; ``sport``: the target's, nvmet-tcp's kernel sockets accepted *on* it) is ``port``."""
+    out = stack.vm.check(["ss", "-tnH", "--tos", "state", "established", side, f"= :{port}"], timeout=30)
     return re.findall(r"tos:(0x[0-9a-f]+)", out)
 
 
@@ -60,11 +61,15 @@ def test_queue_depth_and_traffic_class_reach_the_kernel(stack: GuestDriver, repo
         # queue_count counts the admin queue too; sqsize is 0's based
         assert set(seen.values()) == {("2", "31")}, seen
         assert all(v != ("2", "31") for v in default.values()), "the defaults already look like the knobs"
-        tos = {port: initiator_tos(stack, port) for port in (4420, 4421)}
-        report("traffic class", f"tos=184 -> initiator sockets per portal {tos}")
+        tos = {port: socket_tos(stack, "dport", port) for port in (4420, 4421)}
+        # the target side: nvmet-tcp gives each accepted socket the ToS the host's SYN carried (its rcv_tos), so the
+        # replies of the marked volume's queues are marked too; the agent sets nothing for it
+        target = {port: socket_tos(stack, "sport", port) for port in (4420, 4421)}
+        report("traffic class", f"tos=184 -> initiator sockets per portal {tos}; target sockets {target}")
         # one socket per queue (admin + 1 I/O) per controller and portal, every one of them marked; the plain volume's
-        # sockets (default tos) are there too, so exactly 2 of each portal's sockets carry 0xb8
+        # sockets (default tos) are there too, so exactly 2 of each portal's sockets carry 0xb8, on either side
         assert all(found.count("0xb8") == 2 for found in tos.values()), tos
+        assert all(found.count("0xb8") == 2 for found in target.values()), target
     finally:
         stack.csi({"op": "down", "name": "qd"}, {"op": "down", "name": "plain"})
 
