@@ -153,14 +153,35 @@ def test_online_expansion_grows_the_filesystem_in_the_running_pod(started: KubeC
     kube.kubectl("-n", NS, "delete", "pod/grower", "--wait=true", timeout=300)
 
 
-def test_a_snapshot_then_a_volume_from_it(started: KubeCluster, written: str) -> None:
+#: a clone's pod: the checksum it found, then the clone's blob overwritten (the source must not change)
+CLONE_RW = (
+    "set -e; a=$(sha256sum /data/blob | cut -d' ' -f1); "
+    "dd if=/dev/urandom of=/data/blob bs=1M count=32 conv=fsync 2>/dev/null; echo $a > /dev/termination-log"
+)
+
+
+def test_a_snapshot_then_a_volume_from_it_and_a_clone_of_the_source(started: KubeCluster, written: str) -> None:
+    """A VolumeSnapshot of the training data and a claim restored from it hold the written bytes; a PVC-to-PVC
+    clone of the same claim too, and overwriting the clone leaves the source's bytes as they were."""
     kube = started  # VolumeSnapshotClass lab-snap comes with the release (lab-values.yaml)
+    source = {"kind": "PersistentVolumeClaim", "name": "train-data"}
     kube.cp.apply(
         {
-            "apiVersion": "snapshot.storage.k8s.io/v1",
-            "kind": "VolumeSnapshot",
-            "metadata": {"name": "train-snap", "namespace": NS},
-            "spec": {"volumeSnapshotClassName": "lab-snap", "source": {"persistentVolumeClaimName": "train-data"}},
+            "apiVersion": "v1",
+            "kind": "List",
+            "items": [
+                {
+                    "apiVersion": "snapshot.storage.k8s.io/v1",
+                    "kind": "VolumeSnapshot",
+                    "metadata": {"name": "train-snap", "namespace": NS},
+                    "spec": {
+                        "volumeSnapshotClassName": "lab-snap",
+                        "source": {"persistentVolumeClaimName": "train-data"},
+                    },
+                },
+                pvc("cloned", SC, source=source),
+                job("clone-rw", "cloned", CLONE_RW),
+            ],
         }
     )
     wait_for(
@@ -177,6 +198,9 @@ def test_a_snapshot_then_a_volume_from_it(started: KubeCluster, written: str) ->
     )
     kube.cp.apply(job("restored-reader", "restored", READ))
     assert termination_message(wait_job(kube, "restored-reader")) == written
+    assert termination_message(wait_job(kube, "clone-rw")) == written  # the clone held the source's bytes
+    kube.cp.apply(job("source-reread", "train-data", READ))
+    assert termination_message(wait_job(kube, "source-reread")) == written  # the clone's writes stayed in it
 
 
 def test_a_block_volume_is_written_and_read_back(started: KubeCluster) -> None:
