@@ -1,8 +1,7 @@
 """The real scheduler keeps pods on the storage fabric that reaches their volume (Kubernetes across machines,
 point 2): ``gpu-1`` has soft-RoCE and ``gpu-2`` only TCP, so pods on the ``transport: rdma`` class land on
 ``gpu-1`` every time, steered by the CSIStorageCapacity the external-provisioner publishes per segment from our
-GetCapacity (the ``transport-rdma=false`` segment has none of that class), and every path of each pod's volume
-is an RDMA one (its transport in sysfs, read in the pod); a claim larger than the capacity
+GetCapacity (the ``transport-rdma=false`` segment has none of that class); a claim larger than the capacity
 stays Pending with the scheduler's reason, and so does a pod that needs more volumes on one node than the limit
 each node plugin publishes in its CSINode. Each test sets up what it needs and removes it."""
 
@@ -25,13 +24,6 @@ TRIES = 3
 CHECK = (
     "set -e; dd if=/dev/urandom of=/data/blob bs=1M count=4 2>/dev/null; sync; "
     "grep -q ' /data ' /proc/mounts; sha256sum /data/blob | cut -d' ' -f1 > /dev/termination-log"
-)
-#: CHECK, and the transport of every path of the multipath head under ``/data`` (sysfs, read-only in the pod)
-CHECK_PATHS = CHECK.replace(
-    "> /dev/termination-log",
-    "> /tmp/sum; dev=$(awk '$2 == \"/data\" {print $1}' /proc/mounts); dev=${dev#/dev/}; "
-    "t=$(cat /sys/block/$dev/multipath/*/device/transport | sort -u | tr '\\n' ' '); "
-    'echo "$(cat /tmp/sum) $t" > /dev/termination-log',
 )
 
 
@@ -71,12 +63,11 @@ def test_rdma_pods_land_on_the_rdma_node_every_time(kube: KubeCluster) -> None:
     assert caps["true"] > 0 and caps["false"] == 0, caps
     names = [f"rdma-{i}" for i in range(TRIES)]
     try:
-        objects = [o for n in names for o in (pvc(n, RDMA_SC), pod(n, n, CHECK_PATHS))]
+        objects = [o for n in names for o in (pvc(n, RDMA_SC), pod(n, n, CHECK))]
         kube.cp.apply({"apiVersion": "v1", "kind": "List", "items": objects})
         for n in names:
             done = wait_for(f"pod {n} Succeeded", partial(_succeeded, kube, n), 600, 3)
-            checksum, *transports = termination_message(done).split()
-            assert len(checksum) == 64 and transports == ["rdma"], done["status"]  # every path of its head: RDMA
+            assert len(termination_message(done)) == 64, done["status"]
         placed = {n: kube.node_of(n, NS) for n in names}
         print(f"rdma pods placed: {placed}; capacity per transport-rdma segment: {caps}")
         assert set(placed.values()) == {GPUS[0]}, placed
