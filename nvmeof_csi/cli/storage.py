@@ -10,6 +10,7 @@ mark (nothing moves back by itself).
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 from typing import Annotated
@@ -59,6 +60,8 @@ def drain(
     undo: Annotated[bool, typer.Option("--undo", help="Clear the mark: the node may be primary again.")] = False,
 ) -> None:
     """Mark TARGET draining: the controller switches every replicated volume TARGET is primary for to its peer."""
+    if not math.isfinite(wait) or wait < 0:
+        raise typer.BadParameter("must be a finite number of seconds, 0 or more", param_hint="'--wait'")
     cli = state(ctx)
     chosen = cli.one(target)
     with cli.client(chosen) as client:

@@ -181,7 +181,7 @@ class Failover:
         """A planned switchover away from the draining primary (see the module's contract)."""
         primary, peer = record.primary, record.peer(record.primary)
         if not self._alive(peer, seen) or self._draining(peer, seen):
-            why = "does not answer" if peer not in seen or seen[peer] is None else "is draining too"
+            why = "does not answer" if seen[peer] is None else "is draining too"
             return f"volume {vol}: {primary} drains but {peer} {why}: it stays on {primary}"
         other = self._agents.replica(peer, vol)
         if other.connection != "Connected":

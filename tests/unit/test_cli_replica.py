@@ -4,6 +4,9 @@ line (the agent's message, never its secret: the message has no field for it); `
 
 from __future__ import annotations
 
+from pathlib import Path
+
+from nvmeof_csi.agent.drain import DrainMark
 from nvmeof_csi.cli.storage import follow
 from nvmeof_csi.cli.volumes import _row
 from nvmeof_csi.gen import nvmeof_agent_pb2 as pb
@@ -38,3 +41,22 @@ def test_drain_follows_the_moves_until_nothing_is_primary_here_or_the_time_runs_
     assert left == {} and said == [f"{n} replicated volume(s) still primary here" for n in (2, 1, 0)]
     stuck = follow(lambda: [*_vols("primary"), pb.Volume(uuid="plain")], 3, said.append, sleep, lambda: clock[0])
     assert list(stuck) == ["v0"] and stuck["v0"].startswith("primary (epoch 0)")
+
+
+def test_drain_refuses_a_wait_that_is_not_a_finite_number_of_seconds() -> None:
+    from typer.testing import CliRunner
+
+    from nvmeof_csi.cli.main import app
+
+    for bad in ("nan", "inf", "-1"):
+        result = CliRunner().invoke(
+            app, ["--agent", "unix:///nowhere.sock", "storage", "drain", "agent", "--wait", bad]
+        )
+        assert result.exit_code == 2 and "--wait" in result.output, (bad, result.output)
+
+
+def test_an_unreadable_drain_mark_is_not_draining_and_health_still_answers(tmp_path: Path) -> None:
+    (tmp_path / "drain.json").write_text("{not json")
+    assert DrainMark(tmp_path).draining() is False
+    DrainMark(tmp_path).set(True)
+    assert DrainMark(tmp_path).draining() is True
