@@ -4,6 +4,8 @@ records, backing files) or in the API server once the release is gone."""
 
 from __future__ import annotations
 
+from datetime import datetime
+
 from lab.kube.cluster import DRIVER, NAMESPACE, KubeCluster
 from lab.kube.layout import GPUS
 from tests.support.kube import NS, container_exec, crictl
@@ -24,6 +26,35 @@ def driver_pods(kube: KubeCluster) -> dict[str, dict[str, str]]:
     """Pod name -> {container name: image} of every pod of the release (terminating ones included)."""
     pods = kube.cp.get("pods", "-n", NAMESPACE, "-l", PART_OF)["items"]
     return {p["metadata"]["name"]: {c["name"]: c["image"] for c in p["spec"]["containers"]} for p in pods}
+
+
+def roll_timeline(kube: KubeCluster) -> str:
+    """Each pod of the release as ``name@node created+Cs scheduled+Ss ready+Rs [container+Ss rN ...]``, seconds
+    after the first of them was created (the API server's clock), in order of creation, each container with its
+    start and restart count: where a rolling replacement spends its time."""
+
+    def at(stamp: str | None) -> float | None:
+        return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp() if stamp else None
+
+    pods = kube.cp.get("pods", "-n", NAMESPACE, "-l", PART_OF)["items"]
+    first = min((at(p["metadata"]["creationTimestamp"]) or 0.0 for p in pods), default=0.0)
+
+    def rel(stamp: str | None) -> str:
+        t = at(stamp)
+        return "?" if t is None else f"+{t - first:.0f}s"
+
+    rows = []
+    for p in sorted(pods, key=lambda p: str(p["metadata"]["creationTimestamp"])):
+        cond = {c["type"]: c.get("lastTransitionTime") for c in p["status"].get("conditions", [])}
+        containers = " ".join(
+            f"{c['name']}{rel(c.get('state', {}).get('running', {}).get('startedAt'))} r{c.get('restartCount', 0)}"
+            for c in p["status"].get("containerStatuses", [])
+        )
+        rows.append(
+            f"{p['metadata']['name']}@{p['spec'].get('nodeName', '?')} created{rel(p['metadata']['creationTimestamp'])}"
+            f" scheduled{rel(cond.get('PodScheduled'))} ready{rel(cond.get('Ready'))} [{containers}]"
+        )
+    return "; ".join(rows)
 
 
 def progress(kube: KubeCluster, pod: str) -> tuple[int, int]:

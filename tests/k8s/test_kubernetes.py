@@ -12,14 +12,15 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from lab.kube.cluster import CHART, DRIVER, FABRIC, LAB_VALUES, NEXT_TAG, RELEASE, KubeCluster
+from lab.kube.cluster import CHART, DRIVER, FABRIC, LAB_VALUES, NAMESPACE, NEXT_TAG, RELEASE, KubeCluster
 from lab.kube.layout import GPUS, MACHINES, STORAGE
-from tests.k8s.lifecycle import driver_pods, progress
-from tests.k8s.workloads import FAST, RDMA_KEY, READ, SC, SLOW, TOPOLOGY_KEY, workloads
+from tests.k8s.lifecycle import driver_pods, progress, roll_timeline
+from tests.k8s.workloads import FAST, RDMA_KEY, READ, SC, SLOW, TOPOLOGY_KEY, start, workloads
 from tests.support.kube import (
     NS,
     container_exec,
     container_id,
+    events_of,
     job,
     job_pod,
     phase,
@@ -214,6 +215,7 @@ def test_an_attributes_class_change_moves_the_running_pods_iops(started: KubeClu
     IOPS (the kernel's own per-cgroup counters) move to the new limit without a restart."""
     kube = started
     wait_for("pod tuned-io Running", lambda: phase(kube, "pod", "tuned-io") == "Running", 900)
+    start(kube, "tuned-io")
     uid = kube.cp.get("pod", "-n", NS, "tuned-io")["metadata"]["uid"]
     vm = kube.vm(kube.node_of("tuned-io", NS))
     cgroup = vm.sh(
@@ -283,6 +285,7 @@ def test_helm_upgrade_under_io_replaces_every_pod_and_loses_no_write(
     and keeps going, its container and its mount stay; once the pod is deleted its mount is gone."""
     kube = started
     wait_for("pod steady-io Running", lambda: phase(kube, "pod", "steady-io") == "Running", 900)
+    start(kube, "steady-io")
     wait_for("I/O under way", lambda: progress(kube, "steady-io")[0] > 5, 120)
     before = driver_pods(kube)
     vm = kube.vm(kube.node_of("steady-io", NS))
@@ -306,6 +309,10 @@ def test_helm_upgrade_under_io_replaces_every_pod_and_loses_no_write(
         "helm upgrade under I/O",
         f"{len(after)} pods replaced in {rolled:.0f}s; (writes, errors) {at_upgrade} -> {written}",
     )
+    report("helm upgrade timeline", roll_timeline(kube))
+    for name in after:
+        if name.startswith("nvmeof-csi-controller"):
+            report(f"events of {name}", events_of(kube, "Pod", name, NAMESPACE))
     assert len(after) == len(before), (before, after)
     images = {image for containers in after.values() for image in containers.values() if "nvmeof-csi:" in image}
     assert images == {f"localhost/nvmeof-csi:{NEXT_TAG}"}, images

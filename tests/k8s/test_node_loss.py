@@ -23,7 +23,7 @@ import pytest
 from lab.kube.cluster import KubeCluster
 from lab.kube.layout import BY_NAME, GPUS
 from tests.k8s.stateful import KEEP, allowed_hosts, attached_to, stateful_pod
-from tests.support.kube import NS, container_exec, container_id, crictl, file_in, wait_for
+from tests.support.kube import NS, container_exec, container_id, crictl, events_of, file_in, wait_for
 
 pytestmark = pytest.mark.lab
 
@@ -105,7 +105,9 @@ def test_a_node_cut_from_the_control_plane_is_fenced_and_its_pod_moves_with_its_
     report("taint to moved pod Running", f"{running:.1f}s (cut to taint {t_taint - t_cut:.1f}s)")
     # the node comes back: power-cycled, its way to the API restored, the taint removed; then gpu-2 is drained
     # for maintenance and the pod moves back to gpu-1 with its volume (its fence lifted: gpu-1 rebooted)
+    t_restart = time.monotonic()
     kube.restart_node(FIRST)
+    restarted = time.monotonic() - t_restart
     kube.kubectl("taint", "node", FIRST, "node.kubernetes.io/out-of-service-")
     on_second = kube.cp.get("pod", "-n", NS, writer)["metadata"]["uid"]
     t_drain = time.monotonic()
@@ -119,4 +121,5 @@ def test_a_node_cut_from_the_control_plane_is_fenced_and_its_pod_moves_with_its_
     assert attached_to(kube, pv) == [FIRST]
     hosts = allowed_hosts(kube, pv)
     assert BY_NAME[FIRST].host_nqn in hosts and BY_NAME[SECOND].host_nqn not in hosts, hosts
-    report("drain to moved pod Running", f"{back:.1f}s (drain itself {drained:.1f}s)")
+    report("drain to moved pod Running", f"{back:.1f}s (drain itself {drained:.1f}s; restart before {restarted:.1f}s)")
+    report("events of the pod moved back", events_of(kube, "Pod", writer))

@@ -5,7 +5,8 @@ VolumeAttributesClasses ``lab-slow`` and ``lab-fast``, VolumeSnapshotClass ``lab
 
 from __future__ import annotations
 
-from tests.support.kube import NS, job, pod, pvc
+from lab.kube.cluster import KubeCluster
+from tests.support.kube import NS, container_exec, job, pod, pvc
 
 SC = "lab-tcp"
 TOPOLOGY_KEY = "topology.csi.nvmeof.io/fabric"
@@ -25,15 +26,24 @@ RAW_IO = (
     "a=$(sha256sum /tmp/in | cut -d' ' -f1); b=$(sha256sum /tmp/out | cut -d' ' -f1); "
     'echo "$a $b" > /dev/termination-log; test "$a" = "$b"'
 )
+#: a looping pod waits for ``/data/go`` (``start()`` in its test) before its I/O: a loop started with the other
+#: workloads would keep the emulated machines busy through every scenario before its own
+GATE = "until [ -e /data/go ]; do sleep 2; done; "
 STEADY = (
-    "i=0; e=0; while true; do i=$((i+1)); "
+    'echo "0 0" > /data/progress; ' + GATE + "i=0; e=0; while true; do i=$((i+1)); "
     "if dd if=/dev/urandom of=/data/f.$((i % 4)) bs=64k count=4 conv=fsync 2>/dev/null; then :; "
     'else e=$((e+1)); fi; echo "$i $e" > /data/progress.new; mv /data/progress.new /data/progress; sleep 0.2; done'
 )
 READS = (
     "dd if=/dev/urandom of=/data/f bs=1M count=16 2>/dev/null; sync; "
-    "while true; do dd if=/data/f of=/dev/null bs=4k iflag=direct 2>/dev/null; done"
+    + GATE
+    + "while true; do dd if=/data/f of=/dev/null bs=4k iflag=direct 2>/dev/null; done"
 )
+
+
+def start(kube: KubeCluster, pod_name: str) -> None:
+    """Open the ``GATE`` of a running looping pod: its I/O begins within 2 s."""
+    container_exec(kube, pod_name, ["touch", "/data/go"])
 
 
 def workloads() -> list[dict[str, object]]:

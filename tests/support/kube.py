@@ -169,3 +169,16 @@ def file_in(kube: KubeCluster, pod_name: str, path: str) -> str:
 def gone(kube: KubeCluster, *args: str) -> bool:
     """True when ``kubectl get ARGS`` lists nothing."""
     return not kube.cp.get(*args).get("items")
+
+
+def events_of(kube: KubeCluster, kind: str, name: str, namespace: str = NS) -> str:
+    """The events of one object, oldest first, as ``HH:MM:SS reason xN: message`` (messages cut to 160
+    characters): where a move or a mount spent its time, for the report."""
+    items = kube.cp.get(
+        "events", "-n", namespace, "--field-selector", f"involvedObject.kind={kind},involvedObject.name={name}"
+    )["items"]
+    rows = []
+    for e in items:
+        at = str(e.get("lastTimestamp") or e.get("eventTime") or e["metadata"]["creationTimestamp"])
+        rows.append(f"{at[11:19]} {e.get('reason', '')} x{e.get('count') or 1}: {str(e.get('message', ''))[:160]}")
+    return " | ".join(sorted(rows))
