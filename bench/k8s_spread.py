@@ -18,11 +18,11 @@ import argparse
 import statistics
 import time
 from collections import Counter
-from datetime import datetime
 from typing import Any
 
 from bench.results import save
 from lab.kube.cluster import KubeCluster, running_cluster
+from lab.kube.control_plane import api_time
 
 NS = "default"
 SC = "lab-tcp"
@@ -75,10 +75,6 @@ def objects(count: int) -> dict[str, Any]:
     return {"apiVersion": "v1", "kind": "List", "items": items}
 
 
-def _at(stamp: str) -> float:
-    return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
-
-
 def _p95(values: list[float]) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, round(0.95 * (len(ordered) - 1)))]
@@ -87,7 +83,7 @@ def _p95(values: list[float]) -> float:
 def _ready_at(pod: dict[str, Any]) -> float | None:
     for cond in pod["status"].get("conditions", []):
         if cond["type"] == "Ready" and cond["status"] == "True":
-            return _at(cond["lastTransitionTime"])
+            return api_time(cond["lastTransitionTime"])
     return None
 
 
@@ -112,8 +108,8 @@ def run_on(kube: KubeCluster, args: argparse.Namespace) -> dict[str, Any]:
     for p in pods:
         claim = claims[p["metadata"]["name"]]
         pv = volumes[claim["spec"]["volumeName"]]
-        bound.append(_at(pv["metadata"]["creationTimestamp"]) - _at(claim["metadata"]["creationTimestamp"]))
-        running.append((_ready_at(p) or 0.0) - _at(p["metadata"]["creationTimestamp"]))
+        bound.append(api_time(pv["metadata"]["creationTimestamp"]) - api_time(claim["metadata"]["creationTimestamp"]))
+        running.append((_ready_at(p) or 0.0) - api_time(p["metadata"]["creationTimestamp"]))
     per_node = Counter(str(p["spec"]["nodeName"]) for p in pods)
     t0 = time.monotonic()
     names = [f"{PREFIX}{i}" for i in range(count)]

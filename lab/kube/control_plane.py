@@ -17,6 +17,7 @@ import socket
 import subprocess
 import time
 from collections.abc import Mapping, Sequence
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +37,11 @@ FEATURE_GATES = "--feature-gates=GenericWorkload=true"
 
 class KubeError(RuntimeError):
     """The cluster could not be started or a kubectl call failed."""
+
+
+def api_time(stamp: str) -> float:
+    """An API server timestamp (RFC 3339, ``2026-12-07T05:02:42Z``) as seconds since the epoch."""
+    return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
 
 
 def free_port() -> int:

@@ -4,9 +4,8 @@ records, backing files) or in the API server once the release is gone."""
 
 from __future__ import annotations
 
-from datetime import datetime
-
 from lab.kube.cluster import DRIVER, NAMESPACE, KubeCluster
+from lab.kube.control_plane import api_time
 from lab.kube.layout import GPUS
 from tests.support.kube import NS, container_exec, crictl
 
@@ -33,15 +32,11 @@ def roll_timeline(kube: KubeCluster) -> str:
     after the first of them was created (the API server's clock), in order of creation, each container with its
     start and restart count: where a rolling replacement spends its time."""
 
-    def at(stamp: str | None) -> float | None:
-        return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp() if stamp else None
-
     pods = kube.cp.get("pods", "-n", NAMESPACE, "-l", PART_OF)["items"]
-    first = min((at(p["metadata"]["creationTimestamp"]) or 0.0 for p in pods), default=0.0)
+    first = min((api_time(p["metadata"]["creationTimestamp"]) for p in pods), default=0.0)
 
     def rel(stamp: str | None) -> str:
-        t = at(stamp)
-        return "?" if t is None else f"+{t - first:.0f}s"
+        return "?" if not stamp else f"+{api_time(stamp) - first:.0f}s"
 
     rows = []
     for p in sorted(pods, key=lambda p: str(p["metadata"]["creationTimestamp"])):
