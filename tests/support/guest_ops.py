@@ -15,6 +15,8 @@ test batches its calls here). usage: python -m tests.support.guest_ops SOCKET OP
                                       fence-peer call waiting meanwhile is answered so, as the controller would;
                                       prints the volume (or the refusal), the calls answered and the seconds
   answer UUID DECISION                answer every fence-peer call of UUID waiting now (fenced | refused)
+  attempt snapshot NAME UUID | attempt create NAME SIZE
+                                      the call, its refusal returned ({"refused": "Type: reason"}), not raised
 """
 
 from __future__ import annotations
@@ -50,6 +52,16 @@ def role(client: AgentClient, vol: str, to: str, epoch: int, decision: str) -> d
     return {**out, "answered_at": answered, "seconds": round(time.monotonic() - began, 2)}
 
 
+def attempt(client: AgentClient, what: str, name: str, arg: str) -> dict[str, Any]:
+    """CreateSnapshot (``arg``: the source volume) or CreateVolume (``arg``: the size) of ``name``, a refusal
+    returned rather than raised."""
+    try:
+        made = client.create_snapshot(name, arg) if what == "snapshot" else client.create_volume(name, int(arg))
+    except DriverError as err:
+        return {"refused": f"{type(err).__name__}: {err}"}
+    return {"made": MessageToDict(made, preserving_proto_field_name=True)}
+
+
 def main(argv: list[str]) -> Any:
     sock, op, args = argv[0], argv[1], argv[2:]
     if op == "dump":
@@ -83,6 +95,8 @@ def main(argv: list[str]) -> Any:
             return role(client, args[0], args[1], int(args[2]), args[3] if len(args) > 3 else "")
         if op == "list":
             return [MessageToDict(v, preserving_proto_field_name=True) for v in client.list_volumes()]
+        if op == "attempt":
+            return attempt(client, args[0], args[1], args[2])
         if op == "concurrent":
             calls, names, size = int(args[0]), int(args[1]), int(args[2])
             with ThreadPoolExecutor(calls) as pool:
