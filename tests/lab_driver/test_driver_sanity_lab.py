@@ -16,7 +16,7 @@ pytestmark = pytest.mark.lab
 Reporter = Callable[[str, str], None]
 
 
-@pytest.mark.parametrize("mode", ["mount"])  # block: the sanity tier on host agents and the RDMA node specs run it
+@pytest.mark.parametrize("mode", ["mount"])  # block: the node specs over RDMA (test_rdma_lab.py) and the sanity tier
 def test_every_spec_on_the_real_fabric(stack: GuestDriver, mode: str, report: Reporter) -> None:
     vm = stack.vm
     result = run_in_lab(

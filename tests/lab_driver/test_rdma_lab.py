@@ -1,7 +1,7 @@
 """NVMe/RDMA through the driver: a ``transport: rdma`` StorageClass end to end in the lab over two soft-RoCE
-portals (each on its own dummy netdev and rxe device inside the VM): csi-sanity's node specs, and a published
-volume whose paths are the agent's RDMA portals only, moving its I/O when the agent flips the optimized group
-(0 verify errors). The rest of the failover suite over RDMA (a black-holed link, a pulled cable, both cables
+portals (each on its own dummy netdev and rxe device inside the VM): csi-sanity's node specs on raw block volumes,
+and a published volume whose paths are the agent's RDMA portals only, moving its I/O when the agent flips the
+optimized group (0 verify errors). The rest of the failover suite over RDMA (a black-holed link, a pulled cable, both cables
 pulled) runs between machines in the cluster tier (``tests/cluster/test_fabric_across.py``), where soft-RoCE
 crosses real links; on one host it loops back inside rxe, below any fault a test can make."""
 
@@ -47,7 +47,7 @@ def test_csi_sanity_node_specs_over_rdma(stack: GuestDriver, report: Reporter) -
     result = run_in_lab(
         vm,
         DRIVER_SOCK,
-        "mount",
+        "block",  # raw block on the real fabric (every spec in mount mode: test_driver_sanity_lab.py)
         "csi-sanity-lab-rdma-node",
         report,
         1800,
