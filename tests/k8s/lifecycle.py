@@ -30,7 +30,8 @@ def driver_pods(kube: KubeCluster) -> dict[str, dict[str, str]]:
 def roll_timeline(kube: KubeCluster) -> str:
     """Each pod of the release as ``name@node created+Cs scheduled+Ss ready+Rs [container+Ss rN ...]``, seconds
     after the first of them was created (the API server's clock), in order of creation, each container with its
-    start and restart count: where a rolling replacement spends its time."""
+    start and restart count (a restarted one with how its last run ended: ``(exit 1 Error at +Ts)``): where a
+    rolling replacement spends its time."""
 
     pods = kube.cp.get("pods", "-n", NAMESPACE, "-l", PART_OF)["items"]
     first = min((api_time(p["metadata"]["creationTimestamp"]) for p in pods), default=0.0)
@@ -38,11 +39,17 @@ def roll_timeline(kube: KubeCluster) -> str:
     def rel(stamp: str | None) -> str:
         return "?" if not stamp else f"+{api_time(stamp) - first:.0f}s"
 
+    def ended(last: dict[str, object] | None) -> str:
+        if not last:
+            return ""
+        return f" (exit {last.get('exitCode')} {last.get('reason', '')} at {rel(str(last.get('finishedAt') or ''))})"
+
     rows = []
     for p in sorted(pods, key=lambda p: str(p["metadata"]["creationTimestamp"])):
         cond = {c["type"]: c.get("lastTransitionTime") for c in p["status"].get("conditions", [])}
         containers = " ".join(
             f"{c['name']}{rel(c.get('state', {}).get('running', {}).get('startedAt'))} r{c.get('restartCount', 0)}"
+            + ended(c.get("lastState", {}).get("terminated"))
             for c in p["status"].get("containerStatuses", [])
         )
         rows.append(
@@ -50,6 +57,20 @@ def roll_timeline(kube: KubeCluster) -> str:
             f" scheduled{rel(cond.get('PodScheduled'))} ready{rel(cond.get('Ready'))} [{containers}]"
         )
     return "; ".join(rows)
+
+
+def restarted_logs(kube: KubeCluster, lines: int = 4) -> list[tuple[str, str]]:
+    """For each restarted container of the release: (``pod/container``, the last ``lines`` lines its previous run
+    logged)."""
+    found = []
+    for p in kube.cp.get("pods", "-n", NAMESPACE, "-l", PART_OF)["items"]:
+        for c in p["status"].get("containerStatuses", []):
+            if c.get("restartCount", 0):
+                name = f"{p['metadata']['name']}/{c['name']}"
+                tail = kube.kubectl("-n", NAMESPACE, "logs", "--previous", f"--tail={lines}", "-c", c["name"],
+                                    p["metadata"]["name"], check=False)  # fmt: skip
+                found.append((name, " | ".join(tail.strip().splitlines())[-600:]))
+    return found
 
 
 def progress(kube: KubeCluster, pod: str) -> tuple[int, int]:

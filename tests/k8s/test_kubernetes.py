@@ -14,8 +14,8 @@ import pytest
 
 from lab.kube.cluster import CHART, DRIVER, FABRIC, LAB_VALUES, NAMESPACE, NEXT_TAG, RELEASE, KubeCluster
 from lab.kube.layout import GPUS, MACHINES, STORAGE
-from tests.k8s.lifecycle import driver_pods, progress, roll_timeline
-from tests.k8s.workloads import FAST, RDMA_KEY, READ, SC, SLOW, TOPOLOGY_KEY, start, workloads
+from tests.k8s.lifecycle import driver_pods, progress, restarted_logs, roll_timeline
+from tests.k8s.workloads import FAST, RDMA_KEY, READ, READ_BPS, SC, SLOW, TOPOLOGY_KEY, start, workloads
 from tests.support.kube import (
     NS,
     container_exec,
@@ -209,10 +209,12 @@ def test_a_block_volume_is_written_and_read_back(started: KubeCluster) -> None:
     assert a == b and len(a) == 64
 
 
-def test_an_attributes_class_change_moves_the_running_pods_iops(started: KubeCluster) -> None:
+def test_an_attributes_class_change_moves_the_running_pods_iops_and_bandwidth(started: KubeCluster) -> None:
     """The QoS issue's Kubernetes scenario: a VolumeAttributesClass change on a bound PVC reaches
     ControllerModifyVolume through the real external-resizer; the running pod's io.max and its measured read
-    IOPS (the kernel's own per-cgroup counters) move to the new limit without a restart."""
+    IOPS (the kernel's own per-cgroup counters) move to the new limit without a restart; then a class that adds a
+    read bandwidth limit (``lab-bytes``; the IOPS limit it leaves out keeps its value, and allows four times the
+    bytes): the pod's measured read bytes per second are within 5 % of it."""
     kube = started
     wait_for("pod tuned-io Running", lambda: phase(kube, "pod", "tuned-io") == "Running", 900)
     start(kube, "tuned-io")
@@ -226,40 +228,37 @@ def test_an_attributes_class_change_moves_the_running_pods_iops(started: KubeClu
     def io_max() -> str:
         return vm.check(["cat", f"{cgroup[0]}/io.max"], 10).strip()
 
-    def measured(seconds: float = 15.0) -> float:
+    def measured(field: str = "rios", seconds: float = 15.0) -> float:
         device = io_max().split()[0]
 
-        def rios() -> int:
+        def count() -> int:
             for line in vm.check(["cat", f"{cgroup[0]}/io.stat"], 10).splitlines():
                 if line.startswith(device + " "):
-                    return int(dict(f.split("=") for f in line.split()[1:])["rios"])
+                    return int(dict(f.split("=") for f in line.split()[1:])[field])
             return 0
 
-        a, t0 = rios(), time.monotonic()
+        a, t0 = count(), time.monotonic()
         time.sleep(seconds)
-        b, t1 = rios(), time.monotonic()
+        b, t1 = count(), time.monotonic()
         return (b - a) / (t1 - t0)
+
+    def change_class(name: str) -> float:
+        """Seconds until the PVC's current class is ``name``."""
+        t0 = time.monotonic()
+        patch = json.dumps({"spec": {"volumeAttributesClassName": name}})
+        kube.kubectl("-n", NS, "patch", "pvc", "tuned", "--type=merge", "-p", patch)
+        wait_for(
+            f"PVC's current class {name}",
+            lambda: kube.cp.get("pvc", "-n", NS, "tuned")["status"].get("currentVolumeAttributesClassName") == name,
+            300,
+        )
+        return time.monotonic() - t0
 
     wait_for(f"io.max riops={SLOW}", lambda: f"riops={SLOW}" in io_max(), 120)
     slow = measured()
     container = container_id(kube, "tuned-io")
     t0 = time.monotonic()
-    kube.kubectl(
-        "-n",
-        NS,
-        "patch",
-        "pvc",
-        "tuned",
-        "--type=merge",
-        "-p",
-        json.dumps({"spec": {"volumeAttributesClassName": "lab-fast"}}),
-    )
-    wait_for(
-        "PVC's current class lab-fast",
-        lambda: kube.cp.get("pvc", "-n", NS, "tuned")["status"].get("currentVolumeAttributesClassName") == "lab-fast",
-        300,
-    )
-    modified = time.monotonic() - t0
+    modified = change_class("lab-fast")
     wait_for(f"io.max riops={FAST}", lambda: f"riops={FAST}" in io_max(), 60, 0.5)
     in_force = time.monotonic() - t0
     fast = measured()
@@ -269,6 +268,11 @@ def test_an_attributes_class_change_moves_the_running_pods_iops(started: KubeClu
     )
     assert SLOW * 0.8 <= slow <= SLOW * 1.1, slow
     assert FAST * 0.8 <= fast <= FAST * 1.1, fast
+    change_class("lab-bytes")
+    wait_for(f"io.max rbps={READ_BPS}", lambda: f"rbps={READ_BPS}" in io_max(), 60, 0.5)
+    bps = measured("rbytes")
+    print(f"io.max {io_max()!r}; read bytes/s {bps:.0f} (limit {READ_BPS})")
+    assert READ_BPS * 0.95 <= bps <= READ_BPS * 1.05, bps
     assert container_id(kube, "tuned-io") == container
     kube.kubectl("-n", NS, "delete", "pod/tuned-io", "--wait=true", timeout=300)
 
@@ -310,6 +314,8 @@ def test_helm_upgrade_under_io_replaces_every_pod_and_loses_no_write(
         f"{len(after)} pods replaced in {rolled:.0f}s; (writes, errors) {at_upgrade} -> {written}",
     )
     report("helm upgrade timeline", roll_timeline(kube))
+    for name, tail in restarted_logs(kube):
+        report(f"the last run of {name} ended", tail)
     for name in after:
         if name.startswith("nvmeof-csi-controller"):
             report(f"events of {name}", events_of(kube, "Pod", name, NAMESPACE))

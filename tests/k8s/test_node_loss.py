@@ -4,10 +4,13 @@ plane only (its NIC to the API server loses its link) so that it goes NotReady w
 working and its writer keeps writing; the operator applies the out-of-service taint; the pod is recreated and
 Running on ``gpu-2`` with its data, the external-attacher's ControllerUnpublish of ``gpu-1`` fenced it (the
 controller reads the taint: Kubernetes 1.37's attacher sends no CSI 1.14 reason), so from then on every write of
-``gpu-1``'s writer fails, O_DIRECT and buffered. Then ``gpu-1`` is power-cycled and the taint removed, and
+``gpu-1``'s writer fails, O_DIRECT and buffered, at once (the fence ended its controllers and the target refuses
+their reconnects, so the host drops the paths), and the writer's tries keep growing while neither success count
+does (a writer that merely hung would fail the test). Then ``gpu-1`` is power-cycled and the taint removed, and
 ``kubectl drain gpu-2`` evicts the pod: it runs on ``gpu-1`` again with its data, the VolumeAttachment moved
 with it, ``gpu-2``'s host is no longer allowed on the subsystem, and ``gpu-1``'s fence on the volume was lifted
-because it rebooted (a new boot ID).
+because it rebooted (a new boot ID). ``gpu-1`` was power-cut with the volume staged and a pod on it: after its
+boot it holds the volume's two paths once (nothing left over, nothing doubled) under its own host NQN.
 
 The writer keeps its counts in the container's own filesystem (``/tmp``), read through the node's VM channel,
 which no fault here touches. Without fencing (``LAB_FENCE_ON=none``: the controller's ``--fence-on none``) it
@@ -20,6 +23,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
+from lab.fabric import Fabric
 from lab.kube.cluster import KubeCluster
 from lab.kube.layout import BY_NAME, GPUS
 from tests.k8s.stateful import KEEP, allowed_hosts, attached_to, stateful_pod
@@ -96,12 +100,14 @@ def test_a_node_cut_from_the_control_plane_is_fenced_and_its_pod_moves_with_its_
     assert BY_NAME[FIRST].host_nqn not in hosts and BY_NAME[SECOND].host_nqn in hosts, hosts
     found = wait_for("the moved pod read its data", lambda: file_in(kube, writer, "/tmp/found"), 120)
     assert found.strip() == written and len(written) == 64, (found, written)
-    # gpu-1's writer, still running and still connected by its storage links: from the fence on, nothing lands
+    # gpu-1's writer, still running and still connected by its storage links: from the fence on, nothing lands;
+    # it keeps trying (each write fails), so a hung writer cannot pass for a fenced one
     fenced = progress(kube, FIRST, container)
-    time.sleep(20)
+    time.sleep(10)
     after = progress(kube, FIRST, container)
-    print(f"{FIRST} after the fence (tries, O_DIRECT ok, buffered ok): {fenced} -> {after} in 20 s")
+    print(f"{FIRST} after the fence (tries, O_DIRECT ok, buffered ok): {fenced} -> {after} in 10 s")
     assert after[1:] == fenced[1:], (fenced, after)
+    assert after[0] >= fenced[0] + 2, f"the fenced writer stopped trying (hung?): {fenced} -> {after}"
     report("taint to moved pod Running", f"{running:.1f}s (cut to taint {t_taint - t_cut:.1f}s)")
     # the node comes back: power-cycled, its way to the API restored, the taint removed; then gpu-2 is drained
     # for maintenance and the pod moves back to gpu-1 with its volume (its fence lifted: gpu-1 rebooted)
@@ -121,5 +127,12 @@ def test_a_node_cut_from_the_control_plane_is_fenced_and_its_pod_moves_with_its_
     assert attached_to(kube, pv) == [FIRST]
     hosts = allowed_hosts(kube, pv)
     assert BY_NAME[FIRST].host_nqn in hosts and BY_NAME[SECOND].host_nqn not in hosts, hosts
+    # gpu-1 was power-cut with the volume staged: after its boot it holds the volume's two paths once, under the
+    # host NQN it had (no controller left over from before, none doubled, no identity of another node)
+    nqn = kube.cp.get("pv", pv)["spec"]["csi"]["volumeAttributes"]["nqn"]
+    paths = Fabric(kube.vm(FIRST)).paths(nqn)
+    assert sorted(p.state for p in paths) == ["live", "live"] and len({p.address for p in paths}) == 2, paths
+    used = {kube.vm(FIRST).read(f"/sys/class/nvme/{p.controller}/hostnqn").strip() for p in paths}
+    assert used == {BY_NAME[FIRST].host_nqn}, used
     report("drain to moved pod Running", f"{back:.1f}s (drain itself {drained:.1f}s; restart before {restarted:.1f}s)")
     report("events of the pod moved back", events_of(kube, "Pod", writer))

@@ -1,7 +1,7 @@
 """What the Kubernetes scenarios apply: claims, Jobs and pods, with the shell each pod runs (``workloads()`` is
 applied in one go by the ``started`` fixture). The classes they use come with the driver's Helm release
 (``deploy/helm/nvmeof-csi/ci/lab-values.yaml``: StorageClasses ``lab-tcp`` and ``lab-nowhere``,
-VolumeAttributesClasses ``lab-slow`` and ``lab-fast``, VolumeSnapshotClass ``lab-snap``)."""
+VolumeAttributesClasses ``lab-slow``, ``lab-fast`` and ``lab-bytes``, VolumeSnapshotClass ``lab-snap``)."""
 
 from __future__ import annotations
 
@@ -18,6 +18,8 @@ WRITE = (
 SLOW, FAST = 20, 36  # read IOPS limits of lab-slow and lab-fast (lab-values.yaml): well below the 4k QD1 rate
 # one pod reaches beside the other scenarios on the emulated VMs (on slow evenings: limit 8 gave 5.0 IOPS, 20 was
 # in bounds twice, 24 gave 20.1, 60 gave 42)
+#: the read bandwidth limit of lab-bytes: ten of READS' 4 KiB reads a second, well below what the pod reaches
+READ_BPS = 40960
 READ = "set -e; sha256sum /data/blob | cut -d' ' -f1 > /dev/termination-log"
 RAW_IO = (
     "set -e; dd if=/dev/urandom of=/tmp/in bs=1M count=8 2>/dev/null; "
