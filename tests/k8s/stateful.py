@@ -64,12 +64,15 @@ def stateful_set(name: str, script: str, prefer: str) -> dict[str, object]:
 @contextmanager
 def stateful_pod(kube: KubeCluster, name: str, script: str, ready: str) -> Iterator[str]:
     """StatefulSet ``name`` (``script``, preferring ``gpu-1``) with its pod Running on ``gpu-1`` and its file
-    ``ready`` made; the pod's name. Afterwards both GPU nodes are uncordoned and the set, its pod and claim
-    removed."""
+    ``ready`` made; the pod's name. ``gpu-2`` is cordoned until the pod runs: a preference alone lost to the
+    scheduler once (right after an upgrade, ``gpu-1``'s segment was briefly without storage capacity). Afterwards
+    both GPU nodes are uncordoned and the set, its pod and claim removed."""
+    kube.kubectl("cordon", SECOND)
     kube.cp.apply(stateful_set(name, script, FIRST))
     pod_name = f"{name}-0"
     try:
         wait_for(f"{pod_name} Running", lambda: phase(kube, "pod", pod_name) == "Running", 600, 3)
+        kube.kubectl("uncordon", SECOND)
         assert kube.node_of(pod_name, NS) == FIRST
         wait_for(f"{ready} in {pod_name}", lambda: file_in(kube, pod_name, ready).strip(), 120)
         yield pod_name

@@ -131,6 +131,19 @@ def crictl(kube: KubeCluster, node: str, *args: str, timeout: float = 120) -> st
     )
 
 
+def exited_log(kube: KubeCluster, node: str, pod_uid: str, name: str, lines: int) -> str:
+    """The last ``lines`` lines the newest exited container ``name`` of pod ``pod_uid`` on ``node`` wrote, both
+    streams; what went wrong instead when there is none (a diagnostic: it never raises)."""
+    crictl_argv = [str(binary("crictl")), "--runtime-endpoint", f"unix://{CONTAINERD_SOCK}"]
+    vm = kube.vm(node)
+    found = vm.run([*crictl_argv, "ps", "-a", "-q", "--state", "exited", "--name", name, "--label",
+                    f"io.kubernetes.pod.uid={pod_uid}"], 60)  # fmt: skip
+    if found.rc or not found.out.split():
+        return f"(no exited container {name}: {found.err.strip()[-200:]})"
+    res = vm.run([*crictl_argv, "logs", "--tail", str(lines), found.out.split()[0]], 60)
+    return (res.out + res.err).strip()
+
+
 def pod_crictl(kube: KubeCluster, pod_name: str, *args: str, timeout: float = 120) -> str:
     """crictl in the VM of the node ``pod_name`` (namespace ``NS``) runs on."""
     return crictl(kube, kube.node_of(pod_name, NS), *args, timeout=timeout)
