@@ -1,8 +1,9 @@
 """The real scheduler keeps pods on the storage fabric that reaches their volume (Kubernetes across machines,
 point 2): ``gpu-1`` has soft-RoCE and ``gpu-2`` only TCP, so pods on the ``transport: rdma`` class land on
 ``gpu-1`` every time, steered by the CSIStorageCapacity the external-provisioner publishes per segment from our
-GetCapacity (the ``transport-rdma=false`` segment has none of that class); a claim larger than the capacity
-stays Pending with the scheduler's reason, and so does a pod that needs more volumes on one node than the limit
+GetCapacity (the ``transport-rdma=false`` segment has none of that class), and both paths of each pod's volume
+on its node are RDMA ones (their controllers' transport in the node's sysfs, read while the pod holds the volume);
+a claim larger than the capacity stays Pending with the scheduler's reason, and so does a pod that needs more volumes on one node than the limit
 each node plugin publishes in its CSINode. Each test sets up what it needs and removes it."""
 
 from __future__ import annotations
@@ -11,10 +12,11 @@ from functools import partial
 
 import pytest
 
+from lab.fabric import Fabric
 from lab.kube.cluster import DRIVER, NAMESPACE, KubeCluster
 from lab.kube.layout import BY_NAME, GPUS
 from tests.k8s.workloads import RDMA_KEY
-from tests.support.kube import NS, pod, pvc, termination_message, wait_for
+from tests.support.kube import NS, container_exec, file_in, phase, pod, pvc, termination_message, wait_for
 
 pytestmark = pytest.mark.lab
 
@@ -25,6 +27,8 @@ CHECK = (
     "set -e; dd if=/dev/urandom of=/data/blob bs=1M count=4 2>/dev/null; sync; "
     "grep -q ' /data ' /proc/mounts; sha256sum /data/blob | cut -d' ' -f1 > /dev/termination-log"
 )
+#: CHECK, then the volume held until the test has read its paths on the node (``/data/go``)
+HOLD = CHECK + "; until [ -e /data/go ]; do sleep 1; done"
 
 
 def _capacities(kube: KubeCluster, sc: str) -> dict[str, int]:
@@ -63,11 +67,18 @@ def test_rdma_pods_land_on_the_rdma_node_every_time(kube: KubeCluster) -> None:
     assert caps["true"] > 0 and caps["false"] == 0, caps
     names = [f"rdma-{i}" for i in range(TRIES)]
     try:
-        objects = [o for n in names for o in (pvc(n, RDMA_SC), pod(n, n, CHECK))]
+        objects = [o for n in names for o in (pvc(n, RDMA_SC), pod(n, n, HOLD))]
         kube.cp.apply({"apiVersion": "v1", "kind": "List", "items": objects})
+        transports = {}
+        for n in names:  # while the pod holds its volume: how its node reaches it (the node's own sysfs)
+            wait_for(f"pod {n} wrote its blob", partial(_holding, kube, n), 600, 3)
+            transports[n] = _transports(kube, n)
+            container_exec(kube, n, ["touch", "/data/go"])
         for n in names:
             done = wait_for(f"pod {n} Succeeded", partial(_succeeded, kube, n), 600, 3)
             assert len(termination_message(done)) == 64, done["status"]
+        print(f"rdma pods' paths on their node: {transports}")
+        assert all(t == ["rdma", "rdma"] for t in transports.values()), transports  # both portals, over RDMA
         placed = {n: kube.node_of(n, NS) for n in names}
         print(f"rdma pods placed: {placed}; capacity per transport-rdma segment: {caps}")
         assert set(placed.values()) == {GPUS[0]}, placed
@@ -78,6 +89,21 @@ def test_rdma_pods_land_on_the_rdma_node_every_time(kube: KubeCluster) -> None:
             assert {"key": RDMA_KEY, "operator": "In", "values": ["true"]} in exprs, exprs
     finally:
         _cleanup(kube, *names)
+
+
+def _holding(kube: KubeCluster, name: str) -> bool:
+    """True once pod ``name`` runs and has written its checksum (it then holds its volume until ``/data/go``)."""
+    state = phase(kube, "pod", name)
+    if state == "Failed":
+        raise AssertionError(f"pod {name} failed: {kube.cp.get('pod', '-n', NS, name)['status']}")
+    return state == "Running" and bool(file_in(kube, name, "/dev/termination-log").strip())
+
+
+def _transports(kube: KubeCluster, name: str) -> list[str]:
+    """The transport of each path (controller) of the volume of pod ``name``'s claim, on the pod's node."""
+    pv = kube.cp.get("pv", kube.cp.get("pvc", "-n", NS, name)["spec"]["volumeName"])
+    paths = Fabric(kube.vm(kube.node_of(name, NS))).paths(pv["spec"]["csi"]["volumeAttributes"]["nqn"])
+    return sorted(p.transport for p in paths)
 
 
 def _succeeded(kube: KubeCluster, name: str) -> dict[str, object] | None:
