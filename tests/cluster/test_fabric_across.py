@@ -3,7 +3,8 @@ pulled cable, both cables pulled for 10 s. Each stall is reported; each fault is
 (the path's ANA state, the path leaving ``live``, the I/O stalling for as long as the outage).
 
 - NVMe/TCP on a volume the driver made (``lab/cluster_driver.py``): created, attached, staged and published on
-  ``gpu-1`` through CSI, its two paths the node plugin's, the ANA flips ``nvmeofctl ana set`` on the agent.
+  ``gpu-1`` through CSI, its two paths the node plugin's, the ANA flips the agent's SetAnaState (what
+  ``nvmeofctl ana set`` calls).
 - NVMe/RDMA over soft-RoCE on the fabric NICs, connected by hand (the cluster's agent has TCP portals only): the
   kernel target on ``storage-1``, the kernel initiator on ``gpu-1``."""
 
@@ -52,20 +53,17 @@ def test_the_failover_suite_between_machines_loses_no_write_on_a_volume_the_driv
 ) -> None:
     params = {"transport": "tcp", "keepAliveTmo": str(KATO)}
     made = csi(stack, "gpu-1", *on("across", *UP, size=128 * MiB, mode="block", params=params))[0]
-    ana = stack.agent.ctl
 
     def flip(to_a: str, to_b: str) -> None:  # B first when it takes over, so that one path is always optimized
-        steps = [("b", to_b), ("a", to_a)] if to_b == "optimized" else [("a", to_a), ("b", to_b)]
-        for group, state in steps:
-            ana("ana", "set", group, state)
+        steps = ["b", to_b, "a", to_a] if to_b == "optimized" else ["a", to_a, "b", to_b]
+        stack.agent.ops("ana", *steps)  # the agent's SetAnaState, one guest process for both groups
 
     try:
         flip("optimized", "non-optimized")  # I/O goes on A until A fails or stops being optimized
         a, b = agent_portals(stack.cluster)
         suite(stack.cluster, "tcp (a driver-made volume)", made["nqn"], f"{WORK}/across/device", (a, b), flip, report)
     finally:
-        for group in ("a", "b"):
-            ana("ana", "set", group, "optimized")
+        stack.agent.ops("ana", "a", "optimized", "b", "optimized")
     csi(stack, "gpu-1", *on("across", *OFF, "delete"))
 
 

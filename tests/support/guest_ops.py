@@ -15,6 +15,7 @@ test batches its calls here). usage: python -m tests.support.guest_ops SOCKET OP
                                       fence-peer call waiting meanwhile is answered so, as the controller would;
                                       prints the volume (or the refusal), the calls answered and the seconds
   answer UUID DECISION                answer every fence-peer call of UUID waiting now (fenced | refused)
+  ana GROUP STATE [GROUP STATE ...]   SetAnaState of each group in turn (as ``nvmeofctl ana set``)
   attempt snapshot NAME UUID | attempt create NAME SIZE
                                       the call, its refusal returned ({"refused": "Type: reason"}), not raised
 """
@@ -95,6 +96,9 @@ def main(argv: list[str]) -> Any:
             return role(client, args[0], args[1], int(args[2]), args[3] if len(args) > 3 else "")
         if op == "list":
             return [MessageToDict(v, preserving_proto_field_name=True) for v in client.list_volumes()]
+        if op == "ana":
+            pairs = zip(args[::2], args[1::2], strict=True)
+            return {group: [p.ana_state for p in client.set_ana(group, state)] for group, state in pairs}
         if op == "attempt":
             return attempt(client, args[0], args[1], args[2])
         if op == "concurrent":
