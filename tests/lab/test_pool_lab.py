@@ -38,7 +38,6 @@ def tight(lab_vm: LabVM, fabric: Fabric) -> Iterator[GuestTargetAgent]:
         extra_args=["--pool-high-water", HIGH_WATER, "--capacity-limit", "1G"],
     )  # fmt: skip
     agent.wipe()
-    fabric.load()  # the NVMe modules, as the service manager loads them (an earlier test of the tier reloads them)
     lab_vm.check(["modprobe", "loop"], 60)
     lab_vm.check(["truncate", "-s", f"{POOL_MIB}M", IMAGE])
     lab_vm.check(["mkfs.xfs", "-q", "-f", IMAGE], 120)
