@@ -3,8 +3,7 @@ recommended: a snapshot costs nothing until its source is rewritten), a tenant's
 fabric, snapshotted and rewritten until the agent refuses the next snapshot; the refusal (RESOURCE_EXHAUSTED, the
 pool's high-water mark) comes from what the filesystem really holds, not from provisioned sizes (the thin limit is
 far above the pool), no new volume is made either, and another tenant's thin volume still takes writes with 0
-errors and reads them back. In the lab tier (Debian's 6.1 kernel): the pool's logic does not depend on the
-kernel, and this tier runs beside the longer lab-agent tier.
+errors and reads them back.
 
 Without the mark (``LAB_POOL_HIGH_WATER=100``) the third snapshot is made, the rewrite behind it fills the
 filesystem, and the writes fail with ENOSPC at the target (I/O errors on the host)."""
@@ -17,10 +16,10 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from lab import Fabric, LabVM
-from lab.target import POOL_DIR, TWO_PORTALS, GuestTargetAgent
+from lab.target import POOL_DIR, GuestTargetAgent
+from tests.lab_agent.conftest import P1, P2
 
 pytestmark = pytest.mark.lab
-P1, P2 = TWO_PORTALS
 MiB = 1 << 20
 IMAGE = "/scratch/tight-pool.img"
 POOL_MIB, VOLUME_MIB, OTHER_WRITE_MIB, CYCLES = 320, 64, 24, 5  # an XFS of 320 MiB has 256 MiB of room
