@@ -29,7 +29,7 @@ Reporter = Callable[[str, str], None]
 NQN = "nqn.2026-11.io.nvmeof:vol:5c1a2b3d-0000-4000-8000-00000000c001"
 KATO = 3
 MiB = 1 << 20
-#: sets path A's and path B's ANA states (A first, then B)
+#: sets path A's and path B's ANA states (``flip(state_of_a, state_of_b)``)
 Flip = Callable[[str, str], None]
 
 

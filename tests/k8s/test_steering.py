@@ -3,8 +3,9 @@ point 2): ``gpu-1`` has soft-RoCE and ``gpu-2`` only TCP, so pods on the ``trans
 ``gpu-1`` every time, steered by the CSIStorageCapacity the external-provisioner publishes per segment from our
 GetCapacity (the ``transport-rdma=false`` segment has none of that class), and both paths of each pod's volume
 on its node are RDMA ones (their controllers' transport in the node's sysfs, read while the pod holds the volume);
-a claim larger than the capacity stays Pending with the scheduler's reason, and so does a pod that needs more volumes on one node than the limit
-each node plugin publishes in its CSINode. Each test sets up what it needs and removes it."""
+a claim larger than the capacity stays Pending with the scheduler's reason, and so does a pod that needs more
+volumes on one node than the limit each node plugin publishes in its CSINode. Each test sets up what it needs and
+removes it."""
 
 from __future__ import annotations
 

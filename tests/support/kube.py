@@ -124,23 +124,25 @@ def wait_job(kube: KubeCluster, name: str, timeout: float = 900) -> dict[str, An
     return wait_for(f"job {name} succeeded", done, timeout)
 
 
+def crictl_argv(*args: str) -> list[str]:
+    """crictl's command line against the node's containerd."""
+    return [str(binary("crictl")), "--runtime-endpoint", f"unix://{CONTAINERD_SOCK}", *args]
+
+
 def crictl(kube: KubeCluster, node: str, *args: str, timeout: float = 120) -> str:
     """crictl in ``node``'s VM; its stdout."""
-    return kube.vm(node).check(
-        [str(binary("crictl")), "--runtime-endpoint", f"unix://{CONTAINERD_SOCK}", *args], timeout=timeout
-    )
+    return kube.vm(node).check(crictl_argv(*args), timeout=timeout)
 
 
 def exited_log(kube: KubeCluster, node: str, pod_uid: str, name: str, lines: int) -> str:
     """The last ``lines`` lines the newest exited container ``name`` of pod ``pod_uid`` on ``node`` wrote, both
     streams; what went wrong instead when there is none (a diagnostic: it never raises)."""
-    crictl_argv = [str(binary("crictl")), "--runtime-endpoint", f"unix://{CONTAINERD_SOCK}"]
     vm = kube.vm(node)
-    found = vm.run([*crictl_argv, "ps", "-a", "-q", "--state", "exited", "--name", name, "--label",
-                    f"io.kubernetes.pod.uid={pod_uid}"], 60)  # fmt: skip
+    found = vm.run(crictl_argv("ps", "-a", "-q", "--state", "exited", "--name", name, "--label",
+                               f"io.kubernetes.pod.uid={pod_uid}"), 60)  # fmt: skip
     if found.rc or not found.out.split():
         return f"(no exited container {name}: {found.err.strip()[-200:]})"
-    res = vm.run([*crictl_argv, "logs", "--tail", str(lines), found.out.split()[0]], 60)
+    res = vm.run(crictl_argv("logs", "--tail", str(lines), found.out.split()[0]), 60)
     return (res.out + res.err).strip()
 
 
