@@ -91,10 +91,11 @@ def under_probe(
     lead: float = 3.0,
     timeline_ms: float = 0.0,
 ) -> tuple[ProbeResult, bool]:
-    """A ``seconds`` long write+verify probe on ``head`` with ``fault`` applied after ``lead`` seconds; the
-    fault's undo is the caller's, after this returns."""
+    """A write+verify probe on ``head`` of at most ``seconds`` with ``fault`` applied after ``lead`` seconds,
+    stopped once ``proof`` holds (it ends when its I/O has flowed again for a few seconds); the fault's undo is
+    the caller's, after this returns."""
     probe = IoProbe(vm, head, seconds=seconds, timeline_ms=timeline_ms)
     time.sleep(lead)
     fault()
     proved = wait_until(proof, proof_timeout, interval=0.25)
-    return probe.result(), proved
+    return probe.stop(), proved

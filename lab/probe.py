@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import secrets
 from dataclasses import dataclass, field
 
 from lab.build import LAB_DIR
@@ -47,8 +48,10 @@ class IoProbe:
         sync: bool = False,
         blocks: int = 4096,
     ) -> None:
-        """``sync``: every write durable when it returns (O_DSYNC), for faults that cut the target's power."""
-        self.device, self.seconds = device, seconds
+        """``sync``: every write durable when it returns (O_DSYNC), for faults that cut the target's power.
+        ``seconds`` is how long it runs unless :meth:`stop` ends it sooner."""
+        self.device, self.seconds, self._vm = device, seconds, vm
+        self._stop_file = f"/tmp/ioprobe-{secrets.token_hex(6)}.stop"
         argv = [
             vm.python,
             str(PROBE),
@@ -61,6 +64,8 @@ class IoProbe:
             "--blocks",
             str(blocks),
             *(["--sync"] if sync else []),
+            "--stop-file",
+            self._stop_file,
         ]
         self._pending: Pending = vm.submit(argv, timeout=seconds + 180)
 
@@ -71,3 +76,14 @@ class IoProbe:
         except (ValueError, IndexError) as exc:
             raise GuestError("ioprobe output", self._pending.wait()) from exc
         return ProbeResult(**doc)
+
+    def stop(self) -> ProbeResult:
+        """End the run before its ``seconds`` and give its result: the probe goes on until its I/O has flowed for
+        its tail (3 s) since this call and since its last stall ended (a write frozen now must still be seen to
+        complete), then reports, as :meth:`result`. For a test whose fault is over: the rest of the run would
+        only be waited out."""
+        self._vm.write(self._stop_file, "")
+        try:
+            return self.result()
+        finally:
+            self._vm.unlink(self._stop_file)

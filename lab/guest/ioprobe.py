@@ -1,7 +1,7 @@
 """I/O probe for failover tests (runs in the guest; standard library only).
 
 usage: python3 ioprobe.py DEVICE SECONDS [--stall-ms 200] [--blocks 4096] [--mode verify|write|read]
-                          [--timeline-ms 0] [--sync]
+                          [--timeline-ms 0] [--sync] [--stop-file PATH] [--tail 3]
        python3 ioprobe.py DEVICE 0 --mode check --acked N [--blocks 4096]
 
 O_DIRECT 4 KiB I/O in a loop over the first BLOCKS blocks of DEVICE for SECONDS. In ``verify`` mode each
@@ -11,6 +11,10 @@ verify_errors, max_gap_s (the longest time between two completions), stalls ([[s
 threshold), ios_after_last_stall (proves I/O resumed), seconds, and with ``--timeline-ms N`` a timeline: completions per
 N ms bucket from the start (the I/O timeline a failover plot draws). ``--sync`` opens DEVICE with O_DSYNC: each
 write is durable when it returns (FUA on a device with a volatile write cache), what must survive a power cut.
+``--stop-file PATH`` ends the run early once PATH exists (looked for every 0.2 s) and I/O has flowed for
+``--tail`` seconds since both the file appeared and the last stall ended: SECONDS is then an upper bound, and a
+test whose fault is over need not wait it out (a probe asked to stop while its writes are frozen still shows
+them resume).
 ``check`` reads every block back with O_DIRECT after a ``write`` run whose N writes were all acknowledged (no I/O
 error): each block must hold the last of those writes that went to it; a mismatch is a verify error.
 """
@@ -37,6 +41,20 @@ def count(timeline: list[int], at_s: float, bucket_ms: float) -> None:
         timeline[bucket] += 1
 
 
+class Stop:
+    """When a run asked to stop through its stop file ends: once I/O has flowed for ``tail`` seconds since the
+    file was first seen and since the last stall ended."""
+
+    def __init__(self, path: str, tail: float, now: float) -> None:
+        self.path, self.tail, self.asked, self.looked = path, tail, 0.0, now
+
+    def due(self, now: float, resumed: float) -> bool:
+        if self.path and not self.asked and now - self.looked >= 0.2:
+            self.looked = now
+            self.asked = now if os.path.exists(self.path) else 0.0
+        return bool(self.asked) and now - max(self.asked, resumed) >= self.tail
+
+
 def parse_args() -> argparse.Namespace:
     ap = argparse.ArgumentParser()
     ap.add_argument("device")
@@ -47,6 +65,8 @@ def parse_args() -> argparse.Namespace:
     ap.add_argument("--acked", type=int, default=0)
     ap.add_argument("--timeline-ms", type=float, default=0.0)
     ap.add_argument("--sync", action="store_true")
+    ap.add_argument("--stop-file", default="")
+    ap.add_argument("--tail", type=float, default=3.0)
     return ap.parse_args()
 
 
@@ -95,9 +115,10 @@ def main() -> None:
     stalls: list[list[float]] = []
     max_gap = 0.0
     timeline: list[int] = []
-    t0 = last = time.monotonic()
+    t0 = last = resumed = time.monotonic()
     seq = 0
-    while time.monotonic() - t0 < a.seconds:
+    stop = Stop(a.stop_file, a.tail, t0)
+    while time.monotonic() - t0 < a.seconds and not stop.due(time.monotonic(), resumed):
         off = (seq % nblocks) * BS
         try:
             if a.mode == "read":
@@ -124,7 +145,7 @@ def main() -> None:
         max_gap = max(max_gap, gap)
         if gap * 1000 > a.stall_ms:
             stalls.append([round(last - t0, 3), round(gap, 3)])
-            after_stall = 0
+            after_stall, resumed = 0, done
         last = done
         seq += 1
     os.close(fd)

@@ -1,6 +1,6 @@
 """Tagged block writes for the fencing proofs (runs in the guest; standard library only).
 
-usage: python3 scribble.py write DEVICE SECONDS TAG [--marker PATH] [--blocks N] [--first N]
+usage: python3 scribble.py write DEVICE SECONDS TAG [--marker PATH [--after S]] [--blocks N] [--first N]
        python3 scribble.py fill DEVICE TAG
        python3 scribble.py count FILE TAG
 
@@ -10,7 +10,9 @@ by writer afterwards (``count``). ``write`` keeps writing for SECONDS over N blo
 with O_DIRECT and through the page cache (an fsync after every 16 buffered writes): both ways a fenced node could
 still reach the volume. Once ``--marker`` exists (made by the test when the fence has returned) it counts what
 still succeeded: ``direct_after`` (O_DIRECT writes issued after the marker that returned success) and
-``fsync_after`` (fsyncs after the marker that succeeded): both must stay 0 on a fenced node. Prints one JSON
+``fsync_after`` (fsyncs after the marker that succeeded): both must stay 0 on a fenced node; with ``--after S``
+it ends S seconds after it saw the marker (long enough for the host's reconnect attempts) if SECONDS is not
+over first. Prints one JSON
 object at the end; a write that blocks is left to the kernel (the caller bounds the wait). ``fill`` writes every
 block of DEVICE once with O_DIRECT and fsyncs; ``count`` prints how many blocks of FILE carry TAG.
 """
@@ -37,7 +39,9 @@ def size_of(path: str) -> int:
         os.close(fd)
 
 
-def write(device: str, seconds: float, tag: str, marker: str, blocks: int, first: int = 0) -> dict[str, int]:
+def write(
+    device: str, seconds: float, tag: str, marker: str, blocks: int, first: int = 0, after: float = 0.0
+) -> dict[str, int]:
     blocks = min(blocks, size_of(device) // BS - first)
     direct = os.open(device, os.O_WRONLY | os.O_DIRECT)
     cached = os.open(device, os.O_WRONLY)
@@ -45,7 +49,10 @@ def write(device: str, seconds: float, tag: str, marker: str, blocks: int, first
     out = {"direct_ok": 0, "direct_err": 0, "fsync_ok": 0, "fsync_err": 0, "direct_after": 0, "fsync_after": 0}
     end, number, fenced = time.monotonic() + seconds, first, False
     while time.monotonic() < end:
-        fenced = fenced or bool(marker and os.path.exists(marker))
+        if not fenced and marker and os.path.exists(marker):
+            fenced = True
+            if after > 0:
+                end = min(end, time.monotonic() + after)
         number = first + (number - first + 1) % blocks
         try:
             if number % 2 == 0:
@@ -95,6 +102,7 @@ def main() -> None:
     w.add_argument("seconds", type=float)
     w.add_argument("tag")
     w.add_argument("--marker", default="")
+    w.add_argument("--after", type=float, default=0.0)
     w.add_argument("--blocks", type=int, default=4096)
     w.add_argument("--first", type=int, default=0)
     f = sub.add_parser("fill")
@@ -105,7 +113,7 @@ def main() -> None:
     c.add_argument("tag")
     args = ap.parse_args()
     if args.cmd == "write":
-        result = write(args.device, args.seconds, args.tag, args.marker, args.blocks, args.first)
+        result = write(args.device, args.seconds, args.tag, args.marker, args.blocks, args.first, args.after)
     elif args.cmd == "fill":
         result = fill(args.device, args.tag)
     else:

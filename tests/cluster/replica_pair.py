@@ -79,9 +79,9 @@ def node_of(cluster: LabCluster, address: str) -> str:
 
 
 def written_and_read_back(pair: Pair, probe: IoProbe) -> tuple[ProbeResult, ProbeResult]:
-    """The writer's result, then every block of the written range read from the head with O_DIRECT: each must
-    hold its last acknowledged write."""
-    result, gpu = probe.result(), pair.vm("gpu-1")
+    """The writer's result (stopped: the fault it ran under is over), then every block of the written range read
+    from the head with O_DIRECT: each must hold its last acknowledged write."""
+    result, gpu = probe.stop(), pair.vm("gpu-1")
     out = gpu.check([gpu.python, str(PROBE), pair.head, "0", "--mode", "check", "--acked", str(result.ios),
                      "--blocks", str(BLOCKS)], timeout=300)  # fmt: skip
     return result, ProbeResult(**json.loads(out.strip().splitlines()[-1]))

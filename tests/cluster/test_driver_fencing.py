@@ -59,14 +59,18 @@ def move_to_gpu2(stack: ClusterDriver, name: str) -> dict[str, int]:
     return scribble(stack.cluster.vm("gpu-2"), "fill", f"{WORK}/{name}/device", "gpu-2")
 
 
-def start_on_gpu1(stack: ClusterDriver, name: str, params: dict[str, str], seconds: float) -> tuple[str, str, Any]:
-    """The volume on gpu-1 and a writer on it; (volume ID, gpu-1's node ID, the pending writer)."""
+def start_on_gpu1(
+    stack: ClusterDriver, name: str, params: dict[str, str], seconds: float, after: float
+) -> tuple[str, str, Any]:
+    """The volume on gpu-1 and a writer on it for at most ``seconds``, and ``after`` seconds once the test's
+    marker says the fence has returned (gpu-1's reconnect attempts fall in them); (volume ID, gpu-1's node ID,
+    the pending writer)."""
     made = csi(stack, "gpu-1", *on(name, "create", "attach", "stage", "publish", size=32 * MiB, mode="block",
                                    params=params))  # fmt: skip
     vm = stack.cluster.vm("gpu-1")
     vm.run(["rm", "-f", MARKER])
     writer = vm.submit([vm.python, SCRIBBLE, "write", f"{WORK}/{name}/device", str(seconds), "gpu-1", "--marker",
-                        MARKER], timeout=seconds + 300)  # fmt: skip
+                        MARKER, "--after", str(after)], timeout=seconds + 300)  # fmt: skip
     return made[0]["volume_id"], made[1]["publish_context"]["hostNqn"], writer
 
 
@@ -95,7 +99,8 @@ def test_a_node_cut_off_from_the_control_plane_but_still_writing_is_fenced_and_n
     device, gpu1, gpu2 = f"{WORK}/partitioned/device", stack.cluster.vm("gpu-1"), stack.cluster.vm("gpu-2")
     gpu1.run(["rm", "-f", MARKER])
     writer = gpu1.submit([gpu1.python, SCRIBBLE, "write", device, str(40 + 2 * kato + LOSS), "gpu-1", "--marker",
-                          MARKER, "--first", "8192"], timeout=360 + LOSS)  # fmt: skip
+                          MARKER, "--after", str(2 * kato + LOSS + 4), "--first", "8192"],
+                         timeout=360 + LOSS)  # fmt: skip
     probe = IoProbe(gpu2, device, seconds=30)  # blocks 0..4095: gpu-1 writes from block 8192 on
     time.sleep(4)
     stack.cluster.cut_management("gpu-1")  # the control plane loses gpu-1; its fabric links stay up
@@ -103,7 +108,7 @@ def test_a_node_cut_off_from_the_control_plane_but_still_writing_is_fenced_and_n
         csi(stack, "gpu-2", *on("partitioned", "detach", node=node1, reason="NODE_CLEANUP_TIMEOUT"))
         gpu1.write(MARKER, "")
         fenced_at = time.monotonic()
-        result = probe.result()
+        result = probe.stop()  # once gpu-2's I/O has flowed again after the fence
         filled = scribble(gpu2, "fill", device, "gpu-2")
         wrote = json.loads(writer.check().strip().splitlines()[-1])
         kept_trying = time.monotonic() - fenced_at
@@ -126,7 +131,7 @@ def test_a_node_frozen_for_less_than_its_keep_alive_is_fenced_and_nothing_it_hel
 ) -> None:
     kato = 120  # longer than the freeze: without a fence the target would still hold gpu-1's controllers
     params = {"keepAliveTmo": str(kato), "ctrlLossTmo": str(LOSS), "reconnectDelay": str(RECONNECT)}
-    volume_id, node1, writer = start_on_gpu1(stack, "frozen", params, seconds=60 + LOSS)
+    volume_id, node1, writer = start_on_gpu1(stack, "frozen", params, seconds=60 + LOSS, after=LOSS + 10)
     time.sleep(4)
     stack.cluster.freeze("gpu-1")  # mid-write: requests in flight, dirty pages in its cache
     frozen_at = time.monotonic()
@@ -157,7 +162,8 @@ def test_a_node_that_skips_its_disconnect_after_a_plain_unpublish_writes_nothing
     controllers went on writing over gpu-2's blocks."""
     kato = 5
     params = {"keepAliveTmo": str(kato), "ctrlLossTmo": str(LOSS), "reconnectDelay": str(RECONNECT)}
-    volume_id, node1, writer = start_on_gpu1(stack, "unplugged", params, seconds=40 + 2 * kato + LOSS)
+    volume_id, node1, writer = start_on_gpu1(stack, "unplugged", params, seconds=40 + 2 * kato + LOSS,
+                                            after=2 * kato + LOSS + 4)  # fmt: skip
     time.sleep(4)
     create = on("unplugged", "create", size=32 * MiB, mode="block", params=params)
     csi(stack, "gpu-2", *create, *on("unplugged", "detach", node=node1))  # no reason: a plain unpublish

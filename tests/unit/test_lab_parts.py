@@ -80,6 +80,17 @@ def test_the_probe_check_finds_the_last_acknowledged_write_of_every_block_and_a_
     assert found["verify_errors"] == 1 and "want seq 19" in str(found["errlog"])
 
 
+def test_a_probe_asked_to_stop_ends_only_after_its_io_has_flowed_for_its_tail(tmp_path: Path) -> None:
+    stop = load("ioprobe").Stop(str(tmp_path / "stop"), 3.0, 100.0)
+    assert not stop.due(101.0, resumed=100.0)  # not asked
+    (tmp_path / "stop").touch()
+    assert not stop.due(101.1, resumed=100.0)  # looked for at most every 0.2 s
+    assert not stop.due(101.3, resumed=100.0)  # seen now
+    assert not stop.due(104.0, resumed=103.5)  # a stall ended 0.5 s ago: the resumed I/O must be seen too
+    assert not stop.due(106.4, resumed=103.5)
+    assert stop.due(106.6, resumed=103.5)
+
+
 def test_ana_state_is_checked_before_touching_the_guest() -> None:
     fabric = Fabric(vm=None)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="ANA state"):
@@ -225,3 +236,16 @@ def test_the_machine_cache_has_one_rule(monkeypatch: pytest.MonkeyPatch, tmp_pat
     monkeypatch.setattr("image.machine_cache.os.geteuid", lambda: 1000)
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     assert mc.machine_cache() == tmp_path / "home" / ".cache" / "nvmeof-csi"
+
+
+def test_a_fenced_writer_ends_its_after_seconds_past_the_marker_not_its_whole_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    scribble, device, marker = load("scribble"), tmp_path / "dev", tmp_path / "fenced"
+    device.write_bytes(bytes(64 * 4096))
+    marker.touch()  # the fence has returned before the writer starts
+    argv = ["scribble", "write", str(device), "3600", "gpu-1", "--marker", str(marker), "--after", "0.2"]
+    monkeypatch.setattr(sys, "argv", argv)
+    scribble.main()  # without --after this would write for an hour
+    out = json.loads(capsys.readouterr().out)
+    assert out["fenced_seen"] == 1 and out["direct_after"] == out["direct_ok"] > 0, out
