@@ -16,16 +16,15 @@ import os
 import re
 import secrets
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 
 import pytest
 
 from lab import Fabric, IoProbe, LabVM
-from lab.fabric import wait_until
 from lab.stack import DRIVER_LOG, GuestDriver
 from lab.target import LOG as AGENT_LOG
 from lab.target import STATE_DIR, TWO_PORTALS, TWO_TLS_PORTALS
+from tests.support.capture import captured, copies
 
 pytestmark = pytest.mark.lab
 Reporter = Callable[[str, str], None]
@@ -36,33 +35,6 @@ P1, P2 = TWO_PORTALS
 #: ``LAB_TLS=none`` makes the TLS volume a clear-text one: the capture proof must then fail (it did)
 TLS = os.environ.get("LAB_TLS", "psk")
 VOLUMES = {"tl": ({"tls": TLS}, T1, T2), "cl": ({}, P1, P2)}
-
-
-@contextmanager
-def captured(vm: LabVM, ports: tuple[int, ...]) -> Iterator[str]:
-    """tcpdump of the TCP ``ports`` on ``lo``; yields the capture file (complete once the block ends)."""
-    pcap, log = "/tmp/tls-capture.pcap", "/tmp/tls-capture.log"
-    wanted = " or ".join(f"tcp port {p}" for p in ports)
-    pid = vm.check(
-        [
-            "sh",
-            "-c",
-            f"rm -f {pcap}; setsid tcpdump -i lo -n -s 0 -B 32768 -U -w {pcap} '{wanted}' >{log} 2>&1 & echo $!",
-        ]
-    ).strip()
-    assert wait_until(lambda: "listening on" in vm.run(["cat", log], 10).out, 30), vm.run(["cat", log], 10).out
-    try:
-        yield pcap
-    finally:
-        vm.run(["kill", "-INT", pid], 10)
-        wait_until(lambda: vm.run(["kill", "-0", pid], 10).rc != 0, 30)
-
-
-def copies(vm: LabVM, pcap: str, marker: str) -> tuple[int, int]:
-    """(bytes captured, capture lines holding ``marker``)."""
-    size = int(vm.check(["stat", "-c", "%s", pcap]).strip())
-    found = vm.run(["grep", "-c", "-a", "-F", marker, pcap], 60)
-    return size, int(found.out.strip() or 0)
 
 
 def raw_tls_connect(vm: LabVM, nqn: str, key_serial: int) -> int:
