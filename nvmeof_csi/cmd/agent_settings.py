@@ -126,6 +126,12 @@ class AgentSettings:
         "helper script and the spool of its fence-peer calls.",
         env=False,
     )
+    keyring_serial_file: Path | None = setting(
+        None,
+        "Publish the kernel's .nvme keyring serial in this file for `nvmeof-csi tlshd` in another container (the "
+        "runtime hides /proc/keys from it); the chart sets it with nvmeTls.handshakeDaemon.",
+        env="AGENT_KEYRING_SERIAL_FILE",
+    )
     pool_high_water: float = setting(
         90.0,
         "Percent of the pool's filesystem past which creates, snapshots and clones get RESOURCE_EXHAUSTED, so that "

@@ -41,6 +41,8 @@ from nvmeof_csi.errors import DriverError, FailedPrecondition
 from nvmeof_csi.gen import nvmeof_agent_pb2_grpc as pb_grpc
 from nvmeof_csi.host.executor import SubprocessExecutor
 from nvmeof_csi.host.filesystems import Filesystems
+from nvmeof_csi.host.keyring import NvmeKeyring
+from nvmeof_csi.host.tlshd_keyring import publish_when_found
 from nvmeof_csi.issuance.certificate import IdentityCertificate, agent_identity
 from nvmeof_csi.issuance.checks import AGENT_SIGNER
 from nvmeof_csi.rpc.background import Background
@@ -198,6 +200,8 @@ async def serve_agent(settings: AgentSettings, plain_tree: bool = False) -> None
     )
     if agent.filler is not None:  # a fill does not watch the event: it resumes at the next start if stopped
         background.add("resume-fills", lambda _stop: agent.resume_fills())
+    if settings.keyring_serial_file is not None:  # for tlshd in its own container (nvmeof-csi tlshd)
+        background.add("keyring-serial", publish_when_found(settings.keyring_serial_file, NvmeKeyring()))
     if agent.replication is not None:
         background.add("self-fence", agent.self_fence.run)
     background.start()

@@ -1,4 +1,4 @@
-"""``nvmeof-csi``: the driver executable (``serve``, ``agent``, ``demo``, ``version``).
+"""``nvmeof-csi``: the driver executable (``serve``, ``agent``, ``demo``, ``tlshd``, ``version``).
 
 Flags can also be given as ``NVMEOF_CSI_<FLAG>`` environment variables (e.g. ``NVMEOF_CSI_ENDPOINT``).
 Invalid settings exit with code 2 and one line naming the setting; runtime domain errors exit 1.
@@ -14,11 +14,13 @@ from nvmeof_csi import DRIVER_NAME, __version__
 from nvmeof_csi.cmd.agent import agent_command
 from nvmeof_csi.cmd.demo import demo_command
 from nvmeof_csi.cmd.serve import serve_command
+from nvmeof_csi.cmd.tlshd import tlshd_command
 
 app = typer.Typer(help=f"{DRIVER_NAME}: NVMe-over-Fabrics CSI driver.", no_args_is_help=True, add_completion=False)
 app.command(name="serve")(serve_command)
 app.command(name="agent")(agent_command)
 app.command(name="demo")(demo_command)
+app.command(name="tlshd")(tlshd_command)
 
 
 @app.command()

@@ -198,6 +198,11 @@ class Settings:
         "Node: where this node's pods may not connect (the storage portals), space-separated `CIDR`, "
         "`CIDR:PORT` or `CIDR:LOW-HIGH`; the node itself still can (policy routing; docs/security.md).",
     )
+    keyring_serial_file: Path | None = setting(
+        None,
+        "Node: publish the kernel's .nvme keyring serial in this file for `nvmeof-csi tlshd` in another container "
+        "(the runtime hides /proc/keys from it); the chart sets it with nvmeTls.handshakeDaemon.",
+    )
     node_identity_hours: float = setting(
         24.0, "Lifetime of a node identity certificate, asked for by nodes and capped by the signer.", low=1, high=8760
     )

@@ -27,8 +27,9 @@ from nvmeof_csi.host.cgroups import PodCgroups
 from nvmeof_csi.host.egress_guard import EgressGuard, parse_guard
 from nvmeof_csi.host.executor import Executor, SubprocessExecutor
 from nvmeof_csi.host.filesystems import Filesystems
-from nvmeof_csi.host.keyring import handshake_daemon_running
+from nvmeof_csi.host.keyring import NvmeKeyring, handshake_daemon_running
 from nvmeof_csi.host.mounter import Mounter
+from nvmeof_csi.host.tlshd_keyring import publish_when_found
 from nvmeof_csi.initiator.connector import NvmeofConnector
 from nvmeof_csi.initiator.fabrics import FabricsDevice
 from nvmeof_csi.initiator.features import NodeFeatures, rdma_capable
@@ -186,6 +187,8 @@ def _build_node(settings: Settings, services: CsiServices, executor: Executor) -
     )
     if settings.egress_guard:  # the node's pods kept off the portals, checked again every minute
         services.background.add("egress-guard", EgressGuard(parse_guard(settings.egress_guard), executor).run)
+    if settings.keyring_serial_file is not None:  # for tlshd in its own container (nvmeof-csi tlshd)
+        services.background.add("keyring-serial", publish_when_found(settings.keyring_serial_file, NvmeKeyring()))
     store = StagingStore(settings.state_dir / "staging")
     qos = QosEnforcer(PodCgroups(settings.cgroup_root), LimitOverrides(settings.state_dir / "qos"))
     if clients is None and nvmeof:

@@ -37,7 +37,10 @@ NO_DAEMON = (
 )
 _SYS_ADD_KEY = 248  # x86_64
 _SYS_KEYCTL = 250  # x86_64
+_KEYCTL_DESCRIBE = 6
+_KEYCTL_LINK = 8
 _KEYCTL_UNLINK = 9
+KEY_SPEC_SESSION_KEYRING = -3
 
 AddKey = Callable[[bytes, bytes, bytes, int], int]
 Unlink = Callable[[int, int], None]
@@ -61,10 +64,29 @@ def _add_key(key_type: bytes, description: bytes, payload: bytes, keyring: int) 
 
 
 def _unlink(serial: int, keyring: int) -> None:
+    _keyctl(_KEYCTL_UNLINK, ctypes.c_int32(serial), ctypes.c_int32(keyring))
+
+
+def _keyctl(op: int, *args: object) -> int:
     libc = ctypes.CDLL(None, use_errno=True)
-    if libc.syscall(_SYS_KEYCTL, ctypes.c_int(_KEYCTL_UNLINK), ctypes.c_int32(serial), ctypes.c_int32(keyring)) < 0:
+    ret = int(libc.syscall(_SYS_KEYCTL, ctypes.c_int(op), *args))
+    if ret < 0:
         code = ctypes.get_errno()
         raise OSError(code, os.strerror(code))
+    return ret
+
+
+def describe_key(serial: int) -> str:
+    """``type;uid;gid;perm;description`` of key ``serial`` (``KEYCTL_DESCRIBE``: view permission); ``OSError``."""
+    buf = ctypes.create_string_buffer(4096)
+    _keyctl(_KEYCTL_DESCRIBE, ctypes.c_int32(serial), buf, ctypes.c_size_t(len(buf)))
+    return buf.value.decode(errors="replace")  # the kernel's text ends in NUL (it is truncated when longer)
+
+
+def link_into_session(serial: int) -> None:
+    """Link key ``serial`` into this process's session keyring (``KEYCTL_LINK``: link permission on the key, write
+    on the session keyring, which its owner possesses); a child and an ``exec`` keep it; ``OSError``."""
+    _keyctl(_KEYCTL_LINK, ctypes.c_int32(serial), ctypes.c_int32(KEY_SPEC_SESSION_KEYRING))
 
 
 class NvmeKeyring:

@@ -27,13 +27,15 @@ capabilities: {drop: [ALL]}
 the host's network namespace (the pod is hostNetwork), takes the kernel's handshake requests (netlink commands
 that need CAP_NET_ADMIN: its one capability) and reads the kernel's .nvme keyring as uid 0 (keyctl, which the
 runtime's default seccomp profile refuses: unconfined seccomp); the pod shares its process namespace so that
-the driver sees it running. The lab runs it with this capability only (lab/tlshd.py). Argument: the root
-context. */}}
+the driver sees it running. The runtime hides /proc/keys from it, so `nvmeof-csi tlshd` links .nvme into its
+session keyring first, by the serial the driver's container publishes on the nvme-keyring volume
+(nvmeof_csi/host/tlshd_keyring.py), then execs tlshd. The lab runs it with this capability only
+(lab/tlshd.py). Argument: the root context. */}}
 {{- define "nvmeof-csi.tlshd" -}}
 - name: tlshd
   image: {{ include "nvmeof-csi.image" (list .Values.images.driver .Chart.AppVersion) }}
   imagePullPolicy: {{ .Values.imagePullPolicy }}
-  command: [/usr/sbin/tlshd, -s, -c, /etc/tlshd.conf]
+  command: [nvmeof-csi, tlshd, --serial-file, /run/nvme-keyring/serial, --, /usr/sbin/tlshd, -s, -c, /etc/tlshd.conf]
   securityContext:
     runAsUser: 0
     allowPrivilegeEscalation: false
@@ -42,6 +44,20 @@ context. */}}
     seccompProfile: {type: Unconfined}
   resources:
     {{- toYaml .Values.nvmeTls.resources | nindent 4 }}
+  volumeMounts:
+    - {name: nvme-keyring, mountPath: /run/nvme-keyring, readOnly: true}
+{{- end -}}
+
+{{/* What a driver container beside tlshd adds: its argument, its mount and the pod's volume. */}}
+{{- define "nvmeof-csi.tlshdArg" -}}
+- --keyring-serial-file=/run/nvme-keyring/serial   # for tlshd, which cannot see /proc/keys
+{{- end -}}
+{{- define "nvmeof-csi.tlshdMount" -}}
+- {name: nvme-keyring, mountPath: /run/nvme-keyring}
+{{- end -}}
+{{- define "nvmeof-csi.tlshdVolume" -}}
+- name: nvme-keyring
+  emptyDir: {medium: Memory, sizeLimit: 1Mi}
 {{- end -}}
 
 {{/* Pod placement and pull settings of one workload: (list $root $workloadValues). */}}
