@@ -64,9 +64,13 @@ class KubeMachine:
 
     def agent_env(self) -> str:
         """The storage node's ``agent.env`` (docs/install.md): portals A and B on its two fabric links, TCP and
-        RDMA (the TCP and RDMA portals of one link share an address and port: different transports)."""
+        RDMA (the TCP and RDMA portals of one link share an address and port: different transports), and a TLS
+        portal on each link for ``tls: psk`` volumes (class ``lab-auth``)."""
         fa, fb = address(self.spec, "fa"), address(self.spec, "fb")
-        portals = f"1:tcp:{fa}:4420:a 2:tcp:{fb}:4421:b 3:rdma:{fa}:4420:a 4:rdma:{fb}:4421:b"
+        portals = (
+            f"1:tcp:{fa}:4420:a 2:tcp:{fb}:4421:b 3:rdma:{fa}:4420:a 4:rdma:{fb}:4421:b "
+            f"5:tcp:{fa}:4430:a:tls 6:tcp:{fb}:4431:b:tls"
+        )
         return f'NVMEOF_CSI_AGENT_PORTALS="{portals}"\nNVMEOF_CSI_AGENT_NAME={self.name}\n'
 
 
