@@ -56,6 +56,7 @@ def test_containerd_config_is_valid_toml_with_our_sandbox_and_cni() -> None:
     runtime = doc["plugins"]["io.containerd.cri.v1.runtime"]
     assert runtime["cni"]["bin_dirs"] == ["/opt/cni"]
     assert runtime["containerd"]["runtimes"]["runc"]["options"]["SystemdCgroup"] is False
+    assert runtime["stats_collect_period"] == "30s"  # not every second: the shims' idle cost (containerd_config)
 
 
 def test_cni_bridge_does_not_masquerade_and_uses_the_pod_range() -> None:
