@@ -33,7 +33,7 @@ from lab.kube import scratch_cache
 from lab.kube.build import Go, versions
 from lab.kube.control_plane import ControlPlane, KubeError
 from lab.kube.images import build_images
-from lab.kube.layout import GPUS, MACHINES
+from lab.kube.layout import BY_NAME, GPUS, MACHINES
 from lab.kube.node import KubeNode, qemu_netdev
 from lab.kube.pki import Pair, self_signed_ca, signed
 from lab.vm import LabVM, VMExited
@@ -282,6 +282,9 @@ def running_cluster(
     try:
         timed("control plane (etcd, apiserver, controller-manager, scheduler)", cp.start)
         disk_key = scratch_cache.key(images, SCRATCH_GB)  # not the driver image: it changes with every commit
+        if scratch_cache.cached(disk_key) is None:  # a fresh machine: one VM imports, every node copies its disk
+            nic = qemu_netdev(cp.api_port, forwards)
+            timed("node disk made", lambda: scratch_cache.seed(cp, BY_NAME[GPUS[0]], images, disk_key, SCRATCH_GB, nic))
         for attempt in range(1, attempts + 1):
             saved = scratch_cache.cached(disk_key)
             say(f"node disks: {f'copies of {saved}' if saved else f'blank (no saved disk {disk_key} yet)'}")

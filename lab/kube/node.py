@@ -211,15 +211,7 @@ class KubeNode:
             ["socat", f"TCP-LISTEN:443,bind={SERVICE_IP},fork,reuseaddr", f"TCP:{GUEST_API}:{GUEST_API_PORT}"],
             timeout=6 * 3600,
         )
-        ctrd = binary("containerd").parent
-        self.containerd.argv = [
-            "env",
-            f"PATH={ctrd}:/usr/sbin:/usr/bin:/sbin:/bin",
-            str(ctrd / "containerd"),
-            "--config",
-            "/etc/containerd/config.toml",
-        ]
-        self.containerd.start(timeout=180)
+        self._start_containerd()
         step("containerd")
         imported = self.import_images()
         step("images imported" if imported else "images found on the saved disk")
@@ -247,6 +239,24 @@ class KubeNode:
                 return time.monotonic() - t0
             time.sleep(2)
         raise KubeError(f"node not Ready in {timeout:.0f}s\n{self.logs()}")
+
+    def _start_containerd(self) -> None:
+        ctrd = binary("containerd").parent
+        self.containerd.argv = [
+            "env",
+            f"PATH={ctrd}:/usr/sbin:/usr/bin:/sbin:/bin",
+            str(ctrd / "containerd"),
+            "--config",
+            "/etc/containerd/config.toml",
+        ]
+        self.containerd.start(timeout=180)
+
+    def seed(self) -> list[str]:
+        """Prepare the VM, start containerd and import the images, and start nothing else (no kubelet, no Node):
+        a scratch disk for :mod:`lab.kube.scratch_cache` to save; returns the references imported."""
+        self.prepare()
+        self._start_containerd()
+        return self.import_images()
 
     @staticmethod
     def ctr_argv(*args: str) -> list[str]:
