@@ -12,6 +12,9 @@ Contract:
   or Inconsistent one), and that refusal is raised as ``FailedPrecondition``. Only a brand-new pair skips its
   initial sync (:meth:`~DrbdResources.skip_initial_sync`: both disks are fresh, all zeroes), and only the
   controller's directed split-brain resolution discards a replica's data (:meth:`~DrbdResources.discard_mine`).
+- :meth:`~DrbdResources.resize` returns once the device has grown to the size asked: a Primary's device grows
+  only when its peer has answered with its own grown backing size (a round trip after ``drbdadm resize``);
+  ``Unavailable`` when it has not within ``grow_wait`` seconds (a retry asks again).
 - :meth:`~DrbdResources.up` is idempotent (``adjust`` when the minor is configured already), as is
   :meth:`~DrbdResources.down` (a resource already gone is not an error).
 """
@@ -19,12 +22,13 @@ Contract:
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from nvmeof_csi.agent.drbd_config import resource_name
 from nvmeof_csi.agent.drbd_status import DrbdState, parse_proc_drbd
-from nvmeof_csi.errors import CommandError, FailedPrecondition
+from nvmeof_csi.errors import CommandError, FailedPrecondition, Unavailable
 from nvmeof_csi.host.atomic import write_atomic
 from nvmeof_csi.host.executor import Executor
 
@@ -43,11 +47,15 @@ class DrbdResources:
         adm: str = DRBDADM,
         read_proc: Callable[[], str] = PROC_DRBD.read_text,
         timeout: float = 60.0,
+        device_bytes: Callable[[int], int] | None = None,
+        grow_wait: float = 30.0,
     ) -> None:
         """``conf_dir``: the agent's folder for resource files (made owner-only on first write); ``read_proc``
-        gives ``/proc/drbd``'s text (a stand-in in tests)."""
+        gives ``/proc/drbd``'s text and ``device_bytes`` a minor's size from sysfs (stand-ins in tests)."""
         self._run, self._dir, self._adm = executor.run, conf_dir, adm
         self._read_proc, self._timeout = read_proc, timeout
+        self._device_bytes = device_bytes or _sysfs_bytes
+        self._grow_wait = grow_wait
 
     def path(self, vol_uuid: str) -> Path:
         return self._dir / f"{resource_name(vol_uuid)}.res"
@@ -103,9 +111,18 @@ class DrbdResources:
         self._adm_cmd(vol_uuid, secret, "disconnect")
         self._adm_cmd(vol_uuid, secret, "--", "--discard-my-data", "connect")
 
-    def resize(self, vol_uuid: str, secret: str) -> None:
-        """Grow the replicated device to its backing devices' new size (both grown, Connected)."""
+    def resize(self, vol_uuid: str, secret: str, minor: int, size: int) -> None:
+        """Grow the replicated device to its backing devices' new size (both grown, Connected), and wait until
+        it is ``size`` bytes (see the module's contract)."""
         self._adm_cmd(vol_uuid, secret, "resize")
+        deadline = time.monotonic() + self._grow_wait
+        while (now := self._device_bytes(minor)) < size:
+            if time.monotonic() >= deadline:
+                raise Unavailable(
+                    f"volume {vol_uuid}: DRBD's device is {now} bytes, not yet {size} (its peer has not answered "
+                    "with its grown size); retry"
+                )
+            time.sleep(0.2)
 
     def down(self, vol_uuid: str, secret: str, minor: int) -> None:
         """Stop the resource (when configured) and remove its file."""
@@ -129,3 +146,7 @@ class DrbdResources:
             if secret:
                 out, err = out.replace(secret, "***"), err.replace(secret, "***")
             raise CommandError(exc.argv, exc.rc, out, err) from None
+
+
+def _sysfs_bytes(minor: int) -> int:
+    return int(Path(f"/sys/block/drbd{minor}/size").read_text()) * 512

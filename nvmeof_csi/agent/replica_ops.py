@@ -15,6 +15,14 @@ Contract:
   ``fenced`` or ``handover`` (``FailedPrecondition``): the controller promotes the peer in between, so the host
   never loses the namespace on its last path. Repeating a call changes nothing. The
   caller holds nothing; this takes the volume's key.
+- A replicated volume is copied (a snapshot of it, a volume cloned from it) on the agent its volume ID names, only
+  while DRBD says this replica holds every acknowledged write (:func:`check_copy_source`, ``FailedPrecondition``
+  naming the states otherwise): its disk ``UpToDate`` and it is ``Primary``, or ``Secondary`` and connected to its
+  peer (protocol C: the primary acknowledges a write only once this side has written it; a link lost unnoticed
+  holds the primary's acknowledgements until the fence-peer call is answered). A Secondary cut off may be
+  Outdated or mid-resync. The copy is a point in time of the whole file (a reflink, or the pool's copy), DRBD's
+  metadata at its end included: DRBD's device is a little larger than the capacity (its metadata takes less
+  than the room reserved for it), and a filesystem made on it may reach past the capacity.
 """
 
 from __future__ import annotations
@@ -29,6 +37,7 @@ from nvmeof_csi.errors import AlreadyExists, FailedPrecondition, InvalidArgument
 from nvmeof_csi.nvmeof.nqn import namespace_nguid, volume_nqn
 from nvmeof_csi.nvmeof.parameters import VolumeParameters
 
+IN_STEP = frozenset({"Connected", "SyncSource", "PausedSyncS"})  # a peer that gets every write from here
 NOT_REPLICATING = "is not configured for replicated volumes (--replication-address)"
 
 
@@ -53,6 +62,23 @@ def check_replicable(parts: AgentParts, params: VolumeParameters, source: str, r
         raise FailedPrecondition("a replicated volume cannot be made from a snapshot or a volume yet")
     if params.dataset is not None:
         raise FailedPrecondition("a replicated volume cannot hold a dataset yet")
+
+
+def check_copy_source(parts: AgentParts, rec: VolumeRecord) -> None:
+    """Whether ``rec``'s file may be copied here (see the module's contract); nothing to check for a volume
+    that is not replicated."""
+    if not rec.replica:
+        return
+    now = replication(parts).state(rec)
+    if now is None:
+        raise FailedPrecondition(f"volume {rec.uuid} is replicated and its replica on agent {parts.name} is down")
+    holds_all = now.disk == "UpToDate" and (now.role == "Primary" or now.connection in IN_STEP)
+    if not holds_all:
+        raise FailedPrecondition(
+            f"volume {rec.uuid} is replicated: it is copied (snapshot or clone) while its replica on agent "
+            f"{parts.name} holds every acknowledged write (UpToDate, and Primary or connected to its peer); it "
+            f"is {now.role}/{now.disk} ({now.connection}): retry once it is back in sync"
+        )
 
 
 def check_same_pair(found: VolumeRecord, replica: ReplicaSpec | None) -> None:

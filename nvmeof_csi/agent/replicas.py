@@ -153,7 +153,7 @@ class Replication:
                 raise FailedPrecondition(
                     f"volume {rec.uuid} can grow only while both replicas are connected (now {now.connection})"
                 )
-            self._drbd.resize(rec.uuid, spec.secret)
+            self._drbd.resize(rec.uuid, spec.secret, spec.minor, rec.capacity_bytes)
 
     def remove(self, rec: VolumeRecord, backing: Path) -> None:
         """DRBD down, the link and loop gone (the caller removed the namespace first and deletes the file)."""

@@ -3,7 +3,8 @@
 Contract: idempotent by name (the same name for another source volume raises ``AlreadyExists``); save before
 acting (record(creating) -> file -> record(ready); delete = record(deleting) -> file -> drop record), so
 convergence finishes what a crash interrupted. Serialised per snapshot name and UUID, and with the source
-volume's key while it is copied.
+volume's key while it is copied. A replicated volume is copied only on its primary's agent
+(``replica_ops.check_copy_source``: refused, with nothing saved, elsewhere).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import uuid as uuidlib
 
 from nvmeof_csi.agent.parts import AgentParts
+from nvmeof_csi.agent.replica_ops import check_copy_source
 from nvmeof_csi.agent.state import CREATING, DELETING, READY, SnapshotRecord
 from nvmeof_csi.errors import AlreadyExists, InvalidArgument
 
@@ -30,10 +32,12 @@ class SnapshotOps:
                         raise AlreadyExists(f"snapshot {name!r} exists for another volume")
                     if found.status != CREATING:
                         return found
+                    check_copy_source(p, p.volume(source_volume))
                     with p.keys.hold(found.uuid):
                         return self.take_snapshot(found)
             with p.keys.hold(source_volume):
                 vol = p.volume(source_volume)
+                check_copy_source(p, vol)  # before anything is saved: a refusal leaves nothing behind
                 snap = SnapshotRecord(
                     uuid=str(uuidlib.uuid4()),
                     name=name,

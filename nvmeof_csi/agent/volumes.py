@@ -25,6 +25,7 @@ from nvmeof_csi.agent.parts import MODEL, NSID, AgentParts, VolumeView
 from nvmeof_csi.agent.readonly_exports import ReadOnlyExports
 from nvmeof_csi.agent.replica_ops import (
     backing_bytes,
+    check_copy_source,
     check_replicable,
     check_same_pair,
     replica_stack,
@@ -168,7 +169,9 @@ class VolumeOps:
         if source_volume and source_snapshot:
             raise InvalidArgument("a volume has at most one content source")
         if source_volume:
-            return self._p.volume(source_volume).capacity_bytes
+            source = self._p.volume(source_volume)
+            check_copy_source(self._p, source)
+            return source.capacity_bytes
         if source_snapshot:
             snap = self._p.state.current.snapshots.get(source_snapshot)
             if snap is None or snap.status != READY:

@@ -274,7 +274,13 @@ class AgentBackend(AgentSnapshots):
 
     def expand_volume(self, ref: VolumeRef, capacity_bytes: int) -> int:
         entry = self._require(ref)
-        size = int(self._client(entry).resize_volume(ref.uuid, capacity_bytes).capacity_bytes)
+        client = self._client(entry)
+        vol = client.get_volume(ref.uuid)
+        if vol.replica.peer_agent:  # both replicas, in DRBD's order
+            size = self.pairs.grow(entry, vol, capacity_bytes)
+            self.capacity_seen.forget_all()
+            return size
+        size = int(client.resize_volume(ref.uuid, capacity_bytes).capacity_bytes)
         self.capacity_seen.forget(entry.name)
         return size
 

@@ -243,5 +243,26 @@ class Pairs:
             self._agents.client_of(entry).delete_volume(vol_uuid)
         records.delete(vol_uuid)
 
+    def grow(self, first: AgentEntry, vol: pb.Volume, capacity_bytes: int) -> int:
+        """Both replicas of ``vol`` (``first``'s replica) grown to ``capacity_bytes``: the Secondary's file first,
+        then the Primary's, whose agent grows the DRBD device (``drbdadm resize`` needs both backing devices
+        grown). Only while the Primary is connected to its peer, checked before anything grows
+        (``FailedPrecondition``); ``Unavailable`` while neither replica is Primary (a failover under way). A
+        retry repeats what is done (an agent's resize to its own size changes nothing). The new size."""
+        peer = self.peer_of(first, vol)
+        other = self._agents.client_of(peer).get_volume(vol.uuid)
+        sides = [(first, vol), (peer, other)]
+        primary = [(e, v) for e, v in sides if v.replica.drbd_role == "Primary"]
+        if not primary:
+            raise Unavailable(f"volume {vol.uuid}: neither replica is Primary now (a failover under way); retry")
+        (lead, seen), (follow, _) = primary[0], next((e, v) for e, v in sides if e is not primary[0][0])
+        if seen.replica.connection != "Connected":
+            raise FailedPrecondition(
+                f"volume {vol.uuid} grows only while both replicas are connected; its Primary on {lead.name} is "
+                f"{seen.replica.connection or 'down'} (nvmeofctl volumes show)"
+            )
+        self._agents.client_of(follow).resize_volume(vol.uuid, capacity_bytes)
+        return int(self._agents.client_of(lead).resize_volume(vol.uuid, capacity_bytes).capacity_bytes)
+
 
 __all__ = ["PAIR_LABEL", "PairAgents", "PairRecords", "Pairs"]

@@ -15,7 +15,7 @@ async def test_driver_info_json(stack: Stack) -> None:
     endpoint = f"unix://{stack.tmp / 'csi.sock'}"
     result = await asyncio.to_thread(CliRunner().invoke, app, ["driver", "info", "--endpoint", endpoint, "-o", "json"])
     assert result.exit_code == 0, result.output
-    facts = json.loads(result.output)
+    facts = json.loads(result.stdout)  # stderr may hold the in-process server's log lines
     assert facts["name"] == "csi.nvmeof.io" and facts["ready"] is True
     assert "CREATE_DELETE_VOLUME" in facts["controller_capabilities"]
     assert facts["node_id"] == "node-1"

@@ -28,6 +28,10 @@ class Kernel:
         self.peer_disk = "Inconsistent"
         self.number = 11  # the DRBD minor /proc/drbd shows
         self.link = "Connected"  # the connection state a resource comes up in
+        self.device_size = 1 << 50  # what sysfs says of the DRBD device's size (grown at once)
+
+    def device_bytes(self, minor: int) -> int:
+        return self.device_size
 
     def proc(self) -> str:
         if self.minor is None:
@@ -95,7 +99,7 @@ def replicated_agent(
     """A real agent on a plain configfs tree whose replicas' kernel is ``kernel`` (this node: ``host``)."""
     base = make_agent(tmp, name=name)
     replication = Replication(
-        DrbdResources(kernel, tmp / "drbd", read_proc=kernel.proc), LoopLinks(kernel, tmp / "links"), host,
+        DrbdResources(kernel, tmp / "drbd", read_proc=kernel.proc, device_bytes=kernel.device_bytes, grow_wait=0.0), LoopLinks(kernel, tmp / "links"), host,
         "/run/nvmeof-csi/drbd/fence-peer", FenceSpool(tmp / "spool", lambda _: None), address=address,
     )  # fmt: skip
     agent = TargetAgent(base.name, Nvmet(tmp / "nvmet", plain_tree=True), base.store, base.state, base.portals,

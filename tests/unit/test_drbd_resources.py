@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from nvmeof_csi.agent.drbd import DrbdResources
-from nvmeof_csi.errors import CommandError, FailedPrecondition, InvalidArgument
+from nvmeof_csi.errors import CommandError, FailedPrecondition, InvalidArgument, Unavailable
 from nvmeof_csi.host.executor import Result
 
 VOL = "0b6d5bd6-4c1e-4f55-9d7a-3e0f6f1a7c01"
@@ -95,3 +95,16 @@ def test_a_hostile_volume_id_names_no_file(tmp_path: Path) -> None:
     with pytest.raises(InvalidArgument):
         res.write("../../etc/passwd", "x")
     assert adm.calls == [] and not (tmp_path / "drbd").exists()
+
+
+def test_a_resize_returns_once_the_device_has_grown_and_is_unavailable_while_the_peer_has_not_answered(
+    tmp_path: Path,
+) -> None:
+    adm = Drbdadm()
+    sizes = iter([64 << 20, 64 << 20, 80 << 20])  # the Primary grows once its peer answers with its own size
+    res = DrbdResources(adm, tmp_path / "drbd", read_proc=str, device_bytes=lambda minor: next(sizes), grow_wait=5)
+    res.resize(VOL, SECRET, 7, 80 << 20)
+    assert [c[-2] for c in adm.calls] == ["resize"] and next(sizes, None) is None  # it waited for the third look
+    stuck = DrbdResources(adm, tmp_path / "drbd", read_proc=str, device_bytes=lambda minor: 64 << 20, grow_wait=0)
+    with pytest.raises(Unavailable, match=r"not yet 83886080 \(its peer has not answered"):
+        stuck.resize(VOL, SECRET, 7, 80 << 20)

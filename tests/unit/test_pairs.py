@@ -6,9 +6,11 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from nvmeof_csi.agent.replicas import metadata_bytes
 from nvmeof_csi.errors import FailedPrecondition, Unavailable
 from nvmeof_csi.fleet.backend import AgentBackend
 from nvmeof_csi.gen import nvmeof_agent_pb2 as pb
@@ -168,3 +170,42 @@ def test_a_pairs_condition_comes_from_both_replicas(tmp_path: Path) -> None:
     fleet.agents[first].health = unreachable  # type: ignore[method-assign]
     seen = fleet.backend.condition(vol.ref)  # the peer found from the record; nobody serves
     assert [(p.status, p.reason) for p in seen.problems] == [("inaccessible", "AgentUnreachable")] * 2
+
+
+def test_a_replicated_volume_grows_its_secondary_first_and_only_while_its_primary_is_connected(
+    tmp_path: Path,
+) -> None:
+    fleet = Fleet(tmp_path)
+    vol = fleet.backend.create_volume("pvc-r", 64 * MiB, TWO)
+    first = vol.ref.location
+    second = "store-b" if first == "store-a" else "store-a"
+    order: list[str] = []
+    for name, local in fleet.agents.items():
+        real = local.resize_volume
+
+        def resize(vol_uuid: str, capacity_bytes: int, name: str = name, real: Any = real) -> pb.Volume:
+            order.append(name)
+            return real(vol_uuid, capacity_bytes)  # type: ignore[no-any-return]
+
+        local.resize_volume = resize  # type: ignore[method-assign]
+
+    def sizes() -> dict[str, int]:
+        return {n: a.agent.store.volume_path(vol.ref.uuid).stat().st_size for n, a in fleet.agents.items()}
+
+    primary = fleet.kernels[first].minor
+    assert primary is not None
+    primary["cs"] = "WFConnection"  # the replication link down: drbdadm resize would need both grown and connected
+    before = sizes()
+    with pytest.raises(
+        FailedPrecondition, match=f"grows only while both replicas are connected; its Primary on {first}"
+    ):
+        fleet.backend.expand_volume(vol.ref, 96 * MiB)
+    assert sizes() == before and order == []  # nothing grown
+    primary["cs"] = "Connected"
+    assert fleet.backend.expand_volume(vol.ref, 96 * MiB) == 96 * MiB
+    assert order == [second, first]  # the Secondary's file first: DRBD grows to the smaller backing device
+    assert set(sizes().values()) == {96 * MiB + metadata_bytes(96 * MiB)}
+    assert fleet.kernels[first].words().count("resize") == 1 and "resize" not in fleet.kernels[second].words()
+    primary["ro"] = "Secondary"  # mid-failover: nobody is Primary
+    with pytest.raises(Unavailable, match="neither replica is Primary"):
+        fleet.backend.expand_volume(vol.ref, 128 * MiB)

@@ -264,3 +264,29 @@ def test_a_replicas_health_says_what_its_role_means(tmp_path: Path) -> None:
     assert "1 of 2 replicas in sync" in agent.volume_health(vol)[0][2]
     agent.set_replica_role(vol, "fenced", 2)
     assert agent.volume_health(vol) == []  # fenced: unlinked and disabled by design
+
+
+def test_a_replica_is_copied_only_while_it_holds_every_acknowledged_write(
+    tmp_path: Path,
+) -> None:
+    kernel = Kernel()
+    agent = replicated_agent(tmp_path, kernel)
+    vol = create(agent)
+    params = VolumeParameters.parse({})
+    with pytest.raises(FailedPrecondition, match="Secondary/Inconsistent"):
+        agent.create_snapshot("snap-r", vol)  # a new pair's replica before its first sync
+    with pytest.raises(FailedPrecondition, match=r"copied \(snapshot or clone\) while its replica"):
+        agent.create_volume("clone-r", 64 * MiB, params, {}, source_volume=vol)
+    assert not agent.state.current.snapshots and [v.record.name for v in agent.list_volumes()] == ["pvc-r"]
+    assert kernel.minor is not None
+    kernel.minor.update(ds="UpToDate", cs="Connected")  # a Secondary in step with its primary: protocol C
+    snap = agent.create_snapshot("snap-r", vol)
+    whole = 64 * MiB + metadata_bytes(64 * MiB)  # DRBD's device reaches into the room kept for its metadata
+    assert agent.store.snapshot_path(snap.uuid).stat().st_size == whole
+    clone = agent.create_volume("clone-r", 64 * MiB, params, {}, source_volume=vol).record
+    assert agent.store.volume_path(clone.uuid).stat().st_size == whole and not clone.replica
+    kernel.minor.update(cs="WFConnection")  # cut off: the primary may go on without it
+    with pytest.raises(FailedPrecondition, match=r"Secondary/UpToDate \(WFConnection\)"):
+        agent.create_snapshot("snap-late", vol)
+    agent.set_replica_role(vol, "primary", 1)  # a primary alone holds every write it acknowledged
+    assert agent.create_snapshot("snap-late", vol).status == "ready"
