@@ -16,6 +16,7 @@ from typing import Any
 
 from image.tlshd import ensure_tlshd
 from lab.build import REPO
+from lab.csi_client import AGENT_OPS_SOCK, Resident
 from lab.fabric import Fabric, Portal
 from lab.tlshd import start_tlshd
 from lab.vm import GuestTimeout, LabError, LabVM, Pending
@@ -133,11 +134,9 @@ class GuestTargetAgent:
         return json.loads(out)
 
     def ops(self, *args: str, timeout: float = 300) -> Any:
-        """One ``tests.support.guest_ops`` call in the guest (several agent operations in one process)."""
-        out = self.vm.check(
-            [self.vm.python, "-m", "tests.support.guest_ops", AGENT_SOCK, *args], timeout=timeout, cwd=str(REPO)
-        )
-        return json.loads(out.strip().splitlines()[-1])
+        """One ``lab.agent_ops`` call in the guest, through the VM's resident server of them (one Python start
+        per VM, not per call)."""
+        return agent_ops_client(self.vm).call(list(args), f"agent_ops {' '.join(args[:2])}", timeout)
 
     def wipe(self) -> None:
         """Forget everything (state, pool, replicas' DRBD resources, the read-only subsystems' dm maps and loop
@@ -197,3 +196,11 @@ def running_agent(vm: LabVM, fabric: str = "lab", rdma: bool = False, tls: bool 
         agent.stop()
         lab_fabric.clear()
         agent.wipe()
+
+
+def agent_ops_client(vm: LabVM) -> Resident:
+    """``vm``'s resident server of :mod:`lab.agent_ops` calls (made at the first use)."""
+    found = vm.residents.get(AGENT_OPS_SOCK)
+    if not isinstance(found, Resident):
+        found = vm.residents[AGENT_OPS_SOCK] = Resident(vm, "agent", AGENT_SOCK, AGENT_OPS_SOCK)
+    return found

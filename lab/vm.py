@@ -82,6 +82,7 @@ class LabVM:
         self.console_log = self.rundir / "console.log"
         self.qmp_socket = self.rundir / "qmp.sock"
         self.proc: subprocess.Popen[bytes] | None = None
+        self.residents: dict[str, object] = {}  # the resident clients in this VM by socket (lab/csi_client.py)
         self._sock: socket.socket | None = None
         self._ids = itertools.count(1)
         self._pending: dict[int, Pending] = {}

@@ -78,7 +78,7 @@ def pair(cluster: LabCluster, stack: ClusterDriver) -> Iterator[Pair]:
     gpu = cluster.vm("gpu-1")
     agents = {"storage-1": stack.agent, "storage-2": peer}
     made = [
-        agent.vm.submit([agent.vm.python, "-m", "tests.support.guest_ops", AGENT_SOCK, "replica", "r",
+        agent.vm.submit([agent.vm.python, "-m", "lab.agent_ops", AGENT_SOCK, "replica", "r",
                          str(MIB << 20), VOL, spec(cluster, name, other), gpu.hostnqn], timeout=300, cwd=str(REPO))
         for (name, agent), other in zip(agents.items(), ("storage-2", "storage-1"), strict=True)
     ]  # fmt: skip  # both replicas made at once (each guest's Python start costs seconds under TCG)
@@ -123,6 +123,29 @@ def test_one_volume_on_two_nodes_is_one_subsystem_with_both_nodes_paths(pair: Pa
     assert pair.get("storage-2")["drbd_role"] == "Primary" and pair.get("storage-1")["drbd_role"] == "Secondary"
     log = gpu.check(["dmesg"], 30)
     assert "Duplicate cntlid" not in log and "IDs don't match" not in log
+    copied_and_grown(pair, report)
+
+
+def copied_and_grown(pair: Pair, report: Reporter) -> None:
+    """A snapshot is taken on the Secondary in step with its primary; then the volume grows as the controller
+    grows a pair (the Secondary's file, then the Primary's, whose agent runs ``drbdadm resize`` and waits for
+    its peer's answer) and the host sees the new size on its one head."""
+    one = pair.agents["storage-1"]
+    made = one.ops("attempt", "snapshot", "snap-r", VOL)
+    assert "made" in made, made
+    one.ops("unsnap", made["made"]["uuid"])
+    block = pair.head.removeprefix("/dev/")
+    before = int(pair.vm("gpu-1").read(f"/sys/block/{block}/size")) * 512
+    grown = (MIB + 16) << 20
+    for node in ("storage-1", "storage-2"):
+        assert int(pair.agents[node].ops("resize", VOL, str(grown))["capacity_bytes"]) == grown, node
+    seen = wait_until(lambda: int(pair.vm("gpu-1").read(f"/sys/block/{block}/size")) * 512 >= grown, 60, 1.0)
+    after = int(pair.vm("gpu-1").read(f"/sys/block/{block}/size")) * 512
+    synced = pair.wait("storage-1", "the new end resynced",
+                       lambda r: r.get("disk") == "UpToDate" and r.get("connection") == "Connected", 120)  # fmt: skip
+    report("replica pair: snapshot and growth", f"snapshot on the Secondary made; host's head {before} -> {after} "
+           f"bytes (asked {grown}); storage-1 {synced.get('disk')}/{synced.get('connection')}")  # fmt: skip
+    assert seen and before < grown <= after, (before, after)
 
 
 def test_a_primary_cut_from_its_peer_goes_on_only_when_the_arbiter_fenced_the_peer(

@@ -1,5 +1,6 @@
-"""Agent operations run inside the lab VM in one process (Python start-up under TCG costs seconds, so a
-test batches its calls here). usage: python -m tests.support.guest_ops SOCKET OP [ARGS...]; prints JSON.
+"""Agent operations run inside the lab VM (several in one call). usage: python -m lab.agent_ops SOCKET OP
+[ARGS...]; prints JSON. The resident server (``python -m lab.csi_serve agent``) serves the same calls without a
+Python start each (seconds under TCG).
 
   create NAME SIZE_BYTES [HOST_NQN]   create (idempotent) and optionally allow a host
   allow UUID HOST_NQN [ro]            allow a host (read-only with ``ro``)
@@ -18,6 +19,7 @@ test batches its calls here). usage: python -m tests.support.guest_ops SOCKET OP
   ana GROUP STATE [GROUP STATE ...]   SetAnaState of each group in turn (as ``nvmeofctl ana set``)
   attempt snapshot NAME UUID | attempt create NAME SIZE
                                       the call, its refusal returned ({"refused": "Type: reason"}), not raised
+  unsnap UUID                         delete a snapshot
 """
 
 from __future__ import annotations
@@ -25,10 +27,13 @@ from __future__ import annotations
 import json
 import sys
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from typing import Any
 
 from google.protobuf.json_format import MessageToDict
+from google.protobuf.message import Message
 
 from nvmeof_csi.agent.configfs import Nvmet
 from nvmeof_csi.agentclient.client import AgentClient, AgentTarget
@@ -63,50 +68,72 @@ def attempt(client: AgentClient, what: str, name: str, arg: str) -> dict[str, An
     return {"made": MessageToDict(made, preserving_proto_field_name=True)}
 
 
+def as_dict(msg: Message) -> dict[str, Any]:
+    return MessageToDict(msg, preserving_proto_field_name=True)
+
+
+def create(client: AgentClient, name: str, size: str, *host: str) -> dict[str, Any]:
+    vol = client.create_volume(name, int(size))
+    return as_dict(client.allow_host(vol.uuid, host[0]) if host else vol)
+
+
+def replica(client: AgentClient, name: str, size: str, vol: str, spec: str, host: str) -> dict[str, Any]:
+    client.create_volume(name, int(size), vol_uuid=vol, replica=json.loads(spec))
+    return as_dict(client.allow_host(vol, host))
+
+
+def answer(client: AgentClient, vol: str, decision: str) -> dict[str, Any]:
+    waiting = [r for r in client.fence_requests() if r.volume_uuid == vol]
+    return {"answered": sum(client.answer_fence(vol, r.pid, decision == "fenced") for r in waiting)}
+
+
+def ana(client: AgentClient, *args: str) -> dict[str, Any]:
+    pairs = zip(args[::2], args[1::2], strict=True)
+    return {group: [p.ana_state for p in client.set_ana(group, state)] for group, state in pairs}
+
+
+def concurrent(client: AgentClient, calls: str, names: str, size: str) -> dict[str, Any]:
+    n, k = int(calls), int(names)
+    with ThreadPoolExecutor(n) as pool:
+        uuids = list(pool.map(lambda i: client.create_volume(f"c-{i % k}", int(size)).uuid, range(n)))
+    return {"calls": n, "distinct_uuids": len(set(uuids)), "volumes": len(client.list_volumes())}
+
+
+def deleted(call: Callable[[str], object], uuid: str) -> dict[str, Any]:
+    call(uuid)
+    return {"deleted": uuid}
+
+
+def calls(client: AgentClient) -> dict[str, Callable[..., Any]]:
+    """Each call by name: its arguments are the command line's, as strings."""
+    return {
+        "create": partial(create, client),
+        "allow": lambda vol, host, *ro: as_dict(client.allow_host(vol, host, readonly=list(ro) == ["ro"])),
+        "deny": lambda vol, host: as_dict(client.deny_host(vol, host)),
+        "resize": lambda vol, size: as_dict(client.resize_volume(vol, int(size))),
+        "delete": lambda vol: deleted(client.delete_volume, vol),
+        "replica": partial(replica, client),
+        "get": lambda vol: as_dict(client.get_volume(vol)),
+        "answer": partial(answer, client),
+        "role": lambda vol, to, epoch, *decision: role(client, vol, to, int(epoch), "".join(decision)),
+        "list": lambda: [as_dict(v) for v in client.list_volumes()],
+        "ana": partial(ana, client),
+        "attempt": partial(attempt, client),
+        "unsnap": lambda snap: deleted(client.delete_snapshot, snap),
+        "concurrent": partial(concurrent, client),
+    }
+
+
 def main(argv: list[str]) -> Any:
     sock, op, args = argv[0], argv[1], argv[2:]
     if op == "dump":
         return Nvmet().dump()
     target = AgentTarget("lab", Endpoint.parse(f"unix://{sock}"))
     with AgentClient(target, 120) as client:
-        if op == "create":
-            vol = client.create_volume(args[0], int(args[1]))
-            if len(args) > 2:
-                vol = client.allow_host(vol.uuid, args[2])
-            return MessageToDict(vol, preserving_proto_field_name=True)
-        if op == "allow":
-            vol = client.allow_host(args[0], args[1], readonly=args[2:] == ["ro"])
-            return MessageToDict(vol, preserving_proto_field_name=True)
-        if op == "deny":
-            return MessageToDict(client.deny_host(args[0], args[1]), preserving_proto_field_name=True)
-        if op == "resize":
-            return MessageToDict(client.resize_volume(args[0], int(args[1])), preserving_proto_field_name=True)
-        if op == "delete":
-            client.delete_volume(args[0])
-            return {"deleted": args[0]}
-        if op == "replica":
-            client.create_volume(args[0], int(args[1]), vol_uuid=args[2], replica=json.loads(args[3]))
-            return MessageToDict(client.allow_host(args[2], args[4]), preserving_proto_field_name=True)
-        if op == "get":
-            return MessageToDict(client.get_volume(args[0]), preserving_proto_field_name=True)
-        if op == "answer":
-            waiting = [r for r in client.fence_requests() if r.volume_uuid == args[0]]
-            return {"answered": sum(client.answer_fence(args[0], r.pid, args[1] == "fenced") for r in waiting)}
-        if op == "role":
-            return role(client, args[0], args[1], int(args[2]), args[3] if len(args) > 3 else "")
-        if op == "list":
-            return [MessageToDict(v, preserving_proto_field_name=True) for v in client.list_volumes()]
-        if op == "ana":
-            pairs = zip(args[::2], args[1::2], strict=True)
-            return {group: [p.ana_state for p in client.set_ana(group, state)] for group, state in pairs}
-        if op == "attempt":
-            return attempt(client, args[0], args[1], args[2])
-        if op == "concurrent":
-            calls, names, size = int(args[0]), int(args[1]), int(args[2])
-            with ThreadPoolExecutor(calls) as pool:
-                uuids = list(pool.map(lambda i: client.create_volume(f"c-{i % names}", size).uuid, range(calls)))
-            return {"calls": calls, "distinct_uuids": len(set(uuids)), "volumes": len(client.list_volumes())}
-    raise SystemExit(f"unknown op {op}")
+        call = calls(client).get(op)
+        if call is None:
+            raise SystemExit(f"unknown op {op}")
+        return call(*args)
 
 
 if __name__ == "__main__":
