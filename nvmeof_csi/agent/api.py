@@ -28,7 +28,7 @@ from nvmeof_csi.agent.messages import (
 )
 from nvmeof_csi.agent.names import MAX_AGENT_BYTES, Reservation
 from nvmeof_csi.agent.parts import VolumeView
-from nvmeof_csi.agent.replica_spec import ROLES, ReplicaSpec
+from nvmeof_csi.agent.replica_spec import ACTIONS, ReplicaSpec
 from nvmeof_csi.agent.state import VolumeRecord
 from nvmeof_csi.agent.target_agent import TargetAgent
 from nvmeof_csi.errors import InvalidArgument, NotFound, PermissionDenied
@@ -170,8 +170,8 @@ class AgentServicer(pb_grpc.AgentServicer):
     def SetReplicaRole(self, request: pb.SetReplicaRoleRequest, context: Ctx) -> pb.Volume:
         require(request.uuid, "uuid")
         require(request.role, "role")
-        if request.role not in ROLES or request.epoch < 0:
-            raise InvalidArgument(f"role must be one of {', '.join(ROLES)} and epoch not negative")
+        if request.role not in ACTIONS or request.epoch < 0:
+            raise InvalidArgument(f"role must be one of {', '.join(ACTIONS)} and epoch not negative")
         view = self._agent.set_replica_role(_uuid(request.uuid, "uuid"), request.role, request.epoch)
         return volume_msg(view, self._agent.replica_state(view.record))
 

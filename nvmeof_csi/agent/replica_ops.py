@@ -11,7 +11,9 @@ Contract:
   every portal, disable the namespace, demote; cut off from its peer, its disk Outdated); ``secondary`` (as
   ``fenced``, then link the portals again: the host's path here has no namespace behind it); ``handover`` (as
   ``fenced`` without outdating: a planned switchover, only from ``primary`` while DRBD shows the peer
-  ``Connected`` and ``UpToDate``, else ``FailedPrecondition``). A ``primary`` goes to ``secondary`` only through
+  ``Connected`` and ``UpToDate``, else ``FailedPrecondition``); ``discard`` (as ``secondary``, and a replica
+  ``StandAlone`` after a split brain connects again with DRBD's ``--discard-my-data``: the controller's
+  resolution, never DRBD's own). A ``primary`` goes to ``secondary`` (or ``discard``) only through
   ``fenced`` or ``handover`` (``FailedPrecondition``): the controller promotes the peer in between, so the host
   never loses the namespace on its last path. Repeating a call changes nothing. The
   caller holds nothing; this takes the volume's key.
@@ -30,7 +32,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from nvmeof_csi.agent.parts import NSID, AgentParts, VolumeView
-from nvmeof_csi.agent.replica_spec import FENCED, HANDOVER, PRIMARY, SECONDARY, ReplicaSpec
+from nvmeof_csi.agent.replica_spec import DISCARD, FENCED, HANDOVER, PRIMARY, SECONDARY, ReplicaSpec
 from nvmeof_csi.agent.replicas import Replication, Stack, metadata_bytes, next_role
 from nvmeof_csi.agent.state_model import READY, VolumeRecord
 from nvmeof_csi.errors import AlreadyExists, FailedPrecondition, InvalidArgument, Unavailable
@@ -129,7 +131,8 @@ class ReplicaOps:
                 return p.view(new)
             now = rep.state(rec)
             held = rec.replica.get("role")
-            if role == SECONDARY and now is not None and now.role == "Primary" and held not in (FENCED, HANDOVER):
+            lowered = role in (SECONDARY, DISCARD)
+            if lowered and now is not None and now.role == "Primary" and held not in (FENCED, HANDOVER):
                 raise FailedPrecondition(
                     f"volume {vol_uuid}: a primary replica becomes secondary through fenced or handover "
                     "(its peer promoted between)"
@@ -143,7 +146,9 @@ class ReplicaOps:
             unlink_everywhere(p, nqn)
             p.nvmet.disable_namespace(nqn, NSID)
             rep.demote(new, outdate=role == FENCED)
-            if role == SECONDARY:
+            if role == DISCARD:
+                rep.discard(new)
+            if lowered:
                 p.export(new, nqn, p.writers(new))
             return p.view(new)
 

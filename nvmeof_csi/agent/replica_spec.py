@@ -27,6 +27,8 @@ from nvmeof_csi.service.contracts import valid_node_name
 
 PRIMARY, SECONDARY, FENCED, HANDOVER = "primary", "secondary", "fenced", "handover"
 ROLES = (PRIMARY, SECONDARY, FENCED, HANDOVER)  # what each means: ``agent/replicas.py``
+DISCARD = "discard"  # not a role: secondary, reconnecting with DRBD's --discard-my-data (the controller's call)
+ACTIONS = (*ROLES, DISCARD)  # what SetReplicaRole takes
 DISK_DIR = "/dev/nvmeof-csi"
 _SECRET = re.compile(r"[0-9a-f]{32,64}")
 _KEYS = frozenset({"peer_agent", "peer_host", "peer_address", "address", "port", "minor", "secret", "role", "epoch"})
@@ -118,4 +120,6 @@ def _int(value: str, field: str, low: int, high: int) -> int:
     return int(value)
 
 
-__all__ = ["DISK_DIR", "FENCED", "HANDOVER", "PRIMARY", "ROLES", "SECONDARY", "ReplicaSpec", "disk_path"]
+__all__ = [
+    "ACTIONS", "DISCARD", "DISK_DIR", "FENCED", "HANDOVER", "PRIMARY", "ROLES", "SECONDARY", "ReplicaSpec", "disk_path",
+]  # fmt: skip

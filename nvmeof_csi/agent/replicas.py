@@ -36,7 +36,7 @@ from nvmeof_csi.agent.drbd_config import resource_name, resource_text
 from nvmeof_csi.agent.drbd_status import DrbdState
 from nvmeof_csi.agent.fence_spool import PEER_FENCED, STAY_FROZEN, FenceRequest, FenceSpool
 from nvmeof_csi.agent.replica_devices import LoopLinks
-from nvmeof_csi.agent.replica_spec import FENCED, HANDOVER, ROLES, ReplicaSpec
+from nvmeof_csi.agent.replica_spec import ACTIONS, DISCARD, FENCED, HANDOVER, SECONDARY, ReplicaSpec
 from nvmeof_csi.agent.state_model import READY, VolumeRecord
 from nvmeof_csi.errors import Aborted, FailedPrecondition
 
@@ -142,6 +142,20 @@ class Replication:
             log.warning("volume %s: replica fenced (%s): its disk is now Outdated", rec.uuid, now.connection)
             self._drbd.outdate(rec.uuid, spec.secret, cut=now.connection not in DISCONNECTED)
 
+    def discard(self, rec: VolumeRecord) -> None:
+        """The controller's split-brain resolution on the loser (a Secondary by now): a replica cut off from its
+        peer (``StandAlone``: DRBD found both sides changed and refused to connect) connects again discarding
+        its own changes, to resync from the peer. A replica already connecting or connected is left as it is
+        (a repeated call); one that is not up is ``FailedPrecondition``."""
+        spec = self.spec(rec)
+        now = self._drbd.state(spec.minor)
+        if now is None:
+            raise FailedPrecondition(f"replica of volume {rec.uuid} is not up on this node (DRBD minor {spec.minor})")
+        if now.connection != "StandAlone":
+            return
+        log.warning("volume %s: split brain resolved by the controller: this replica's changes are discarded", rec.uuid)
+        self._drbd.discard_mine(rec.uuid, spec.secret)
+
     def resize(self, rec: VolumeRecord, backing: Path) -> None:
         """After the file grew: the loop grows; the Primary grows the DRBD device (both files grown, Connected:
         the controller grows the secondary's first)."""
@@ -163,11 +177,12 @@ class Replication:
 
 
 def next_role(rec: VolumeRecord, role: str, epoch: int) -> VolumeRecord:
-    """``rec`` with the controller's new ``role`` in ``epoch``; an older epoch is ``Aborted``, an unknown role
-    ``FailedPrecondition``."""
+    """``rec`` with the controller's new ``role`` in ``epoch`` (``discard`` is saved as ``secondary``); an older
+    epoch is ``Aborted``, an unknown role ``FailedPrecondition``."""
     spec = ReplicaSpec.parse(rec.replica)
-    if role not in ROLES:
-        raise FailedPrecondition(f"replica role {role[:20]!r} must be one of {', '.join(ROLES)}")
+    if role not in ACTIONS:
+        raise FailedPrecondition(f"replica role {role[:20]!r} must be one of {', '.join(ACTIONS)}")
+    role = SECONDARY if role == DISCARD else role
     if epoch < spec.epoch:
         raise Aborted(f"volume {rec.uuid}: epoch {epoch} is older than this replica's {spec.epoch}")
     return rec.evolve(replica={**rec.replica, "role": role, "epoch": str(epoch)})

@@ -8,8 +8,11 @@ For each volume's record, :meth:`Failover.run_once`:
   the other replica, still Primary and connected from a switchover cut short, hands over first); the other
   replica, when back holding primary of an older term, is fenced if DRBD still holds it Primary and made
   secondary if it came back as a Secondary (a reboot: DRBD's handshake resyncs it); a replica left in
-  ``handover`` is made secondary; once an outdated one resynced (``UpToDate``, connected) the record clears its
-  ``outdated`` and it is made secondary;
+  ``handover`` is made secondary; a split brain (either replica ``StandAlone``: DRBD found both changed and
+  refused to connect; after-sb is never automatic) is resolved as the record says: the other replica connects
+  again discarding its changes (``discard``), the primary connects again, and the other resyncs from it; once
+  an outdated one resynced (``UpToDate``, connected) the record clears its ``outdated`` and it is made
+  secondary;
 - **the primary's agent is draining** (an operator's ``nvmeofctl storage drain``): a planned switchover to the
   peer when the peer's agent answers, is not draining itself and its replica is connected and ``UpToDate``
   (:func:`~nvmeof_csi.service.arbiter.switchover`): the record first, then the old primary hands over (its
@@ -42,7 +45,7 @@ from nvmeof_csi.rpc.background import every
 from nvmeof_csi.service.arbiter import Decision, ReplicaRecord, failover, resynced, switchover
 
 log = logging.getLogger(__name__)
-PRIMARY, SECONDARY, FENCED, HANDOVER = "primary", "secondary", "fenced", "handover"
+PRIMARY, SECONDARY, FENCED, HANDOVER, DISCARD = "primary", "secondary", "fenced", "handover", "discard"
 #: DRBD connection states in which the peer still hears the primary
 HEARS_PRIMARY = ("Connected", "StartingSyncS", "StartingSyncT", "WFBitMapS", "WFBitMapT", "SyncSource", "SyncTarget")
 
@@ -142,7 +145,7 @@ class Failover:
                 return f"volume {vol}: {primary} given its primary role (epoch {record.epoch}; it held {now.role})"
             if self._draining(primary, seen):
                 return self._switch(vol, record, version, seen)
-            return self._rejoin(vol, record, version, seen)
+            return self._rejoin(vol, record, version, seen, now.connection)
         silent = self._clock() - self._silent_since[primary]
         if silent < self._grace:
             return f"volume {vol}: primary {primary} silent for {silent:.0f} s (failover after {self._grace:.0f} s)"
@@ -196,9 +199,10 @@ class Failover:
         self._agents.set_role(primary, vol, SECONDARY, epoch)
         return f"volume {vol}: planned switchover from draining {primary}: {decision.reason}"
 
-    def _rejoin(self, vol: str, record: ReplicaRecord, version: str, seen: Seen) -> str:
+    def _rejoin(self, vol: str, record: ReplicaRecord, version: str, seen: Seen, mine: str) -> str:
         """The other replica, back: a stale primary (of an older term) is fenced; an outdated one that resynced
-        (``UpToDate`` and connected again) is recorded in sync and made secondary."""
+        (``UpToDate`` and connected again) is recorded in sync and made secondary; a split brain is resolved
+        (``mine``: the primary's DRBD connection state)."""
         other = record.peer(record.primary)
         if not self._alive(other, seen):
             return ""
@@ -212,6 +216,13 @@ class Failover:
         if now.role == HANDOVER:  # a switchover cut short after the promotion
             self._agents.set_role(other, vol, SECONDARY, record.epoch)
             return f"volume {vol}: {other} handed over; now secondary (epoch {record.epoch})"
+        if "StandAlone" in (now.connection, mine):  # the loser first: it waits for the primary's connect
+            self._agents.set_role(other, vol, DISCARD, record.epoch)
+            self._agents.set_role(record.primary, vol, PRIMARY, record.epoch)  # its own StandAlone side connects
+            return (
+                f"volume {vol}: split brain ({other} {now.connection}, {record.primary} {mine}) resolved as the "
+                f"record says: {other} discards its changes and resyncs from {record.primary}"
+            )
         if other not in record.outdated or now.connection != "Connected":
             return ""
         decision = resynced(record, other, now.disk)

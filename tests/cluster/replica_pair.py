@@ -13,7 +13,7 @@ from typing import Any
 from lab.cluster import LabCluster
 from lab.fabric import wait_until
 from lab.probe import PROBE, IoProbe, ProbeResult
-from lab.target import GuestTargetAgent
+from lab.target import STATE_DIR, GuestTargetAgent
 from lab.vm import LabVM
 from nvmeof_csi.nvmeof.nqn import volume_nqn
 
@@ -21,6 +21,7 @@ VOL = "5f0c2a6e-2d7b-4c59-9a83-0d6a1f2b7c11"
 NQN = volume_nqn(VOL)
 SECRET = "6e0f1c2b3a4d5e6f7a8b9c0d1e2f3a4b"
 MINOR, PORT, MIB, BLOCKS = 100, 7789, 64, 2048
+ROGUE_MIB = 40  # where split_brain writes: past the writer's BLOCKS (8 MiB)
 
 
 @dataclass
@@ -104,4 +105,31 @@ def checksum(pair: Pair, node: str) -> str:
     with O_DIRECT."""
     out = pair.vm(node).check(["sh", "-c", f"dd if=/dev/nvmeof-csi/replica-{VOL} bs=1M count={MIB} "
                                            "iflag=direct status=none | sha256sum"], 120)  # fmt: skip
+    return out.split()[0]
+
+
+def split_brain(pair: Pair) -> None:
+    """A split brain made on purpose: storage-1, fenced and cut off, is made Primary by hand (``--force``, its
+    fence-peer call answered "fenced": an operator's mistake), 256 KiB written to its DRBD device past the
+    writer's blocks, then Secondary again. When the link heals DRBD finds both replicas changed and connects
+    neither (every after-sb policy disconnects): the controller's call."""
+    one = pair.vm("storage-1")
+    res = f"nv-{VOL}"
+    adm = ["/usr/lib/drbd/drbdadm-84", "-c", f"{STATE_DIR}/drbd/{res}.res"]
+    forced = one.submit([*adm, "--", "--force", "primary", res], timeout=120)
+
+    def promoted() -> bool:
+        return forced.done() or pair.agents["storage-1"].ops("answer", VOL, "fenced")["answered"] > 0
+
+    assert wait_until(promoted, 60, 0.5), "the forced promotion neither ended nor asked its fence-peer handler"
+    forced.check()
+    one.check(["dd", "if=/dev/urandom", f"of=/dev/drbd{MINOR}", "bs=64k", "count=4", f"seek={ROGUE_MIB * 16}",
+               "oflag=direct", "status=none"], 60)  # fmt: skip
+    one.check([*adm, "secondary", res], 60)
+
+
+def rogue_region(pair: Pair, node: str) -> str:
+    """The checksum of what :func:`split_brain` wrote, read from ``node``'s replica with O_DIRECT."""
+    out = pair.vm(node).check(["sh", "-c", f"dd if=/dev/nvmeof-csi/replica-{VOL} bs=64k skip={ROGUE_MIB * 16} "
+                                           "count=4 iflag=direct status=none | sha256sum"], 60)  # fmt: skip
     return out.split()[0]

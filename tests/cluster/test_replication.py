@@ -9,6 +9,9 @@ in epochs (``SetReplicaRole``) and answers DRBD's fence-peer calls (``AnswerFenc
 2. Only the replication link cut: the primary's writes freeze until the arbiter answers; the arbiter fences the
    cut-off secondary (its disk Outdated) and lets the primary go on; the outdated replica cannot be promoted; the
    link healed, only what changed meanwhile is resynced; 0 I/O errors, every acknowledged write reads back.
+   Before the heal, storage-1 is forced Primary by hand and written (a split brain): DRBD connects neither; the
+   controller's resolution (the record's primary wins: storage-1 ``discard``, storage-2 connects) resyncs
+   storage-1, whose own writes are gone.
    Cut again and fenced at once, before its own ping timeout showed it the cut, it is outdated all the same.
 3. The primary powered off mid-write: the survivor is promoted once the arbiter fences the dead node, the host's
    head picks its path up, 0 I/O errors, every acknowledged write reads back from the survivor (O_DIRECT).
@@ -46,7 +49,9 @@ from tests.cluster.replica_pair import (
     checksum,
     cut_replication,
     node_of,
+    rogue_region,
     spec,
+    split_brain,
     switch,
     writer,
     written_and_read_back,
@@ -171,11 +176,17 @@ def test_a_primary_cut_from_its_peer_goes_on_only_when_the_arbiter_fenced_the_pe
     behind = pair.wait("storage-2", "writes on, peer outdated", lambda r: r.get("peer_disk") == "Outdated", 60)
     time.sleep(5)
     dirty = pair.get("storage-2").get("out_of_sync_bytes", "0")
+    split_brain(pair)  # and storage-1 changed too, by hand: the heal finds a split brain
     cut_replication(pair.cluster, on=False)
     healed = time.monotonic()
+    brain = {n: pair.wait(n, "a split brain", lambda r: r.get("connection") == "StandAlone", 90)["connection"]
+             for n in ("storage-1", "storage-2")}  # fmt: skip
+    assert "volume" in pair.role("storage-1", "discard")  # as the controller's failover pass directs it
+    assert "volume" in pair.role("storage-2", "primary")  # its StandAlone side connects again
     pair.wait("storage-1", "resynced", lambda r: r.get("disk") == "UpToDate" and r.get("connection") == "Connected",
               180)  # fmt: skip
     resync = time.monotonic() - healed
+    rogue = rogue_region(pair, "storage-1") == rogue_region(pair, "storage-2")
     recut, resync2 = fence_before_it_sees_the_cut(pair)
     assert "volume" in pair.role("storage-1", "secondary")
     result, back = written_and_read_back(pair, probe)
@@ -184,8 +195,10 @@ def test_a_primary_cut_from_its_peer_goes_on_only_when_the_arbiter_fenced_the_pe
         f"fence-peer asked {waited:.1f}s after the cut, answered at {answered:.1f}s; writer {result.line()}; "
         f"peer then {behind.get('peer_disk')}; {int(dirty) >> 10} KiB out of sync resynced in {resync:.1f}s "
         f"(of {MIB} MiB); outdated promotion: {refused.get('refused', '')[:120]}; read back {back.line()}; "
-        f"fenced before it saw a second cut: {recut}, resynced in {resync2:.1f}s",
+        f"fenced before it saw a second cut: {recut}, resynced in {resync2:.1f}s; split brain {brain}, resolved "
+        f"as the record says: storage-1's forced writes gone: {rogue}",
     )
+    assert rogue, "storage-1's own changes survived the split brain's resolution"
     assert result.io_errors == 0 and back.verify_errors == 0, (result.errlog, back.errlog)
     assert result.max_gap_s >= 5, "a write completed while the arbiter had not answered"
     assert 0 < int(dirty) < (MIB << 20) // 4, dirty

@@ -168,3 +168,21 @@ def test_a_switchover_cut_short_after_the_record_finishes_on_the_next_pass() -> 
     assert agents.roles == [("s1", "handover", 2), ("s2", "primary", 2)]
     assert "handed over; now secondary" in passes.run_once()[0]
     assert agents.roles[2] == ("s1", "secondary", 2)
+
+
+def test_a_split_brain_is_resolved_as_the_record_says_the_other_replica_discards_and_resyncs() -> None:
+    agents = pair(peer_connection="StandAlone")  # DRBD found both replicas changed: neither connects
+    agents.states["s1"] = ReplicaState("primary", 2, "StandAlone", "UpToDate", "Primary")
+    agents.states["s2"] = ReplicaState("fenced", 2, "StandAlone", "Outdated", "Secondary")
+    records = Records(ReplicaRecord(("s1", "s2"), "s1", epoch=2, outdated=frozenset({"s2"})))
+    line = Failover(agents, records).run_once()[0]
+    assert agents.roles == [("s2", "discard", 2), ("s1", "primary", 2)], line  # the loser waits for the connect
+    assert "split brain (s2 StandAlone, s1 StandAlone) resolved as the record says: s2 discards" in line
+    agents.roles.clear()
+    agents.states["s2"] = ReplicaState("secondary", 2, "SyncTarget", "Inconsistent", "Secondary")
+    agents.states["s1"] = ReplicaState("primary", 2, "SyncSource", "UpToDate", "Primary")
+    assert Failover(agents, records).run_once() == [] and agents.roles == []  # resyncing: nothing to do
+    agents.states["s1"] = ReplicaState("primary", 2, "StandAlone", "UpToDate", "Primary")  # only the primary
+    agents.states["s2"] = ReplicaState("secondary", 2, "WFConnection", "Outdated", "Secondary")
+    Failover(agents, records).run_once()
+    assert agents.roles == [("s2", "discard", 2), ("s1", "primary", 2)]  # a discard that is not StandAlone: nothing

@@ -290,3 +290,24 @@ def test_a_replica_is_copied_only_while_it_holds_every_acknowledged_write(
         agent.create_snapshot("snap-late", vol)
     agent.set_replica_role(vol, "primary", 1)  # a primary alone holds every write it acknowledged
     assert agent.create_snapshot("snap-late", vol).status == "ready"
+
+
+def test_a_split_brain_loser_connects_again_discarding_its_changes_only_when_told(tmp_path: Path) -> None:
+    kernel = Kernel()
+    agent = replicated_agent(tmp_path, kernel)
+    vol = create(agent)
+    assert kernel.minor is not None
+    agent.set_replica_role(vol, "primary", 1)
+    with pytest.raises(FailedPrecondition, match="through fenced or handover"):
+        agent.set_replica_role(vol, "discard", 2)  # a Primary is fenced first (its ports away, then demoted)
+    agent.set_replica_role(vol, "fenced", 2)
+    kernel.minor.update(cs="StandAlone")  # DRBD found both sides changed and refused to connect
+    before = len(kernel.calls)
+    view = agent.set_replica_role(vol, "discard", 3)
+    assert kernel.words()[before:] == ["disconnect", "connect"], kernel.words()[before:]
+    assert kernel.calls[-1][-4:-1] == ["--", "--discard-my-data", "connect"]
+    assert (view.record.replica["role"], view.record.replica["epoch"]) == ("secondary", "3")
+    assert sorted(linked(agent, vol)) == ["1", "2"] and namespace(agent, vol)["enable"] == "0"
+    before = len(kernel.calls)
+    agent.set_replica_role(vol, "discard", 3)  # repeated while it connects: DRBD is left as it is
+    assert "--discard-my-data" not in [w for c in kernel.calls[before:] for w in c]
