@@ -24,7 +24,7 @@ FOREIGN = {
     "--values": "helm", "--wait": "helm, kubectl", "--tos": "ss", "--tls-": "a prefix (--tls-cert, ...)",
     "--kernel": "python -m lab", "--lab": "python -m bench", "--levels": "python -m bench",
     "--profile": "python -m bench", "--quick": "python -m bench", "--repeats": "python -m bench",
-    "--samples": "python -m bench", "--smoke": "python -m bench",
+    "--samples": "python -m bench", "--smoke": "python -m bench", "--discard-my-data": "drbdadm connect",
 }  # fmt: skip
 FLAG = re.compile(r"(?<![\w-])--[a-z][a-z0-9-]+")
 TEXTS = [*sorted((ROOT / "docs").glob("*.md")), ROOT / "README.md", ROOT / "deploy" / "prometheus" / "alerts.yaml"]
