@@ -107,8 +107,8 @@ class DrbdResources:
             self._adm_cmd(vol_uuid, secret, "connect")
 
     def discard_mine(self, vol_uuid: str, secret: str) -> None:
-        """The split-brain loser, as the controller directed: reconnect discarding this replica's changes."""
-        self._adm_cmd(vol_uuid, secret, "disconnect")
+        """The split-brain loser, as the controller directed: a ``StandAlone`` resource connects again discarding
+        this replica's changes (DRBD 8.4 has no connection left to ``disconnect`` then: it exits 10)."""
         self._adm_cmd(vol_uuid, secret, "--", "--discard-my-data", "connect")
 
     def resize(self, vol_uuid: str, secret: str, minor: int, size: int) -> None:

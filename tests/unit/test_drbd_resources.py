@@ -60,11 +60,10 @@ def test_each_step_is_one_drbdadm_command_on_the_volumes_own_file(tmp_path: Path
         [*base, "--", "--clear-bitmap", "new-current-uuid", RES],
         [*base, "primary", RES],  # never --force
         [*base, "secondary", RES],
-        [*base, "disconnect", RES],
-        [*base, "--", "--discard-my-data", "connect", RES],
+        [*base, "--", "--discard-my-data", "connect", RES],  # StandAlone: no disconnect first
     ]
     res.down(VOL, SECRET, 7)  # not configured: nothing to stop, the file goes
-    assert len(adm.calls) == 7 and not conf.exists()
+    assert len(adm.calls) == 6 and not conf.exists()
 
 
 def test_a_configured_minor_is_adjusted_not_brought_up_twice_and_is_taken_down(tmp_path: Path) -> None:
