@@ -13,7 +13,7 @@ from nvmeof_csi.cli.output import render
 from nvmeof_csi.errors import ConfigError
 from nvmeof_csi.host.executor import SubprocessExecutor
 from nvmeof_csi.host.keyring import handshake_daemon_running
-from nvmeof_csi.initiator.doctor import diagnose
+from nvmeof_csi.initiator.doctor import Check, diagnose
 from nvmeof_csi.initiator.fabrics import FabricsDevice
 from nvmeof_csi.initiator.features import FEATURES, NodeFeatures
 
@@ -61,8 +61,13 @@ def doctor(
     checks = diagnose(
         SubprocessExecutor(), sys_root, etc_nvme, cgroup_root, others, require_rdma, features, feature or ()
     )
+    report_checks(ctx, checks, "nvmeofctl doctor")
+
+
+def report_checks(ctx: typer.Context, checks: list[Check], title: str) -> None:
+    """Each check with its result and fix, in the chosen output; exit 1 naming the failed ones."""
     rows = [{**asdict(c), "result": "FAIL" if not c.ok else ("absent" if c.absent else "pass")} for c in checks]
-    render(rows, ("name", "result", "detail", "fix"), state(ctx).output, title="nvmeofctl doctor")
+    render(rows, ("name", "result", "detail", "fix"), state(ctx).output, title=title)
     failed = [c.name for c in checks if not c.ok]
     if failed:
         typer.echo(f"{len(failed)} check(s) failed: {', '.join(failed)}", err=True)

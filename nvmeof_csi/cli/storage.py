@@ -1,4 +1,5 @@
-"""``nvmeofctl storage drain``: hand a storage node's replicated volumes over to their peers before maintenance.
+"""``nvmeofctl storage drain``: hand a storage node's replicated volumes over to their peers before maintenance;
+``nvmeofctl storage doctor``: is this storage node ready for them (``cli/storage_doctor.py``)?
 
 The command marks the node's agent draining (``SetDraining``, admin only; the mark survives the agent's restart);
 the controller's failover pass then moves each volume the node is primary for to its peer in a planned switchover
@@ -13,15 +14,21 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Annotated
 
 import typer
 
 from nvmeof_csi.cli.context import state
+from nvmeof_csi.cli.doctor import report_checks
+from nvmeof_csi.cli.storage_doctor import AGENT_HELPER, StorageRoots, diagnose_storage
 from nvmeof_csi.cli.volumes import replica_line
 from nvmeof_csi.gen import nvmeof_agent_pb2 as pb
+from nvmeof_csi.host.executor import SubprocessExecutor
 
-app = typer.Typer(help="Storage-node maintenance: move replicated volumes off a node.", no_args_is_help=True)
+app = typer.Typer(
+    help="Storage nodes: move replicated volumes off a node; check a node for them.", no_args_is_help=True
+)
 PRIMARY = "primary"
 
 
@@ -80,3 +87,18 @@ def drain(
         )
         raise typer.Exit(1)
     typer.echo(f"{chosen.name}: drained: it serves no replicated volume")
+
+
+@app.command()
+def doctor(
+    ctx: typer.Context,
+    helper: Annotated[
+        str, typer.Option(help="The agent's DRBD helper (its --drbd-helper-dir and the script in it).")
+    ] = AGENT_HELPER,
+    root: Annotated[Path, typer.Option(hidden=True)] = Path("/"),
+) -> None:
+    """Check this storage node for replicated volumes: the kernel's DRBD 8.4, drbd-utils, DRBD's helper pointing
+    at the agent, and a controller-ID window of its own on every replicated subsystem. Run it where the agent
+    runs (its pod); prints each check with the fix; exits 1 when any check fails."""
+    roots = StorageRoots(root / "proc", root / "sys", root / "sys/kernel/config", root / "usr/lib/drbd")
+    report_checks(ctx, diagnose_storage(SubprocessExecutor(), roots, helper), "nvmeofctl storage doctor")
