@@ -12,6 +12,8 @@ from __future__ import annotations
 import logging
 import os
 
+from prometheus_client import Counter
+
 from nvmeof_csi import DRIVER_NAME, TOPOLOGY_FABRIC, TOPOLOGY_RDMA
 from nvmeof_csi.agentclient.api import HostNqnNodes, replica_client
 from nvmeof_csi.agentclient.limits import AgentClients, AgentHostKeys, AgentLimits
@@ -112,8 +114,26 @@ def replica_records(
         raise ConfigError("--replica-records needs the Kubernetes API (the service account or --kubeconfig)")
     records = ReplicaRecords(lazy_api(settings.kubeconfig, "CoordinationV1Api"), settings.replica_records)
     agents = FleetReplicaAgents(fabric, replica_client)
-    services.background.add("fence-answers", FenceAnswers(agents, records).run)
-    services.background.add("failover", Failover(agents, records).run)  # its promotions wait for fence-answers
+    moves = Counter(
+        "nvmeof_csi_replica_moves_total",
+        "Replicated volumes the controller moved: unplanned (failover), planned (switchover), split_brain.",
+        ["kind"],
+        registry=services.registry,
+    )
+    answers = Counter(
+        "nvmeof_csi_fence_peer_answers_total",
+        "DRBD fence-peer calls the controller answered: fenced (the asker goes on) or refused (it stays frozen).",
+        ["answer"],
+        registry=services.registry,
+    )
+    for kind in ("unplanned", "planned", "split_brain"):
+        moves.labels(kind)  # each series at 0 from the start: a rate over them needs no "absent" case
+    for answer in ("fenced", "refused"):
+        answers.labels(answer)
+    fence = FenceAnswers(agents, records, count=lambda answer: answers.labels(answer).inc())
+    services.background.add("fence-answers", fence.run)
+    failover = Failover(agents, records, count=lambda kind: moves.labels(kind).inc())
+    services.background.add("failover", failover.run)  # its promotions wait for fence-answers
     log.info("replicated volumes: records in namespace %s, fence-peer calls answered", settings.replica_records)
     return records
 

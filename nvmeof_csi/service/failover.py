@@ -95,9 +95,12 @@ class Failover:
         records: FailoverRecords,
         grace: float = 15.0,
         clock: Callable[[], float] = time.monotonic,
+        count: Callable[[str], None] = lambda _: None,
     ) -> None:
-        """``grace``: how long a primary's agent must stay silent before its peer may take over."""
+        """``grace``: how long a primary's agent must stay silent before its peer may take over; ``count``: told
+        each move made (``unplanned``, ``planned``, ``split_brain``), for the controller's metrics."""
         self._agents, self._records, self._grace, self._clock = agents, records, grace, clock
+        self._count = count
         self._silent_since: dict[str, float] = {}
 
     def run(self, stop: threading.Event, period: float = 2.0) -> None:
@@ -160,6 +163,7 @@ class Failover:
         if held:
             return held
         self._agents.set_role(peer, vol, PRIMARY, decision.record.epoch)
+        self._count("unplanned")
         return f"volume {vol}: {decision.reason} after {primary} was silent {silent:.0f} s"
 
     def _written(self, vol: str, decision: Decision, version: str, refused: str) -> str:
@@ -197,6 +201,7 @@ class Failover:
         self._agents.set_role(primary, vol, HANDOVER, epoch)
         self._agents.set_role(peer, vol, PRIMARY, epoch)
         self._agents.set_role(primary, vol, SECONDARY, epoch)
+        self._count("planned")
         return f"volume {vol}: planned switchover from draining {primary}: {decision.reason}"
 
     def _rejoin(self, vol: str, record: ReplicaRecord, version: str, seen: Seen, mine: str) -> str:
@@ -219,6 +224,7 @@ class Failover:
         if "StandAlone" in (now.connection, mine):  # the loser first: it waits for the primary's connect
             self._agents.set_role(other, vol, DISCARD, record.epoch)
             self._agents.set_role(record.primary, vol, PRIMARY, record.epoch)  # its own StandAlone side connects
+            self._count("split_brain")
             return (
                 f"volume {vol}: split brain ({other} {now.connection}, {record.primary} {mine}) resolved as the "
                 f"record says: {other} discards its changes and resyncs from {record.primary}"

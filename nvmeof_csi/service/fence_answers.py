@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -65,8 +66,9 @@ class Records(Protocol):
 
 
 class FenceAnswers:
-    def __init__(self, agents: ReplicaAgents, records: Records) -> None:
-        self._agents, self._records = agents, records
+    def __init__(self, agents: ReplicaAgents, records: Records, count: Callable[[str], None] = lambda _: None) -> None:
+        """``count``: told each answer given (``fenced`` or ``refused``), for the controller's metrics."""
+        self._agents, self._records, self._count = agents, records, count
 
     def run(self, stop: threading.Event, period: float = 1.0) -> None:
         """A pass every ``period`` seconds until ``stop`` (the controller's background loop): a frozen replica
@@ -95,11 +97,13 @@ class FenceAnswers:
         found = self._records.read(call.volume_uuid)
         if found is None:
             self._agents.answer(call, peer_fenced=False)
+            self._count("refused")
             return f"{where}: refused: the volume has no replica record"
         record, version = found
         decision = fence_peer(record, call.agent, call.epoch)
         if not decision.allowed:
             self._agents.answer(call, peer_fenced=False)
+            self._count("refused")
             return f"{where}: refused, its I/O stays frozen: {decision.reason}"
         if decision.changed and not self._records.replace(call.volume_uuid, decision.record, version):
             return f"{where}: the record changed meanwhile; decided again on the next pass"
@@ -110,6 +114,7 @@ class FenceAnswers:
         except DriverError as err:  # the record holds it outdated: it is never promoted
             fenced = f"peer {peer} unreachable, held outdated by the record ({err})"
         self._agents.answer(call, peer_fenced=True)
+        self._count("fenced")
         return f"{where}: goes on as the one writer; {fenced}"
 
 

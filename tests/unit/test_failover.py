@@ -71,11 +71,13 @@ class Clock:
 def test_a_silent_primary_is_replaced_after_the_grace_by_a_peer_that_lost_it_too() -> None:
     agents, records, clock = pair(), Records(ReplicaRecord(("s1", "s2"), "s1")), Clock()
     agents.silent.add("s1")
-    passes = Failover(agents, records, grace=15, clock=clock)
+    counted: list[str] = []
+    passes = Failover(agents, records, grace=15, clock=clock, count=counted.append)
     assert "silent for 0 s" in passes.run_once()[0] and not agents.roles
     clock.now += 16
     line = passes.run_once()[0]
     assert "'s2' promoted" in line and agents.roles == [("s2", "primary", 2)], line
+    assert counted == ["unplanned"]  # nvmeof_csi_replica_moves_total{kind="unplanned"}
     assert (records.record.primary, records.record.outdated) == ("s2", frozenset({"s1"}))
 
 
@@ -132,10 +134,12 @@ def test_a_promotion_the_record_holds_is_given_again_and_a_returning_replica_rej
 def test_a_draining_primary_hands_over_to_its_in_sync_peer_and_the_peer_is_not_handed_back() -> None:
     agents, records = pair("Connected"), Records(ReplicaRecord(("s1", "s2"), "s1"))
     agents.draining.add("s1")
-    passes = Failover(agents, records, grace=15, clock=Clock())
+    counted: list[str] = []
+    passes = Failover(agents, records, grace=15, clock=Clock(), count=counted.append)
     line = passes.run_once()[0]
     assert "planned switchover" in line and "'s2' is primary" in line, line
     assert agents.roles == [("s1", "handover", 2), ("s2", "primary", 2), ("s1", "secondary", 2)]
+    assert counted == ["planned"]
     assert (records.record.primary, records.record.epoch, records.record.outdated) == ("s2", 2, frozenset())
     assert passes.run_once() == [] and len(agents.roles) == 3  # s2 serves; s1 (still draining) gets nothing back
 
@@ -175,8 +179,10 @@ def test_a_split_brain_is_resolved_as_the_record_says_the_other_replica_discards
     agents.states["s1"] = ReplicaState("primary", 2, "StandAlone", "UpToDate", "Primary")
     agents.states["s2"] = ReplicaState("fenced", 2, "StandAlone", "Outdated", "Secondary")
     records = Records(ReplicaRecord(("s1", "s2"), "s1", epoch=2, outdated=frozenset({"s2"})))
-    line = Failover(agents, records).run_once()[0]
+    counted: list[str] = []
+    line = Failover(agents, records, count=counted.append).run_once()[0]
     assert agents.roles == [("s2", "discard", 2), ("s1", "primary", 2)], line  # the loser waits for the connect
+    assert counted == ["split_brain"]
     assert "split brain (s2 StandAlone, s1 StandAlone) resolved as the record says: s2 discards" in line
     agents.roles.clear()
     agents.states["s2"] = ReplicaState("secondary", 2, "SyncTarget", "Inconsistent", "Secondary")

@@ -69,8 +69,9 @@ def primary_s1() -> ReplicaRecord:
 
 
 def test_the_primary_in_its_term_goes_on_after_its_peer_is_fenced_and_recorded_outdated() -> None:
-    agents, records = Agents({"s1": [FenceCall("s1", VOL, 41, 3)]}), Records(primary_s1())
-    lines = FenceAnswers(agents, records).run_once()
+    agents, records, counted = Agents({"s1": [FenceCall("s1", VOL, 41, 3)]}), Records(primary_s1()), []
+    lines = FenceAnswers(agents, records, count=counted.append).run_once()
+    assert counted == ["fenced"]  # the controller's nvmeof_csi_fence_peer_answers_total{answer="fenced"}
     assert records.record is not None and records.record.outdated == frozenset({"s2"}) and records.record.epoch == 4
     assert agents.roles == [("s2", "fenced", 4)] and agents.answers == [("s1", 41, True)]
     assert "one writer" in lines[0]
@@ -78,8 +79,10 @@ def test_the_primary_in_its_term_goes_on_after_its_peer_is_fenced_and_recorded_o
 
 def test_a_primary_of_an_older_term_and_a_volume_without_a_record_stay_frozen() -> None:
     agents, records = Agents({"s1": [FenceCall("s1", VOL, 41, 1)]}), Records(primary_s1())  # made primary at 1
-    FenceAnswers(agents, records).run_once()
+    counted: list[str] = []
+    FenceAnswers(agents, records, count=counted.append).run_once()
     assert agents.answers == [("s1", 41, False)] and agents.roles == [] and records.version == 1
+    assert counted == ["refused"]
     cut_off = Agents({"s2": [FenceCall("s2", VOL, 7, 3)]})  # the secondary asked to be promoted while cut off
     FenceAnswers(cut_off, records).run_once()
     assert cut_off.answers == [("s2", 7, False)]

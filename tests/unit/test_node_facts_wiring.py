@@ -48,3 +48,19 @@ def test_replica_records_need_a_namespace_and_the_kubernetes_api(tmp_path: Path)
         replica_records(Settings(replica_records="nvmeof-csi"), NoCluster(), FabricMap(()), services)
     with pytest.raises(ConfigError, match="must be a namespace"):
         Settings(replica_records="../etc")
+
+
+def test_replica_records_add_both_passes_and_their_counters_at_zero() -> None:
+    from nvmeof_csi.cmd.wiring import replica_records
+    from nvmeof_csi.csi.server import CsiServices
+    from nvmeof_csi.kube.nodes import KubeNodes
+    from nvmeof_csi.topology.fabric_map import FabricMap
+
+    services = CsiServices(topology={}, node_id="n", max_volumes_per_node=1, workers=1)
+    facts = KubeNodes(object(), object(), "csi.nvmeof.io")  # the API is made at its first use: never, here
+    assert replica_records(Settings(replica_records="nvmeof-csi"), facts, FabricMap(()), services) is not None
+    assert sorted(name for name, _ in services.background.loops) == ["failover", "fence-answers"]
+    seen = {(s.name, tuple(s.labels.values())): s.value for m in services.registry.collect() for s in m.samples}
+    for kind in ("unplanned", "planned", "split_brain"):
+        assert seen[("nvmeof_csi_replica_moves_total", (kind,))] == 0
+    assert seen[("nvmeof_csi_fence_peer_answers_total", ("refused",))] == 0
