@@ -69,7 +69,8 @@ def primary_s1() -> ReplicaRecord:
 
 
 def test_the_primary_in_its_term_goes_on_after_its_peer_is_fenced_and_recorded_outdated() -> None:
-    agents, records, counted = Agents({"s1": [FenceCall("s1", VOL, 41, 3)]}), Records(primary_s1()), []
+    agents, records = Agents({"s1": [FenceCall("s1", VOL, 41, 3)]}), Records(primary_s1())
+    counted: list[str] = []
     lines = FenceAnswers(agents, records, count=counted.append).run_once()
     assert counted == ["fenced"]  # the controller's nvmeof_csi_fence_peer_answers_total{answer="fenced"}
     assert records.record is not None and records.record.outdated == frozenset({"s2"}) and records.record.epoch == 4
