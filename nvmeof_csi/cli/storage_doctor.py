@@ -19,7 +19,7 @@ from pathlib import Path
 
 from nvmeof_csi.errors import DriverError
 from nvmeof_csi.host.executor import Executor
-from nvmeof_csi.initiator.doctor import Check
+from nvmeof_csi.initiator.doctor import Check, read_value
 
 NVMET_CNTLID = (1, 0xFFEF)  # nvmet's own window: what a subsystem gets without --cntlid-window
 AGENT_HELPER = "/run/nvmeof-csi/drbd/drbd-helper"  # the agent's default --drbd-helper-dir, and its script
@@ -35,15 +35,8 @@ class StorageRoots:
     tools: Path = Path("/usr/lib/drbd")
 
 
-def _read(path: Path) -> str:
-    try:
-        return path.read_text().strip()
-    except OSError:
-        return ""
-
-
 def check_module(roots: StorageRoots, executor: Executor) -> Check:
-    loaded = _read(roots.proc / "drbd").splitlines()
+    loaded = read_value(roots.proc / "drbd").splitlines()
     version = loaded[0].removeprefix("version:").split()[0] if loaded and loaded[0].startswith("version:") else ""
     where = "loaded"
     if not version:
@@ -73,7 +66,7 @@ def check_tools(roots: StorageRoots) -> Check:
 
 
 def check_helper(roots: StorageRoots, helper: str) -> Check:
-    set_to = _read(roots.sys / "module" / "drbd" / "parameters" / "usermode_helper")
+    set_to = read_value(roots.sys / "module" / "drbd" / "parameters" / "usermode_helper")
     if not set_to:
         return Check(
             "fence-peer helper", True, "DRBD is not loaded: the agent sets its helper when it loads it", absent=True
@@ -93,10 +86,10 @@ def check_cntlid(roots: StorageRoots) -> Check:
     subsystems = roots.configfs / "nvmet" / "subsystems"
     default, windows = [], set()
     for sub in sorted(subsystems.glob("*")) if subsystems.is_dir() else []:
-        devices = [_read(ns / "device_path") for ns in (sub / "namespaces").glob("*")]
+        devices = [read_value(ns / "device_path") for ns in (sub / "namespaces").glob("*")]
         if not any(d.startswith("/dev/drbd") for d in devices):
             continue
-        window = (_read(sub / "attr_cntlid_min"), _read(sub / "attr_cntlid_max"))
+        window = (read_value(sub / "attr_cntlid_min"), read_value(sub / "attr_cntlid_max"))
         windows.add("-".join(window))
         if window == tuple(str(n) for n in NVMET_CNTLID):
             default.append(sub.name)

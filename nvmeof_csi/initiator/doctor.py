@@ -35,7 +35,8 @@ class Check:
     absent: bool = False  # ok, but what it checks is missing (an optional feature)
 
 
-def _read(path: Path) -> str:
+def read_value(path: Path) -> str:
+    """A sysfs or config file's text, stripped; "" when it cannot be read."""
     try:
         return path.read_text().strip()
     except OSError:
@@ -62,7 +63,7 @@ def check_modules(sys_root: Path, rdma: bool) -> list[Check]:
 
 
 def check_multipath(sys_root: Path) -> Check:
-    value = _read(sys_root / "module" / "nvme_core" / "parameters" / "multipath")
+    value = read_value(sys_root / "module" / "nvme_core" / "parameters" / "multipath")
     if value == "Y":
         return Check("native multipath", True, "nvme_core.multipath=Y")
     return Check(
@@ -75,7 +76,7 @@ def check_multipath(sys_root: Path) -> Check:
 
 
 def check_identity(etc_dir: Path, peers: Iterable[str]) -> list[Check]:
-    nqn, host_id = _read(etc_dir / "hostnqn"), _read(etc_dir / "hostid")
+    nqn, host_id = read_value(etc_dir / "hostnqn"), read_value(etc_dir / "hostid")
     identity = HostIdentity(nqn, host_id)
     fix = (
         "remove /etc/nvme/hostnqn and /etc/nvme/hostid and restart the node plugin (it generates a fresh pair), "
