@@ -3,8 +3,8 @@
 Contract: idempotent by name (the same name for another source volume raises ``AlreadyExists``); save before
 acting (record(creating) -> file -> record(ready); delete = record(deleting) -> file -> drop record), so
 convergence finishes what a crash interrupted. Serialised per snapshot name and UUID, and with the source
-volume's key while it is copied. A replicated volume is copied only on its primary's agent
-(``replica_ops.check_copy_source``: refused, with nothing saved, elsewhere).
+volume's key while it is copied. A replicated volume is copied only while this replica holds every
+acknowledged write (``replica_ops.check_copy_source``: refused, with nothing saved, otherwise).
 """
 
 from __future__ import annotations
